@@ -1,0 +1,76 @@
+"""`patchkit apply`: check out a pinned base and apply the series, atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from patchkit.apply import ApplyOptions, ApplyReport, apply_series
+from patchkit.errors import ApplyError, NothingToDo, UsageError
+from patchkit.report import render_apply
+from patchkit.ui import Output
+from patchkit.upstream import Mirror, acquire
+from patchkit.workspace import Workspace
+
+EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
+
+
+@click.command("apply")
+@click.option("--target", "targets", multiple=True, required=True,
+              help="NAME@REF (a sha, tag or release version), NAME for its pin, or 'all'.")
+@click.option("--into", type=click.Path(path_type=Path),
+              help="Directory to check out into (default: work/<target>; with several targets, "
+                   "DIR/<target>).")
+@click.option("--upstream", help="A clone, bare repository or URL to fetch the base from first.")
+@click.option("--fuzz", type=click.IntRange(0, 2), default=0, show_default=True,
+              help="Allow hunks to apply with this many context lines ignored (reported loudly).")
+@click.option("--3way", "threeway", is_flag=True, help="Fall back to a 3-way merge on the blobs.")
+@click.option("--allow-unpinned", is_flag=True, help="Accept a base that no pin names (unverified).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
+def command(targets, into, upstream, fuzz, threeway, allow_unpinned, as_json, verbose) -> int:
+    """Apply the series of each --target onto its base, as one commit per patch."""
+    out = Output(json_mode=as_json, verbose=verbose)
+    ws = Workspace.load()
+    specs = ws.expand(targets)
+    if len(specs) > 1 and upstream:
+        raise UsageError("--upstream names one repository; use it with a single --target")
+    reports: list[ApplyReport] = []
+    for spec in specs:
+        target = ws.target(spec.target)
+        series = ws.series(spec.target)
+        if into is None:
+            dest = ws.project.work_dir / spec.target
+        else:
+            dest = into / spec.target if len(specs) > 1 else into
+        base = acquire(target, spec.ref, upstream=upstream, allow_unpinned=allow_unpinned,
+                       progress=out.progress)
+        try:
+            report = apply_series(
+                Mirror(target).path, base, series, dest.absolute(),
+                series_version=ws.targets.series_version,
+                options=ApplyOptions(fuzz=fuzz, threeway=threeway), progress=out.progress,
+            )
+        except (ApplyError, NothingToDo) as exc:
+            report = getattr(exc, "report", None)
+            if report is None or (isinstance(exc, ApplyError) and not as_json and len(specs) == 1
+                                  and not report.patches):
+                raise
+            if isinstance(exc, ApplyError):
+                report.next_step = exc.hint
+        reports.append(report)
+        if not as_json:
+            out.echo(render_apply(report))
+            if report.status == "failed" and report.next_step:
+                out.echo(f"  next: {report.next_step}")
+        if report.status == "failed":
+            break
+    if as_json:
+        out.document({"reports": [r.to_json() for r in reports]})
+    statuses = {r.status for r in reports}
+    if "failed" in statuses:
+        return 1
+    if statuses == {"nothing-to-do"}:
+        return 3
+    return 0

@@ -1,0 +1,30 @@
+"""`patchkit fetch`: fill the mirror cache for a target ref (git or the pinned sdist)."""
+
+from __future__ import annotations
+
+import click
+
+from patchkit.ui import Output
+from patchkit.upstream import acquire
+from patchkit.workspace import Workspace
+
+
+@click.command("fetch")
+@click.option("--target", "targets", multiple=True, required=True, help="NAME@REF or 'all'.")
+@click.option("--upstream", help="A clone, bare repository or URL to fetch from first.")
+@click.option("--allow-unpinned", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def command(targets, upstream, allow_unpinned, as_json) -> int:
+    """Resolve and cache the base of each target without touching any work tree."""
+    ws = Workspace.load()
+    out = Output(json_mode=as_json, verbose=True)
+    docs = []
+    for spec in ws.expand(targets):
+        base = acquire(ws.target(spec.target), spec.ref, upstream=upstream,
+                       allow_unpinned=allow_unpinned, progress=out.progress)
+        docs.append({"target": spec.target, "commit": base.commit, "source": base.source,
+                     "stands_for": base.stands_for})
+        out.echo(f"{spec.target}: {base.commit[:12]} ({base.stands_for})")
+    if as_json:
+        out.document({"bases": docs})
+    return 0

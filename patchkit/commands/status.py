@@ -1,0 +1,39 @@
+"""`patchkit status`: base, series version and each patch's state in a work tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from patchkit.report import render_status
+from patchkit.status import detect_target, status
+from patchkit.ui import Output
+from patchkit.workspace import Workspace
+
+
+@click.command("status")
+@click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.option("--target", help="Target name (default: the one the directory was made for).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def command(directory, target, as_json) -> int:
+    """Show what DIRECTORY (default: work/<target>) carries versus the series."""
+    ws = Workspace.load()
+    out = Output(json_mode=as_json)
+    if directory is None:
+        names = [target] if target else list(ws.targets.targets)
+        dirs = [ws.project.work_dir / n for n in names if (ws.project.work_dir / n).exists()]
+        if not dirs:
+            raise click.UsageError("no work tree found; pass DIRECTORY")
+    else:
+        dirs = [directory]
+    reports = []
+    for d in dirs:
+        name = target or detect_target(d)
+        reports.append(status(d.absolute(), ws.target(name), ws.series(name),
+                              ws.targets.series_version))
+    if as_json:
+        out.document({"status": [r.to_json() for r in reports]})
+    else:
+        out.echo("\n".join(render_status(r) for r in reports))
+    return 0 if all(r.clean for r in reports) else 1

@@ -1,0 +1,87 @@
+"""The small exception hierarchy every patchkit failure is expressed in.
+
+Each error carries a one-line message and, where there is one, the next step a user can take.
+The CLI maps the class to an exit code; nothing else prints tracebacks.
+"""
+
+from __future__ import annotations
+
+
+class PatchkitError(Exception):
+    """Base class: a failure with a one-line cause and an optional next step."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(PatchkitError):
+    """The command line or its inputs are wrong."""
+
+    exit_code = 2
+
+
+class ConfigError(PatchkitError):
+    """targets.toml, a series file or a profile is malformed."""
+
+    exit_code = 2
+
+
+class PinError(PatchkitError):
+    """An upstream does not match its pin (hash, commit) or a ref cannot be resolved."""
+
+    exit_code = 1
+
+
+class FetchError(PatchkitError):
+    """An upstream could not be obtained from any source."""
+
+    exit_code = 1
+
+
+class PatchFormatError(PatchkitError):
+    """A patch file is malformed or hostile."""
+
+    exit_code = 1
+
+
+class ApplyError(PatchkitError):
+    """The series did not apply; the target was left as it was."""
+
+    exit_code = 1
+
+
+class DirtyTreeError(PatchkitError):
+    """A checkout has uncommitted changes to tracked files."""
+
+    exit_code = 1
+
+
+class NothingToDo(PatchkitError):
+    """The requested state already holds (quilt's 'nothing to do', with its own exit code)."""
+
+    exit_code = 3
+
+
+class LockedError(PatchkitError):
+    """Another patchkit process holds a lock on the same cache or target."""
+
+    exit_code = 1
+
+
+class BuildError(PatchkitError):
+    """A wheel build failed."""
+
+    exit_code = 1
+
+
+class VerifyInputError(PatchkitError):
+    """An input to `verify` (environment, wheelhouse, profile) cannot be read."""
+
+    exit_code = 2

@@ -1,0 +1,364 @@
+"""Every git command patchkit runs, as named domain verbs (GitPython underneath).
+
+Callers never spell git options; they ask for `import_directory`, `apply_to_index`,
+`commit_tree`, `clone_local` and so on.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+from git.exc import GitCommandError
+
+# Fixed, locale-free behaviour for every call: no pager, no prompts, no user hooks or config.
+BASE_ENV = {
+    "LC_ALL": "C",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_PAGER": "cat",
+    "GIT_ASKPASS": "true",
+    "GIT_OPTIONAL_LOCKS": "0",
+}
+CONFIG = ("-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0",
+          "-c", "advice.detachedHead=false", "-c", "core.quotePath=false")
+
+
+class GitError(Exception):
+    """A git command failed; `stderr` holds git's words."""
+
+    def __init__(self, args: list[str], status: int, stderr: str) -> None:
+        super().__init__(stderr.strip() or f"git {' '.join(args)} exited {status}")
+        self.args_ = args
+        self.status = status
+        self.stderr = stderr
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who and when a commit is made: fixed values make commit ids reproducible."""
+
+    name: str
+    email: str
+    date: str  # anything git accepts, e.g. "1700000000 +0000" or an RFC 2822 date
+
+    def env(self) -> dict[str, str]:
+        return {
+            "GIT_AUTHOR_NAME": self.name,
+            "GIT_AUTHOR_EMAIL": self.email,
+            "GIT_AUTHOR_DATE": self.date,
+            "GIT_COMMITTER_NAME": self.name,
+            "GIT_COMMITTER_EMAIL": self.email,
+            "GIT_COMMITTER_DATE": self.date,
+        }
+
+
+def run(
+    repo: Path | str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    binary: bool = False,
+    check: bool = True,
+    bare: bool = False,
+) -> str | bytes:
+    """Run one git command in `repo` and return its stdout (raises GitError on failure)."""
+    cmd = ["git", *CONFIG]
+    if bare:
+        cmd += ["--git-dir", str(repo)]
+    cmd += list(args)
+    full_env = {**BASE_ENV, **(env or {})}
+    runner = git.Git(str(repo) if not bare else None)
+    istream = None
+    try:
+        if stdin is not None:
+            istream = tempfile.TemporaryFile()
+            istream.write(stdin)
+            istream.seek(0)
+        status, out, err = runner.execute(
+            cmd,
+            env=full_env,
+            istream=istream,
+            with_extended_output=True,
+            with_exceptions=False,
+            stdout_as_string=not binary,
+            strip_newline_in_stdout=False,
+        )
+    finally:
+        if istream is not None:
+            istream.close()
+    if check and status != 0:
+        if isinstance(err, bytes):
+            err = err.decode("utf-8", "replace")
+        raise GitError(list(args), status, err)
+    return out
+
+
+def ok(repo: Path | str, *args: str, env: dict[str, str] | None = None, bare: bool = False) -> bool:
+    """True when the git command exits 0."""
+    try:
+        run(repo, *args, env=env, bare=bare)
+    except GitError:
+        return False
+    return True
+
+
+# --- repositories ---------------------------------------------------------------------------
+
+
+def init_bare(path: Path) -> None:
+    """Create a bare mirror repository (no-op when it exists)."""
+    if (path / "HEAD").is_file():
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    run(path, "init", "--bare", "--quiet", str(path))
+
+
+def is_repository(path: Path) -> bool:
+    return (path / ".git").exists() and ok(path, "rev-parse", "--git-dir")
+
+
+def clone_local(mirror: Path, dest: Path) -> None:
+    """Clone a local mirror (hard-linked objects, no checkout, no remote left behind)."""
+    run(dest.parent, "clone", "--quiet", "--local", "--no-checkout", str(mirror), str(dest))
+    run(dest, "remote", "remove", "origin")
+
+
+def resolve(repo: Path, ref: str, bare: bool = False) -> str | None:
+    """The commit id `ref` names in `repo`, or None."""
+    try:
+        out = run(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", bare=bare)
+    except GitError:
+        return None
+    return str(out).strip() or None
+
+
+def has_commit(repo: Path, sha: str, bare: bool = False) -> bool:
+    return ok(repo, "cat-file", "-e", f"{sha}^{{commit}}", bare=bare)
+
+
+def fetch(repo: Path, source: str, refspecs: list[str], *, depth: int | None = None,
+          bare: bool = False) -> None:
+    """Fetch `refspecs` from `source` (a URL or a path) into `repo`."""
+    args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
+    if depth:
+        args.append(f"--depth={depth}")
+    run(repo, *args, source, *refspecs, bare=bare)
+
+
+def list_remote(source: str) -> dict[str, str]:
+    """ref name -> sha of a remote (tags peeled)."""
+    out = run(Path.cwd(), "ls-remote", source)
+    refs = {}
+    for line in str(out).splitlines():
+        sha, _, name = line.partition("\t")
+        refs[name.removesuffix("^{}")] = sha
+    return refs
+
+
+def update_ref(repo: Path, ref: str, sha: str, bare: bool = False) -> None:
+    run(repo, "update-ref", ref, sha, bare=bare)
+
+
+def delete_ref(repo: Path, ref: str, bare: bool = False) -> None:
+    run(repo, "update-ref", "-d", ref, bare=bare, check=False)
+
+
+def refs(repo: Path, prefix: str, bare: bool = False) -> dict[str, str]:
+    out = run(repo, "for-each-ref", "--format=%(refname) %(objectname)", prefix, bare=bare)
+    result = {}
+    for line in str(out).splitlines():
+        name, _, sha = line.partition(" ")
+        result[name] = sha
+    return result
+
+
+def verify_commit_object(repo: Path, sha: str, bare: bool = False) -> bool:
+    """Re-hash the commit, its tree and blobs reachable from it (detects a tampered mirror)."""
+    return ok(repo, "fsck", "--no-dangling", "--no-progress", "--connectivity-only", sha,
+              bare=bare) and ok(repo, "cat-file", "-e", f"{sha}^{{tree}}", bare=bare)
+
+
+# --- building commits without a work tree ---------------------------------------------------
+
+
+@contextmanager
+def scratch_index(repo: Path, tree: str, bare: bool = False) -> Iterator[dict[str, str]]:
+    """A private index holding `tree`; yields the env that selects it."""
+    fd, path = tempfile.mkstemp(prefix="patchkit-index-")
+    os.close(fd)
+    os.unlink(path)
+    env = {"GIT_INDEX_FILE": path}
+    try:
+        run(repo, "read-tree", tree, env=env, bare=bare)
+        yield env
+    finally:
+        for leftover in (path, path + ".lock"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+
+
+def import_directory(repo: Path, source: Path, message: str, who: Identity) -> str:
+    """Commit every file under `source` (ignore rules off) as a parentless commit."""
+    fd, index = tempfile.mkstemp(prefix="patchkit-import-index-")
+    os.close(fd)
+    os.unlink(index)
+    env = {"GIT_INDEX_FILE": index, "GIT_WORK_TREE": str(source), **who.env()}
+    try:
+        run(repo, "add", "--all", "--force", ".", env=env, bare=True)
+        tree = str(run(repo, "write-tree", env=env, bare=True)).strip()
+        return str(run(repo, "commit-tree", tree, "-m", message, env=env, bare=True)).strip()
+    finally:
+        if os.path.exists(index):
+            os.unlink(index)
+
+
+def apply_to_index(
+    repo: Path,
+    env: dict[str, str],
+    patch_file: Path,
+    *,
+    reverse: bool = False,
+    check: bool = False,
+    context: int | None = None,
+    threeway: bool = False,
+    include: str | None = None,
+    bare: bool = False,
+) -> tuple[bool, str]:
+    """`git apply --cached` into the scratch index; returns (applied, git's messages)."""
+    args = ["apply", "--cached", "--whitespace=nowarn"]
+    if reverse:
+        args.append("--reverse")
+    if check:
+        args.append("--check")
+    if context is not None:
+        args.append(f"-C{context}")
+    if threeway:
+        args.append("--3way")
+    if include:
+        args.append(f"--include={include}")
+    args.append(str(patch_file))
+    try:
+        run(repo, *args, env=env, bare=bare)
+    except GitError as exc:
+        return False, exc.stderr
+    return True, ""
+
+
+def write_tree(repo: Path, env: dict[str, str], bare: bool = False) -> str:
+    return str(run(repo, "write-tree", env=env, bare=bare)).strip()
+
+
+def commit_tree(repo: Path, tree: str, parent: str | None, message: str, who: Identity,
+                bare: bool = False) -> str:
+    args = ["commit-tree", tree]
+    if parent:
+        args += ["-p", parent]
+    return str(run(repo, *args, "-F", "-", env=who.env(), stdin=message.encode(), bare=bare)).strip()
+
+
+def tree_of(repo: Path, commit: str, bare: bool = False) -> str:
+    return str(run(repo, "rev-parse", f"{commit}^{{tree}}", bare=bare)).strip()
+
+
+def commit_date(repo: Path, commit: str, bare: bool = False) -> int:
+    return int(str(run(repo, "show", "-s", "--format=%ct", commit, bare=bare)).strip())
+
+
+def commit_message(repo: Path, commit: str, bare: bool = False) -> str:
+    return str(run(repo, "show", "-s", "--format=%B", commit, bare=bare))
+
+
+# --- work trees ---------------------------------------------------------------------------
+
+
+def head(repo: Path) -> str | None:
+    return resolve(repo, "HEAD")
+
+
+def current_branch(repo: Path) -> str | None:
+    try:
+        out = str(run(repo, "symbolic-ref", "--quiet", "--short", "HEAD")).strip()
+    except GitError:
+        return None
+    return out or None
+
+
+def dirty_files(repo: Path) -> list[str]:
+    """Tracked files with uncommitted changes (staged or not)."""
+    out = str(run(repo, "status", "--porcelain=v1", "--untracked-files=no", "-z"))
+    return [entry[3:] for entry in out.split("\0") if entry]
+
+
+def fetch_commit_from(repo: Path, source: Path, sha: str) -> None:
+    """Bring one commit (and its history) from another local repository."""
+    run(repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(source), sha)
+
+
+def checkout_branch(repo: Path, branch: str, sha: str) -> None:
+    """Point `branch` at `sha` and check it out (git refuses to clobber untracked files)."""
+    run(repo, "checkout", "--quiet", "-B", branch, sha)
+
+
+def reset_hard(repo: Path, sha: str) -> None:
+    run(repo, "reset", "--quiet", "--hard", sha)
+
+
+def restore_head(repo: Path, branch: str | None, sha: str) -> None:
+    """Put HEAD back where it was (a branch at sha, or detached at sha)."""
+    if branch:
+        run(repo, "checkout", "--quiet", "-B", branch, sha)
+    else:
+        run(repo, "checkout", "--quiet", "--detach", sha)
+
+
+def rev_list(repo: Path, base: str, tip: str) -> list[str]:
+    """Commits in base..tip, oldest first."""
+    out = str(run(repo, "rev-list", "--reverse", f"{base}..{tip}"))
+    return out.split()
+
+
+def trailers_of(repo: Path, commit: str) -> dict[str, str]:
+    out = str(run(repo, "show", "-s", "--format=%(trailers:only,unfold)", commit))
+    result = {}
+    for line in out.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            result[key.strip()] = value.strip()
+    return result
+
+
+def patch_id_of_commit(repo: Path, commit: str) -> str | None:
+    diff = run(repo, "diff-tree", "-p", "--full-index", commit, binary=True)
+    return patch_id(repo, bytes(diff))
+
+
+def patch_id(repo: Path, diff: bytes) -> str | None:
+    """git's stable patch id of a diff (None for an empty diff)."""
+    out = str(run(repo, "patch-id", "--stable", stdin=diff)).strip()
+    return out.split()[0] if out else None
+
+
+def changed_paths(repo: Path, tree: str) -> list[str]:
+    """Paths whose work-tree content differs from `tree` (tracked files only)."""
+    out = str(run(repo, "diff", "--name-only", "-z", tree))
+    return [p for p in out.split("\0") if p]
+
+
+def diff_trees(repo: Path, a: str, b: str, *, stat: bool = False, bare: bool = False) -> str:
+    args = ["diff", "--full-index", "--no-color"]
+    if stat:
+        args.append("--stat=100")
+    return str(run(repo, *args, a, b, bare=bare))
+
+
+def show_file(repo: Path, rev: str, path: str, bare: bool = False) -> bytes | None:
+    try:
+        return bytes(run(repo, "show", f"{rev}:{path}", binary=True, bare=bare))
+    except GitError:
+        return None

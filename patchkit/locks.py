@@ -1,0 +1,40 @@
+"""Advisory file locks so two patchkit processes never corrupt a cache entry or a target."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from patchkit.errors import LockedError
+
+
+@contextmanager
+def locked(path: Path, what: str, *, timeout: float = 600.0,
+           notify: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on `path`; wait (saying so once) up to `timeout` seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told and notify is not None:
+                    notify(f"waiting for another patchkit process using {what}")
+                    told = True
+                if time.monotonic() > deadline:
+                    raise LockedError(
+                        f"{what} is locked by another patchkit process ({path})",
+                        hint="wait for it to finish, then run again",
+                    ) from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)

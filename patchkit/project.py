@@ -1,0 +1,67 @@
+"""Where a patchkit project lives: its root, patches/, build/ and the cache."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Project:
+    """A checkout of the patch series: `patches/targets.toml` marks its root."""
+
+    root: Path
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def targets_file(self) -> Path:
+        return self.patches_dir / "targets.toml"
+
+    @property
+    def build_dir(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def work_dir(self) -> Path:
+        """Default, git-ignored place for work trees made by `apply` and `build`."""
+        return self.root / "work"
+
+    def series_dir(self, target: str) -> Path:
+        return self.patches_dir / target
+
+
+def find_project(start: Path | None = None) -> Project:
+    """Find the project root: $PATCHKIT_PROJECT, else the nearest parent holding patches/targets.toml."""
+    env = os.environ.get("PATCHKIT_PROJECT")
+    if env:
+        root = Path(env).resolve()
+        if not (root / "patches" / "targets.toml").is_file():
+            raise ConfigError(f"PATCHKIT_PROJECT={env} has no patches/targets.toml")
+        return Project(root)
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "patches" / "targets.toml").is_file():
+            return Project(candidate)
+    packaged = Path(__file__).resolve().parent.parent
+    if (packaged / "patches" / "targets.toml").is_file():
+        return Project(packaged)
+    raise ConfigError(
+        "no patches/targets.toml here or above",
+        hint="run inside a patchkit checkout or set PATCHKIT_PROJECT",
+    )
+
+
+def cache_root() -> Path:
+    """The cache for mirrors and downloads: $PATCHKIT_CACHE, else ~/.cache/patchkit."""
+    env = os.environ.get("PATCHKIT_CACHE")
+    if env:
+        return Path(env).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return (base / "patchkit").resolve()

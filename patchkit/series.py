@@ -1,0 +1,313 @@
+"""The patch series: the `series` order file and the mbox patch files with DEP-3 trailers."""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from patchkit.errors import ConfigError, PatchFormatError
+
+FROM_LINE_RE = re.compile(rb"^From [0-9a-f]{40} ", re.M)
+TRAILER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): ?(.*)$")
+PATCH_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
+DEP3_KEYS = ("Origin", "Forwarded", "Applied-Upstream", "Bug", "Last-Update", "Patchkit-Tests")
+PATCH_FILE_TRAILER = "Patchkit-Patch"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file a patch touches, with its added / removed line counts."""
+
+    path: str
+    source: str | None
+    added: int
+    removed: int
+    hunks: tuple[tuple[int, int, int, int], ...]  # (src_start, src_len, tgt_start, tgt_len)
+    binary: bool = False
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One `git format-patch` file of the series."""
+
+    name: str
+    raw: bytes
+    author: str
+    date: str
+    subject: str
+    body: str
+    trailers: tuple[tuple[str, str], ...]
+    diff: str
+    files: tuple[FileChange, ...]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.raw).hexdigest()
+
+    def trailer(self, key: str) -> str | None:
+        for k, v in self.trailers:
+            if k.lower() == key.lower():
+                return v
+        return None
+
+    @property
+    def tests(self) -> list[str]:
+        return (self.trailer("Patchkit-Tests") or "").split()
+
+    @property
+    def message(self) -> str:
+        """The commit message this patch becomes (subject, body with its trailers)."""
+        return f"{self.subject}\n\n{self.body}".rstrip() + "\n"
+
+    @property
+    def added(self) -> int:
+        return sum(f.added for f in self.files)
+
+    @property
+    def removed(self) -> int:
+        return sum(f.removed for f in self.files)
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    name: str
+    line: int
+
+
+@dataclass
+class Series:
+    """The ordered patches of one target."""
+
+    target: str
+    directory: Path
+    entries: list[SeriesEntry] = field(default_factory=list)
+    patches: list[Patch] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries]
+
+    def hash(self) -> str:
+        """Content hash over the order and every patch's bytes (stable across machines)."""
+        h = hashlib.sha256()
+        h.update(f"target={self.target}\n".encode())
+        for patch in self.patches:
+            h.update(f"{patch.name}\0{patch.sha256}\n".encode())
+        return h.hexdigest()
+
+    def by_name(self, name: str) -> Patch | None:
+        for patch in self.patches:
+            if patch.name == name:
+                return patch
+        return None
+
+
+def read_series_file(path: Path) -> list[SeriesEntry]:
+    """Parse a `series` file: one patch name per line, `#` comments and blank lines ignored."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return []
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        if not PATCH_NAME_RE.match(name) or "/" in name:
+            raise ConfigError(f"{path}:{number}: '{name}' is not a patch file name (NAME.patch)")
+        entries.append(SeriesEntry(name, number))
+    return entries
+
+
+def load_series(directory: Path, target: str) -> Series:
+    """Load and validate the series of one target; every error names the file."""
+    entries = read_series_file(directory / "series")
+    seen: dict[str, int] = {}
+    for entry in entries:
+        if entry.name in seen:
+            raise ConfigError(
+                f"{directory / 'series'}:{entry.line}: '{entry.name}' is listed twice "
+                f"(first on line {seen[entry.name]})"
+            )
+        seen[entry.name] = entry.line
+    patches = []
+    for entry in entries:
+        path = directory / entry.name
+        if path.is_symlink() or not path.is_file():
+            raise ConfigError(
+                f"{directory / 'series'}:{entry.line}: names {entry.name}, which is not a file "
+                f"in {directory}"
+            )
+        patches.append(parse_patch(entry.name, path.read_bytes()))
+    return Series(target=target, directory=directory, entries=entries, patches=patches)
+
+
+def parse_patch(name: str, raw: bytes) -> Patch:
+    """Parse one format-patch mbox file and check it is a safe, well-formed patch."""
+    if not raw.strip():
+        raise PatchFormatError(f"{name}: empty patch")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchFormatError(f"{name}: not UTF-8 (byte {exc.start})") from None
+    if "\r\n" in text:
+        raise PatchFormatError(f"{name}: has CRLF line endings (damaged in transit?)")
+    header, message, diff = _split_mbox(name, text)
+    author = header.get("from", "")
+    date = header.get("date", "")
+    subject = _unfold(header.get("subject", "")).strip()
+    if not subject:
+        raise PatchFormatError(f"{name}: no Subject header")
+    if not author or email.utils.parseaddr(author)[1] == "":
+        raise PatchFormatError(f"{name}: no valid From: header")
+    if date and email.utils.parsedate_to_datetime(date) is None:
+        raise PatchFormatError(f"{name}: Date header '{date}' is not a date")
+    files = _diff_files(name, diff)
+    trailers = parse_trailers(message)
+    return Patch(
+        name=name,
+        raw=raw,
+        author=author,
+        date=date,
+        subject=subject,
+        body=message.strip("\n") + "\n" if message.strip() else "",
+        trailers=tuple(trailers),
+        diff=diff,
+        files=tuple(files),
+    )
+
+
+def _unfold(value: str) -> str:
+    return re.sub(r"\n[ \t]+", " ", value)
+
+
+def _split_mbox(name: str, text: str) -> tuple[dict[str, str], str, str]:
+    lines = text.split("\n")
+    if not lines[0].startswith("From "):
+        raise PatchFormatError(f"{name}: not a git format-patch file (no 'From <sha>' line)")
+    header: dict[str, str] = {}
+    i = 1
+    last = None
+    while i < len(lines) and lines[i] != "":
+        line = lines[i]
+        if line[:1] in (" ", "\t") and last:
+            header[last] += "\n" + line
+        else:
+            key, sep, value = line.partition(":")
+            if not sep:
+                raise PatchFormatError(f"{name}:{i + 1}: malformed header line")
+            last = key.strip().lower()
+            header[last] = value.strip()
+        i += 1
+    rest = "\n".join(lines[i + 1 :])
+    match = re.search(r"^diff --git ", rest, re.M)
+    if match is None:
+        raise PatchFormatError(f"{name}: contains no diff")
+    message = rest[: match.start()]
+    message = re.sub(r"\n?---\n*\Z", "\n", message)
+    diff = rest[match.start() :]
+    return header, message, diff
+
+
+def parse_trailers(message: str) -> list[tuple[str, str]]:
+    """Trailers = `Key: value` lines of the message's last paragraph."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", message.strip()) if p.strip()]
+    if not paragraphs:
+        return []
+    out = []
+    for line in paragraphs[-1].splitlines():
+        m = TRAILER_RE.match(line.strip())
+        if m is None:
+            return []
+        out.append((m.group(1), m.group(2).strip()))
+    return out
+
+
+def safe_repo_path(name: str, path: str) -> str:
+    """Refuse a diff path that could escape the target tree."""
+    if not path or "\0" in path or "\\" in path:
+        raise PatchFormatError(f"{name}: bad path {path!r}")
+    if path.startswith("/"):
+        raise PatchFormatError(f"{name}: absolute path {path} (patches must stay inside the tree)")
+    parts = PurePosixPath(path).parts
+    if ".." in parts:
+        raise PatchFormatError(f"{name}: path {path} climbs out of the tree ('..')")
+    if parts and parts[0] == ".git":
+        raise PatchFormatError(f"{name}: path {path} writes into .git/")
+    return path
+
+
+def _strip_prefix(path: str | None) -> str | None:
+    if path is None or path == "/dev/null":
+        return None
+    for prefix in ("a/", "b/"):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return path
+
+
+def _diff_files(name: str, diff: str) -> list[FileChange]:
+    for header in re.findall(r"^diff --git (.+)$", diff, re.M):
+        for part in header.split(" "):
+            if part.startswith(("a/", "b/")):
+                safe_repo_path(name, part[2:])
+    if re.search(r"^(GIT binary patch|Binary files .* differ)$", diff, re.M):
+        raise PatchFormatError(f"{name}: binary patches are not allowed")
+    for mode in re.findall(r"^new (?:file )?mode (\d+)$", diff, re.M):
+        if mode == "120000":
+            raise PatchFormatError(f"{name}: creates a symlink; patches may not create symlinks")
+    try:
+        patchset = PatchSet(diff)
+    except UnidiffParseError as exc:
+        raise PatchFormatError(f"{name}: malformed diff: {exc}") from None
+    if not len(patchset) and "diff --git" in diff:
+        # Pure renames / mode changes carry no hunks; unidiff keeps none of them.
+        return []
+    files = []
+    for pf in patchset:
+        path = _strip_prefix(pf.target_file) or _strip_prefix(pf.source_file)
+        if path is None:
+            raise PatchFormatError(f"{name}: a diff has neither source nor target path")
+        safe_repo_path(name, path)
+        source = _strip_prefix(pf.source_file)
+        if source:
+            safe_repo_path(name, source)
+        hunks = tuple(
+            (h.source_start, h.source_length, h.target_start, h.target_length) for h in pf
+        )
+        files.append(
+            FileChange(
+                path=path,
+                source=source,
+                added=pf.added,
+                removed=pf.removed,
+                hunks=hunks,
+                binary=pf.is_binary_file,
+            )
+        )
+    return files
+
+
+def hunk_header_at(patch: Patch, path: str, line: int) -> str | None:
+    """The `@@` header of the hunk of `path` whose old range starts at or covers `line`."""
+    for change in patch.files:
+        if change.path != path and change.source != path:
+            continue
+        best = None
+        for src_start, src_len, tgt_start, tgt_len in change.hunks:
+            if src_start <= line <= src_start + max(src_len, 1):
+                best = (src_start, src_len, tgt_start, tgt_len)
+                break
+        if best is None and change.hunks:
+            best = change.hunks[0]
+        if best:
+            return f"@@ -{best[0]},{best[1]} +{best[2]},{best[3]} @@"
+    return None

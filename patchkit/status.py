@@ -1,0 +1,135 @@
+"""`status`: what a work tree carries compared with what the series produces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit import gitops
+from patchkit.apply import BASE_REF, ApplyOptions, build_series
+from patchkit.errors import ApplyError, UsageError
+from patchkit.series import PATCH_FILE_TRAILER, Series
+from patchkit.targets import Target
+
+
+@dataclass
+class PatchState:
+    name: str
+    state: str  # applied | modified | missing | already-applied
+    commit: str | None = None
+    changed_files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StatusReport:
+    target: str
+    directory: Path
+    base: str
+    stands_for: str
+    upstream_commit: str | None
+    series_version: str
+    series_hash: str
+    head: str | None
+    patches: list[PatchState] = field(default_factory=list)
+    extra_commits: list[str] = field(default_factory=list)
+    expected: str | None = None
+    error: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        return all(p.state in ("applied", "already-applied") for p in self.patches)
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "directory": str(self.directory),
+            "base": self.base,
+            "stands_for": self.stands_for,
+            "upstream_commit": self.upstream_commit,
+            "series": {"version": self.series_version, "hash": self.series_hash},
+            "head": self.head,
+            "expected_head": self.expected,
+            "patches": [vars(p) for p in self.patches],
+            "extra_commits": self.extra_commits,
+            "error": self.error,
+        }
+
+
+def detect_target(directory: Path) -> str:
+    """The target a work tree was made for, from its refs/patchkit/<target>/base ref."""
+    if not gitops.is_repository(directory):
+        raise UsageError(f"{directory} is not a git checkout made by `patchkit apply`")
+    names = sorted(
+        ref.split("/")[2] for ref in gitops.refs(directory, "refs/patchkit/") if ref.endswith("/base")
+    )
+    if not names:
+        raise UsageError(f"{directory} carries no patchkit base ref; was it made by `patchkit apply`?")
+    return names[0]
+
+
+def describe_base(directory: Path, target: Target, base: str) -> tuple[str, str | None]:
+    """What the base commit stands for: a pinned release (git) or an sdist import."""
+    for release in target.releases:
+        if release.commit == base:
+            return f"{release.tag or release.version} (git {base[:12]})", base
+    message = gitops.commit_message(directory, base)
+    fields = dict(
+        line.split(": ", 1) for line in message.splitlines() if line.startswith("Patchkit-")
+    )
+    sdist = fields.get("Patchkit-Sdist")
+    if sdist:
+        upstream = fields.get("Patchkit-Upstream-Commit", "unknown")
+        upstream = None if upstream == "unknown" else upstream
+        label = f"sdist {sdist} (sha256 {fields.get('Patchkit-Sdist-Sha256', '?')[:16]}…)"
+        label += f", upstream {upstream}" if upstream else ", upstream commit unknown"
+        return label, upstream
+    return f"unpinned commit {base[:12]}", None
+
+
+def status(directory: Path, target: Target, series: Series, series_version: str) -> StatusReport:
+    """Compare the work tree with base + series, patch by patch."""
+    base = gitops.resolve(directory, BASE_REF.format(target=target.name))
+    if base is None:
+        raise UsageError(f"{directory} has no {BASE_REF.format(target=target.name)} ref")
+    stands_for, upstream = describe_base(directory, target, base)
+    head = gitops.head(directory)
+    report = StatusReport(target.name, directory, base, stands_for, upstream, series_version,
+                          series.hash(), head)
+    by_name: dict[str, str] = {}
+    for commit in gitops.rev_list(directory, base, head or base):
+        name = gitops.trailers_of(directory, commit).get(PATCH_FILE_TRAILER)
+        if name:
+            by_name[name] = commit
+        else:
+            report.extra_commits.append(commit)
+    try:
+        expected, results = build_series(directory, base, series, ApplyOptions())
+    except ApplyError as exc:
+        report.error = f"the series no longer applies to this base: {exc.message}"
+        results = getattr(exc, "results", [])
+        expected = None
+    report.expected = expected
+    drift = set(gitops.changed_paths(directory, expected)) if expected else set()
+    for result in results:
+        patch = series.by_name(result.name)
+        touched = {f.path for f in patch.files} | {f.source for f in patch.files if f.source}
+        commit = by_name.get(result.name)
+        if result.status == "already-applied":
+            state = "already-applied"
+        elif commit is None:
+            state = "missing"
+        elif result.commit and _same_change(directory, commit, result.commit):
+            state = "applied"
+        else:
+            state = "modified"
+        changed = sorted(touched & drift)
+        if state == "applied" and changed:
+            state = "modified"
+        report.patches.append(PatchState(result.name, state, commit, changed))
+    for name in series.names[len(results):]:
+        report.patches.append(PatchState(name, "missing"))
+    return report
+
+
+def _same_change(repo: Path, a: str, b: str) -> bool:
+    return a == b or gitops.patch_id_of_commit(repo, a) == gitops.patch_id_of_commit(repo, b)
