@@ -116,14 +116,25 @@ def _parse(path: str, buf) -> ElfInfo:
         raise MalformedElf(f"section-name table index {shstrndx} >= {shnum} sections")
     elf = ELFFile(_Stream(buf))
     machine = elf["e_machine"]
+    # The section table is read directly (pyelftools builds an object per section, which is
+    # slow on 60-section, 1 GB libraries); pyelftools parses the few sections that need it.
+    raw = [struct.unpack_from("<IIQQQQIIQQ", buf, shoff + i * 64) for i in range(shnum)]
+    names = b""
+    if shnum:
+        str_off, str_size = raw[shstrndx][4], raw[shstrndx][5]
+        _check_range(size, str_off, str_size, "section-name table")
+        names = bytes(buf[str_off:str_off + str_size])
     sections: dict[str, tuple[int, int, int]] = {}
     by_type: dict[str, object] = {}
-    for sec in elf.iter_sections():
-        hdr = sec.header
-        if hdr["sh_type"] != "SHT_NOBITS":
-            _check_range(size, hdr["sh_offset"], hdr["sh_size"], f"section {sec.name or '?'}")
-        sections[sec.name] = (hdr["sh_offset"], hdr["sh_size"], hdr["sh_addr"])
-        by_type.setdefault(hdr["sh_type"], sec)
+    wanted = {6: "SHT_DYNAMIC", 0x6FFFFFFE: "SHT_GNU_verneed", 0x6FFFFFFD: "SHT_GNU_verdef"}
+    for index, (name_off, stype, _flags, addr, off, sec_size, *_rest) in enumerate(raw):
+        end = names.find(b"\0", name_off)
+        name = names[name_off:end].decode("ascii", "replace") if end >= 0 else ""
+        if stype != 8:  # SHT_NOBITS occupies no file space
+            _check_range(size, off, sec_size, f"section {name or index}")
+        sections[name] = (off, sec_size, addr)
+        if stype in wanted and wanted[stype] not in by_type:
+            by_type[wanted[stype]] = elf.get_section(index)
 
     soname, needed, rpath, runpath = None, [], [], []
     dyn = by_type.get("SHT_DYNAMIC")

@@ -257,13 +257,15 @@ PTX_ISA_TO_CUDA = {
 
 
 def describe(buf, start: int, end: int, segment: bytes | None = None, section_addr: int = 0,
-             decompress: bool = True) -> list[Fatbin]:
+             open_images: int = 1) -> list[Fatbin]:
     """Parse the fatbins in ``buf[start:end]`` and decide for each whether it holds kernels.
 
     A fatbin with no kernels (the device-link fatbin ``nvcc -shared`` always adds) cannot cause
-    "no kernel image is available", so coverage rules skip it. The smallest entry of each
-    fatbin is opened (decompressed if needed) to count ``.text.*`` sections or PTX ``.entry``
-    directives; without a decompressor the wrapper version and image sizes decide.
+    "no kernel image is available", so coverage rules skip it. The wrapper version (2 =
+    device link) and image sizes decide cheaply; the smallest image of the first
+    ``open_images`` undecided fatbins is opened (decompressed if needed) to count ``.text.*``
+    sections or PTX ``.entry`` directives and read the toolkit; the rest stay undecided
+    (``has_kernels`` None) until ``decide_kernels`` is asked about them.
     """
     fats = parse_fatbins(buf, start, end)
     if segment:
@@ -274,18 +276,30 @@ def describe(buf, start: int, end: int, segment: bytes | None = None, section_ad
             if ver is None and len(wrappers) == len(fats):
                 ver = wrappers[i][0]
             fat.wrapper_version = ver
+    if len(fats) <= open_images:
+        open_images = len(fats)
+    else:
+        open_images = 1  # enough for the toolkit facts; the rest are decided on demand
     for fat in fats:
-        _decide_kernels(buf, start, fat, decompress)
+        _decide_from_headers(fat)
+        if fat.has_kernels is None and open_images > 0:
+            open_images -= 1
+            decide_kernels(buf, start, fat)
     return fats
 
 
-def _decide_kernels(buf, base: int, fat: Fatbin, decompress: bool) -> None:
-    if not fat.entries:
+def _decide_from_headers(fat: Fatbin) -> None:
+    if not fat.entries or fat.wrapper_version == 2:
         fat.has_kernels, fat.kernels = False, 0
-        return
+    elif not any(e.kind == "ptx" for e in fat.entries) and all(
+        e.uncompressed_size <= EMPTY_CUBIN_BYTES for e in fat.entries
+    ):
+        fat.has_kernels, fat.kernels = False, 0
+
+
+def decide_kernels(buf, base: int, fat: Fatbin) -> None:
+    """Open the smallest image of ``fat`` to count its kernels (None if none can be opened)."""
     for entry in sorted(fat.entries, key=lambda e: e.stored_size):
-        if entry.compression and not decompress:
-            continue
         try:
             image = payload(buf, entry, base)
         except CompressionUnavailable:
@@ -301,12 +315,4 @@ def _decide_kernels(buf, base: int, fat: Fatbin, decompress: bool) -> None:
                 fat.toolkit = f"{cuda[0]}.{cuda[1]}" if cuda else None
         fat.has_kernels = fat.kernels > 0
         return
-    # Nothing could be opened: judge from the headers.
-    if fat.wrapper_version == 2:
-        fat.has_kernels = False
-    elif not any(e.kind == "ptx" for e in fat.entries) and all(
-        e.uncompressed_size <= EMPTY_CUBIN_BYTES for e in fat.entries
-    ):
-        fat.has_kernels = False
-    else:
-        fat.has_kernels = None
+    fat.has_kernels = None

@@ -1,0 +1,818 @@
+"""The verify checks: functions from a Context to Finding records. Nothing here prints.
+
+Severities, messages and next steps come from ``checks.toml`` (overridable per profile); the
+functions only decide whether a rule is broken and fill in the fields.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from patchkit.abi.archs import CC, arch_list_runs_on, coverage, family_hint
+from patchkit.abi.cache import ResultCache
+from patchkit.abi.elf import open_mapped
+from patchkit.abi.fatbin import PTX_ISA_TO_CUDA, decide_kernels
+from patchkit.abi.loader import Closure, Loaded, Loader, read_ld_cache
+from patchkit.abi.profiles import CheckSpec, Profile, load_catalogue
+from patchkit.abi.scan import FileReport, analyze_file
+from patchkit.abi.sources import Tree
+
+TORCH_SONAMES = {
+    "libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so",
+    "libtorch_python.so", "libtorch_global_deps.so",
+}
+TORCH_PREFIXES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch",
+                  "_ZNR5torch", "THP", "_ZN4c10d", "_ZNK4c10d")
+CUDA_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
+ONE_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc)\.so\.(\d+)$")
+MAX_SYMBOLS_PER_FILE = 5
+# NVIDIA driver branch -> newest CUDA it runs (CUDA's release notes, table 3).
+DRIVER_CUDA = [
+    ((590, 0), (13, 1)), ((580, 0), (13, 0)), ((575, 0), (12, 9)), ((570, 0), (12, 8)),
+    ((560, 0), (12, 6)), ((555, 0), (12, 5)), ((550, 0), (12, 4)), ((545, 0), (12, 3)),
+    ((535, 0), (12, 2)), ((530, 0), (12, 1)), ((525, 0), (12, 0)),
+]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One broken rule: which check, how bad, which file, what the failure says, what to do."""
+
+    check: str
+    number: int
+    severity: str  # "error" | "warning"
+    file: str
+    message: str
+    hint: str
+
+    def line(self) -> str:
+        return f"{self.severity:<7}  {self.file}: {self.message} — {self.hint}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TorchFacts:
+    """torch as read from files: version.py, dist-info, its libraries."""
+
+    present: bool = False
+    version: str | None = None
+    cuda: str | None = None
+    linked_major: int | None = None
+    cxx11_abi: int | None = None
+    arch_flags: list[str] = field(default_factory=list)
+
+    @property
+    def major(self) -> int | None:
+        if self.linked_major is not None:
+            return self.linked_major
+        if self.cuda:
+            return int(self.cuda.split(".")[0])
+        return None
+
+
+@dataclass
+class DriverInfo:
+    """The host's NVIDIA driver, if any: version and the CUDA version it supports."""
+
+    version: str | None
+    source: str = ""
+
+    @property
+    def tuple(self) -> tuple[int, ...] | None:
+        return tuple(int(p) for p in self.version.split(".")) if self.version else None
+
+    @property
+    def cuda(self) -> tuple[int, int] | None:
+        v = self.tuple
+        if v is None:
+            return None
+        for branch, cuda in DRIVER_CUDA:
+            if v[:2] >= branch:
+                return cuda
+        return (11, 8)
+
+
+def detect_driver(proc: str = "/proc/driver/nvidia/version", ld_cache: dict | None = None) -> DriverInfo:
+    """The driver version from /proc, else from libcuda.so.1's real file name."""
+    try:
+        with open(proc, encoding="utf-8", errors="replace") as fh:
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", fh.read())
+            if m:
+                return DriverInfo(m.group(1), proc)
+    except OSError:
+        pass
+    cache = read_ld_cache() if ld_cache is None else ld_cache
+    path = cache.get("libcuda.so.1")
+    if path:
+        m = re.search(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$", os.path.realpath(path))
+        if m:
+            return DriverInfo(m.group(1), os.path.realpath(path))
+    return DriverInfo(None)
+
+
+@dataclass
+class Context:
+    """Everything the checks read."""
+
+    tree: Tree
+    reports: dict[str, FileReport]
+    profile: Profile
+    targets: list[CC]
+    cache: ResultCache
+    driver: DriverInfo | None = None  # None: not a host check (wheelhouse)
+    environ: dict[str, str] = field(default_factory=dict)
+    ld_cache: dict[str, str] | None = None
+    catalogue: dict[str, CheckSpec] = field(default_factory=load_catalogue)
+    findings: list[Finding] = field(default_factory=list)
+    torch: TorchFacts = field(default_factory=TorchFacts)
+    loader: Loader | None = None
+    closures: dict[str, Closure] = field(default_factory=dict)
+
+    def emit(self, check: str, file: str, **fields) -> None:
+        spec = self.catalogue[check]
+        severity = self.profile.severity.get(check, spec.severity)
+        values = _Fields(fields)
+        self.findings.append(Finding(
+            check, spec.number, severity, file,
+            spec.message.format_map(values), spec.hint.format_map(values),
+        ))
+
+
+class _Fields(dict):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _same_public(a: str, b: str) -> bool:
+    try:
+        return Version(_public(a)) == Version(_public(b))
+    except InvalidVersion:
+        return _public(a) == _public(b)
+
+
+# ---------------------------------------------------------------- torch facts and subjects
+
+def read_torch(ctx: Context) -> None:
+    text = ctx.tree.texts.get("torch/version.py")
+    facts = TorchFacts()
+    if text is not None:
+        facts.present = True
+        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        facts.version = m.group(1) if m else None
+        m = re.search(r"^cuda(?::[^=]*)?=\s*(?:['\"]([^'\"]+)['\"]|None)", text, re.M)
+        facts.cuda = m.group(1) if m and m.group(1) else None
+    for rel in ("torch/lib/libc10_cuda.so", "torch/lib/libtorch_global_deps.so", "torch/lib/libtorch_cuda.so"):
+        rep = ctx.reports.get(rel)
+        if rep and rep.elf:
+            majors = [int(m.group(2)) for n in rep.elf.needed if (m := CUDA_RUNTIME.match(n))]
+            if majors:
+                facts.linked_major = majors[0]
+                break
+    c10 = ctx.reports.get("torch/lib/libc10.so")
+    if c10 and c10.elf:
+        facts.cxx11_abi = c10.elf.cxx11_abi
+    py = ctx.reports.get("torch/lib/libtorch_python.so")
+    if py and py.arch_flags:
+        facts.arch_flags = py.arch_flags
+    ctx.torch = facts
+
+
+def _top(rel: str) -> str:
+    return rel.split("/", 1)[0]
+
+
+def is_extension(ctx: Context, rel: str, rep: FileReport) -> bool:
+    """A torch extension or a shared object of a profile extension package."""
+    top = _top(rel)
+    if top in ("torch", "nvidia") or top.endswith(".libs"):
+        return False
+    if any(fnmatch.fnmatch(top, pat) for pat in ctx.profile.extension_packages):
+        return True
+    return rep.elf is not None and any(n in TORCH_SONAMES for n in rep.elf.needed)
+
+
+def extension_reports(ctx: Context) -> dict[str, FileReport]:
+    return {rel: rep for rel, rep in sorted(ctx.reports.items()) if is_extension(ctx, rel, rep)}
+
+
+# ---------------------------------------------------------------- checks 1-5: distributions
+
+def check_torch_variant(ctx: Context) -> None:
+    t, p = ctx.torch, ctx.profile
+    if not t.present:
+        ctx.emit("torch-missing", "torch", expected=p.torch_version)
+        return
+    if t.cuda is None:
+        ctx.emit("torch-cpu-only", "torch/version.py", ver=t.version, index_url=p.index_url)
+        return
+    want_major = p.cuda_major
+    if t.version != p.torch_version or int(t.cuda.split(".")[0]) != want_major:
+        ctx.emit("torch-variant", "torch/version.py", ver=t.version, cuda=t.cuda,
+                 expected=p.torch_version, index_url=p.index_url)
+
+
+def check_torch_dist(ctx: Context) -> None:
+    dist = ctx.tree.dists.get("torch")
+    if dist and ctx.torch.version and dist.version != ctx.torch.version:
+        if dist.version != _public(ctx.torch.version):
+            ctx.emit("torch-dist-version", "torch", a=dist.version, b=ctx.torch.version)
+
+
+def check_cuda_wheels(ctx: Context) -> None:
+    dists = ctx.tree.dists
+    torch = dists.get("torch")
+    if torch is None:
+        return
+    for text in torch.requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None:
+            try:
+                if not req.marker.evaluate({"extra": ""}):
+                    continue
+            except Exception:
+                continue
+        if not (req.name.startswith("nvidia-") or req.name.startswith("cuda-")):
+            continue
+        have = dists.get(req.name.lower().replace("_", "-"))
+        if have is None or not req.specifier:
+            continue
+        if not req.specifier.contains(have.version, prereleases=True):
+            ctx.emit("cuda-wheel-pin", have.wheel or have.name, req=str(req).split(";")[0].strip(),
+                     name=have.name, have=have.version)
+    if ctx.torch.major != 13 and ctx.profile.cuda_major != 13:
+        return
+    if ctx.torch.major is not None and ctx.torch.major != 13:
+        return  # check 1 already says torch is the wrong build
+    searched = _searched_dirs(ctx)
+    for name, dist in sorted(dists.items()):
+        if re.fullmatch(r"nvidia-.*-cu12", name):
+            where = next((w for d, w in searched if dist.owns(d + "/")), None)
+            if where:
+                ctx.emit("cuda12-wheel-on-path", dist.wheel or name, dist=name, where=where)
+            else:
+                ctx.emit("cuda12-wheel", dist.wheel or name, dist=name)
+
+
+def _searched_dirs(ctx: Context) -> list[tuple[str, str]]:
+    out = []
+    for rel, rep in ctx.reports.items():
+        if rep.elf is None or _top(rel) != "torch":
+            continue
+        for entry in rep.elf.rpath + rep.elf.runpath:
+            if "$ORIGIN" in entry:
+                d = posixpath.normpath(entry.replace("$ORIGIN", posixpath.dirname(rel)))
+                out.append((d, f"the RPATH of {rel}"))
+    root = ctx.tree.root
+    for entry in ctx.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if entry and os.path.abspath(entry).startswith(root + os.sep):
+            out.append((os.path.relpath(os.path.abspath(entry), root), "LD_LIBRARY_PATH"))
+    return out
+
+
+def check_sgl_kernel(ctx: Context) -> None:
+    dists = ctx.tree.dists
+    owners = [d for name, d in sorted(dists.items()) if d.owns("sgl_kernel/")]
+    if len(owners) > 1:
+        a, b = owners[0], owners[1]
+        ctx.emit("sgl-kernel-owner", "sgl_kernel/", a=f"{a.name} {a.version}", b=f"{b.name} {b.version}")
+    sglang = dists.get("sglang")
+    if sglang is None:
+        return
+    for text in sglang.requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() not in ("sgl-kernel", "sglang-kernel") or (req.marker and "extra" in str(req.marker)):
+            continue
+        pins = [s.version for s in req.specifier if s.operator == "=="]
+        have = dists.get(req.name.lower()) or (owners[0] if owners else None)
+        if pins and have and not _same_public(pins[0], have.version):
+            ctx.emit("sgl-kernel-pin", have.wheel or "sgl_kernel/", v=sglang.version, x=pins[0], y=have.version)
+
+
+def check_wheel_filenames(ctx: Context) -> None:
+    if ctx.tree.kind != "wheelhouse":
+        return
+    for dist in ctx.tree.dists.values():
+        if dist.wheel and dist.filename_version:
+            try:
+                same = Version(dist.filename_version) == Version(dist.version)
+            except InvalidVersion:
+                same = dist.filename_version == dist.version
+            if not same:
+                ctx.emit("wheel-filename", dist.wheel, f=dist.filename_version, m=dist.version)
+
+
+# ---------------------------------------------------------------- checks 6-11: loading
+
+def check_cuda_major(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    t = ctx.torch.major or ctx.profile.cuda_major
+    for rel, rep in extensions.items():
+        if rep.elf is None:
+            continue
+        for name in rep.elf.needed:
+            m = CUDA_RUNTIME.match(name)
+            if m and int(m.group(2)) != t:
+                ctx.emit("cuda-major", rep.origin, soname=name, m=m.group(2), t=t)
+                break
+
+
+def build_loader(ctx: Context) -> Loader:
+    cache = ctx.cache
+
+    def host_report(path: str) -> FileReport | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        hit = cache.load(path, st.st_size, st.st_mtime_ns)
+        if hit is None:
+            hit = analyze_file(path, "host:" + path, path)
+            cache.store(path, st.st_size, st.st_mtime_ns, hit)
+        return hit
+
+    external = set() if ctx.torch.present else set(TORCH_SONAMES) | {
+        f"libcudart.so.{ctx.profile.cuda_major}"}
+    lib_path = [p for p in ctx.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    loader = Loader(ctx.reports, host_report, lib_path, ctx.ld_cache, tree_root=ctx.tree.root,
+                    external=external)
+    local = [rel for rel in ctx.reports if re.fullmatch(r"torch/_C\..*so", rel)]
+    global_ = [rel for rel in ("torch/lib/libtorch_global_deps.so",) if rel in ctx.reports]
+    for cl in loader.preload(local[:1], global_):
+        ctx.closures[cl.objects[0].key] = cl
+    ctx.loader = loader
+    return loader
+
+
+def check_needed(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    loader = ctx.loader
+    seen = set()
+    for key, cl in list(ctx.closures.items()):
+        _report_missing(ctx, cl, seen)
+    for rel, rep in extensions.items():
+        if rep.elf is None:
+            continue
+        cl = loader.closure(rel, rep)
+        ctx.closures[rel] = cl
+        _report_missing(ctx, cl, seen)
+
+
+def _report_missing(ctx: Context, cl: Closure, seen: set) -> None:
+    for name, needed_by in cl.missing:
+        if (name, needed_by) not in seen:
+            seen.add((name, needed_by))
+            ctx.emit("needed-missing", needed_by, name=name, so=os.path.basename(needed_by))
+
+
+def _bucket(name: str) -> str:
+    if name.startswith(TORCH_PREFIXES):
+        return "torch-abi"
+    if name.startswith(("cu", "nvrtc", "nvJitLink")):
+        return "cuda-lib"
+    if name.startswith(("Py", "_Py")):
+        return "python-abi"
+    if name.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZTISt", "_ZTVSt", "_ZNSs", "_ZNKSs", "__cxa", "_ZTVN10__cxxabiv")):
+        return "libstdc++"
+    return "other"
+
+
+def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    loader = ctx.loader
+    global_names: set[str] = set()
+    for obj in loader.global_scope:
+        if obj.report.elf:
+            global_names |= obj.report.elf.defined
+    pending: list[tuple[str, str, str]] = []  # (file, mangled, bucket)
+    for rel, rep in extensions.items():
+        cl = ctx.closures.get(rel)
+        if rep.elf is None or cl is None or cl.missing:
+            continue  # ld.so stops at the missing library; check 7 said so
+        scope = set(global_names)
+        for obj in cl.objects[1:]:
+            if obj.report.elf:
+                scope |= obj.report.elf.defined
+        external = bool(cl.exempt)
+        missing = []
+        for sym in rep.elf.undefined:
+            if sym.weak or sym.name in scope:
+                continue
+            bucket = _bucket(sym.name)
+            if bucket == "python-abi" or (external and bucket in ("cuda-lib", "torch-abi")
+                                          and not ctx.torch.present and bucket == "torch-abi"):
+                continue
+            if external and bucket == "cuda-lib" and {"libcuda.so.1", "libcuda.so"} & cl.exempt:
+                continue
+            if not ctx.torch.present and bucket == "torch-abi":
+                continue
+            missing.append((sym.name, bucket))
+        for name, bucket in missing:
+            pending.append((rep.origin, name, bucket, len(missing)))
+    names = demangle([p[1] for p in pending])
+    per_file: dict[str, int] = defaultdict(int)
+    for origin, name, bucket, total in pending:
+        per_file[origin] += 1
+        if per_file[origin] > MAX_SYMBOLS_PER_FILE:
+            continue
+        demangled = names.get(name, name)
+        if per_file[origin] == MAX_SYMBOLS_PER_FILE and total > MAX_SYMBOLS_PER_FILE:
+            demangled += f"; and {total - MAX_SYMBOLS_PER_FILE} more undefined symbols"
+        if bucket == "torch-abi":
+            ctx.emit("undefined-symbol", origin, mangled=name, demangled=demangled,
+                     torch_ver=ctx.torch.version or ctx.profile.torch_version)
+        else:
+            ctx.emit("undefined-symbol-other", origin, mangled=name, demangled=demangled, bucket=bucket)
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """Demangle C++ names with c++filt when it is installed (one process for all)."""
+    if not names:
+        return {}
+    tool = shutil.which("c++filt")
+    if tool is None:
+        return {}
+    try:
+        out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True,
+                             timeout=30, check=False).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(zip(names, out)) if len(out) == len(names) else {}
+
+
+def check_cxx11(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    y = ctx.torch.cxx11_abi
+    if y is None:
+        return
+    for rel, rep in extensions.items():
+        if rep.elf is None or rep.elf.cxx11_abi is None or rep.elf.cxx11_abi == y:
+            continue
+        if not any(n in TORCH_SONAMES for n in rep.elf.needed):
+            continue
+        example = next((s.name for s in rep.elf.undefined if _bucket(s.name) == "torch-abi"
+                        and ("Ss" in s.name or "cxx11" in s.name)), "")
+        shown = demangle([example]).get(example, example) if example else "std::string overloads"
+        ctx.emit("cxx11-abi", rep.origin, x=rep.elf.cxx11_abi, y=y, example=shown)
+
+
+def check_symbol_versions(ctx: Context) -> None:
+    seen = set()
+    for cl in ctx.closures.values():
+        by_soname = {}
+        for obj in cl.objects:
+            if obj.report.elf and obj.report.elf.soname:
+                by_soname[obj.report.elf.soname] = obj
+        for obj in cl.objects:
+            elf = obj.report.elf
+            if elf is None:
+                continue
+            for lib, versions in elf.verneed.items():
+                target = by_soname.get(lib)
+                if target is None or target.report.elf is None or not target.report.elf.verdef:
+                    continue
+                provided = set(target.report.elf.verdef)
+                for v in versions:
+                    if v not in provided and (lib, v, elf.path) not in seen:
+                        seen.add((lib, v, elf.path))
+                        ctx.emit("symbol-version", elf.path, lib=lib, v=v, so=elf.path)
+    if ctx.tree.kind == "wheelhouse":
+        _check_glibc_tags(ctx)
+
+
+def _check_glibc_tags(ctx: Context) -> None:
+    for dist in ctx.tree.dists.values():
+        if not dist.wheel:
+            continue
+        tags = [tuple(map(int, m)) for m in re.findall(r"manylinux_(\d+)_(\d+)", dist.wheel)]
+        if "manylinux2014" in dist.wheel:
+            tags.append((2, 17))
+        if not tags:
+            continue
+        tag = max(tags)
+        need = (0, 0)
+        for rep in ctx.reports.values():
+            if rep.elf and rep.origin.startswith(dist.wheel + "!"):
+                for v in rep.elf.verneed.get("libc.so.6", []):
+                    m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)", v)
+                    if m:
+                        need = max(need, (int(m.group(1)), int(m.group(2))))
+        if need > tag:
+            ctx.emit("wheel-glibc-tag", dist.wheel, tag=f"manylinux_{tag[0]}_{tag[1]}", x=f"{need[0]}.{need[1]}")
+
+
+def check_one_runtime(ctx: Context) -> None:
+    preload = [o for o in (ctx.loader.preloaded.values() if ctx.loader else [])]
+    for key, cl in ctx.closures.items():
+        families: dict[str, dict[str, Loaded]] = defaultdict(dict)
+        for obj in list(cl.objects) + preload:
+            name = (obj.report.elf.soname if obj.report.elf else None) or posixpath.basename(obj.key)
+            m = ONE_RUNTIME.match(name)
+            if m:
+                families[m.group(1)][name] = obj
+        for fam, names in families.items():
+            if len(names) > 1:
+                (a, oa), (b, ob) = sorted(names.items())[:2]
+                ctx.emit("one-runtime", cl.objects[0].report.origin, a=a, b=b,
+                         so_a=oa.report.origin, so_b=ob.report.origin)
+                break
+
+
+# ---------------------------------------------------------------- checks 12-17: running
+
+def check_loader_hardcode(ctx: Context) -> None:
+    text = ctx.tree.texts.get("sgl_kernel/load_utils.py")
+    major = ctx.torch.major or ctx.profile.cuda_major
+    if text and "libcudart.so.12" in text and "libcudart.so.13" not in text and major >= 13:
+        ctx.emit("loader-hardcode", "sgl_kernel/load_utils.py")
+
+
+def check_driver(ctx: Context) -> None:
+    if ctx.driver is None:
+        return
+    if ctx.driver.version is None:
+        ctx.emit("driver-missing", "host")
+        return
+    need = ctx.profile.cuda_major
+    minimum = ctx.profile.min_driver
+    cuda = ctx.driver.cuda
+    too_old = cuda is not None and cuda[0] < need
+    if minimum:
+        want = tuple(int(p) for p in minimum.split("."))
+        too_old = too_old or ctx.driver.tuple < want
+    if too_old:
+        ctx.emit("driver", "host", v=ctx.driver.version, x=f"{cuda[0]}.{cuda[1]}" if cuda else "?",
+                 need=need, min=minimum or f"{need}.0")
+
+
+def _variant(profile: Profile, cc: CC) -> str:
+    return profile.common_ops.get(str(cc), profile.common_ops.get("default", "*"))
+
+
+def coverage_subjects(ctx: Context, cc: CC) -> dict[str, str]:
+    """relpath -> "required" | "optional" for shared objects whose kernels must run on ``cc``."""
+    out: dict[str, str] = {}
+    variant = _variant(ctx.profile, cc)
+    required = [p.replace("{common_ops}", variant) for p in ctx.profile.required]
+    optional = [p.replace("{common_ops}", variant) for p in ctx.profile.optional]
+    others = {v for v in ctx.profile.common_ops.values() if v != variant}
+    for rel, rep in ctx.reports.items():
+        if not rep.fatbins:
+            continue
+        parts = rel.split("/")
+        if parts[0] == "sgl_kernel" and len(parts) > 2 and parts[1] in others:
+            continue  # load_utils.py loads another variant on this GPU
+        if any(fnmatch.fnmatch(rel, p) for p in optional):
+            out[rel] = "optional"
+        elif any(fnmatch.fnmatch(rel, p) for p in required):
+            out[rel] = "required"
+        elif is_extension(ctx, rel, rep) or re.fullmatch(r"torch/lib/libtorch_cuda.*\.so", rel):
+            out[rel] = "required"
+    return out
+
+
+def _open_undecided(ctx: Context, rel: str, rep: FileReport, fats) -> None:
+    member = ctx.tree.members.get(rel)
+    if member is None or member.path is None or not os.path.exists(member.path):
+        return
+    sec = rep.elf.section(".nv_fatbin") if rep.elf else None
+    if sec is None:
+        return
+    try:
+        buf = open_mapped(member.path)
+    except Exception:
+        return
+    try:
+        for fat in fats:
+            try:
+                decide_kernels(buf, sec[0], fat)
+            except Exception:
+                fat.has_kernels = None
+    finally:
+        buf.close()
+
+
+def predict(rep: FileReport, cc: CC) -> dict:
+    """Launch prediction for one file on ``cc``: counts of kernel fatbins by verdict."""
+    counts = {"sass": 0, "jit": 0, "none": 0}
+    images = {}
+    for fat in rep.kernel_fatbins:
+        cov = coverage(fat, cc)
+        counts[cov.verdict] += 1
+        if cov.image:
+            images[cov.image] = cov.ptx_version
+    verdict = "none" if counts["none"] else "jit" if counts["jit"] else "sass" if counts["sass"] else "no-kernels"
+    return {"verdict": verdict, "counts": counts, "images": sorted(images)}
+
+
+def check_coverage(ctx: Context) -> None:
+    max_isa = None
+    if ctx.driver and ctx.driver.cuda:
+        isas = [isa for isa, cuda in PTX_ISA_TO_CUDA.items() if cuda <= ctx.driver.cuda]
+        max_isa = max(isas) if isas else None
+    for cc in ctx.targets:
+        for rel, kind in sorted(coverage_subjects(ctx, cc).items()):
+            rep = ctx.reports[rel]
+            lacking = [f for f in rep.kernel_fatbins if coverage(f, cc).verdict == "none"]
+            undecided = [f for f in lacking if f.has_kernels is None]
+            if undecided:
+                _open_undecided(ctx, rel, rep, undecided)
+            kernel_fats = rep.kernel_fatbins
+            if not kernel_fats:
+                continue
+            covs = [coverage(f, cc) for f in kernel_fats]
+            none = sum(c.verdict == "none" for c in covs)
+            archs = sorted({a for f in kernel_fats for a in f.archs}, key=_arch_key)
+            if none:
+                note = family_hint(archs, cc)
+                check = "arch-coverage-optional" if kind == "optional" else "arch-coverage"
+                extra = "a" if cc.major >= 9 and any(a.endswith("a") for a in archs) else ""
+                ctx.emit(check, rep.origin, k=none, n=len(kernel_fats), cc=cc.sm,
+                         archs=" ".join(archs), extra=extra)
+                if note:
+                    f = ctx.findings[-1]
+                    ctx.findings[-1] = Finding(f.check, f.number, f.severity, f.file,
+                                               f.message + f"; {note}", f.hint)
+                continue
+            jit = [c for c in covs if c.verdict == "jit"]
+            if jit:
+                isa = max(c.ptx_version for c in jit)
+                if max_isa is not None and isa > max_isa:
+                    ctx.emit("ptx-isa", rep.origin, n=len(jit), cc=cc.sm, isa=f"{isa[0]}.{isa[1]}",
+                             v=ctx.driver.version)
+                else:
+                    ctx.emit("arch-jit", rep.origin, cc=cc.sm, ptx=jit[0].image, isa=f"{isa[0]}.{isa[1]}")
+
+
+def _arch_key(name: str):
+    m = re.match(r"(sm|compute)_(\d+)([af]?)", name)
+    return (m.group(1) != "sm", int(m.group(2)), m.group(3)) if m else (True, 0, name)
+
+
+def check_device_toolkit(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    for rel, rep in extensions.items():
+        tk = next((f.toolkit for f in rep.fatbins if f.toolkit), None)
+        if not tk or rep.elf is None:
+            continue
+        host = next((int(m.group(2)) for n in rep.elf.needed if (m := CUDA_RUNTIME.match(n))), None)
+        if host is None:
+            host = ctx.torch.major
+        if host is not None and int(tk.split(".")[0]) != host:
+            ctx.emit("device-toolkit", rep.origin, x=tk, y=host)
+
+
+def check_torch_archs(ctx: Context) -> None:
+    t = ctx.torch
+    if not t.present or t.cuda is None:
+        return
+    flags = t.arch_flags
+    if not flags:
+        rep = ctx.reports.get("torch/lib/libtorch_cuda.so")
+        if rep:
+            flags = sorted({e.name for f in rep.kernel_fatbins for e in f.entries}, key=_arch_key)
+    if not flags:
+        return
+    for cc in ctx.targets:
+        if not arch_list_runs_on(flags, cc):
+            ctx.emit("torch-archs", "torch/lib/libtorch_python.so", cc=cc.sm, list=" ".join(flags))
+
+
+# ---------------------------------------------------------------- checks 18-20: JIT stack
+
+def check_flashinfer(ctx: Context) -> None:
+    dists = ctx.tree.dists
+    fi = dists.get("flashinfer-python")
+    if fi is None:
+        return
+    cubin = dists.get("flashinfer-cubin")
+    if cubin and cubin.version != fi.version:
+        ctx.emit("flashinfer-cubin", cubin.wheel or "flashinfer_cubin", x=cubin.version, y=fi.version)
+    jit = dists.get("flashinfer-jit-cache")
+    cuda = ctx.torch.cuda or ctx.profile.torch_cuda
+    want = "cu" + cuda.replace(".", "")
+    if jit:
+        local = jit.version.split("+", 1)[1] if "+" in jit.version else ""
+        if not jit.version.startswith(fi.version) or local != want:
+            ctx.emit("flashinfer-jit-cache", jit.wheel or "flashinfer_jit_cache", v=jit.version,
+                     cu=local or "an unknown CUDA", want=want, y=fi.version)
+
+
+def nvcc_version(environ: dict[str, str]) -> tuple[str | None, str | None]:
+    """(version, CUDA_HOME) of the nvcc FlashInfer's JIT would use."""
+    home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    if not home:
+        nvcc = shutil.which("nvcc", path=environ.get("PATH"))
+        home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else None
+    if not home:
+        return None, None
+    try:
+        with open(os.path.join(home, "version.json"), encoding="utf-8") as fh:
+            return json.load(fh)["cuda"]["version"], home
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        out = subprocess.run([os.path.join(home, "bin", "nvcc"), "--version"], capture_output=True,
+                             text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, home
+    m = re.search(r"release (\d+\.\d+)", out)
+    return (m.group(1) if m else None), home
+
+
+def check_jit_toolchain(ctx: Context) -> None:
+    if ctx.tree.kind != "env" or "flashinfer-python" not in ctx.tree.dists:
+        return
+    version, home = nvcc_version(ctx.environ)
+    major = ctx.torch.major or ctx.profile.cuda_major
+    if version and int(version.split(".")[0]) != major:
+        ctx.emit("jit-nvcc", "flashinfer", x=version, p=home, y=major)
+    arch_list = ctx.environ.get("FLASHINFER_CUDA_ARCH_LIST")
+    if arch_list is None:
+        return
+    have = arch_list.replace(",", " ").split()
+    for arch in ctx.profile.jit_arch:
+        base = CC.parse(arch.rstrip("af"))
+        if base in ctx.targets and arch not in have and arch.rstrip("a") + "f" not in have:
+            ctx.emit("jit-arch-list", "FLASHINFER_CUDA_ARCH_LIST", arch=arch, sm=base.sm)
+
+
+def check_cuda_python(ctx: Context) -> None:
+    sglang = ctx.tree.dists.get("sglang")
+    major = ctx.torch.major or ctx.profile.cuda_major
+    if sglang is None or major < 13:
+        return
+    for text in sglang.requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() != "cuda-python" or (req.marker and "extra" in str(req.marker)):
+            continue
+        for spec in req.specifier:
+            if spec.operator in ("==", "~=", "<=") and spec.version.split(".")[0] == "12":
+                ctx.emit("cuda-python", sglang.wheel or "sglang", pin=f"cuda-python{spec}")
+                return
+
+
+# ---------------------------------------------------------------- driver
+
+def check_malformed(ctx: Context) -> None:
+    for wheel, reason in ctx.tree.invalid:
+        ctx.emit("invalid-archive", wheel, reason=reason)
+    for rel, rep in sorted(ctx.reports.items()):
+        if rep.error:
+            if rep.error.startswith("invalid archive"):
+                ctx.emit("invalid-archive", rep.origin, reason=rep.error)
+            elif "wrong magic" not in rep.error or _top(rel) == "torch" or any(
+                fnmatch.fnmatch(_top(rel), p) for p in ctx.profile.extension_packages
+            ):
+                ctx.emit("malformed-elf", rep.origin, reason=rep.error)
+        elif rep.fatbin_error:
+            ctx.emit("malformed-fatbin", rep.origin, reason=rep.fatbin_error)
+
+
+def run_checks(ctx: Context) -> list[Finding]:
+    """Run every check over ``ctx`` and return the findings, errors first."""
+    read_torch(ctx)
+    check_malformed(ctx)
+    check_torch_variant(ctx)
+    check_torch_dist(ctx)
+    check_cuda_wheels(ctx)
+    check_sgl_kernel(ctx)
+    check_wheel_filenames(ctx)
+    extensions = extension_reports(ctx)
+    check_cuda_major(ctx, extensions)
+    build_loader(ctx)
+    check_needed(ctx, extensions)
+    check_symbols(ctx, extensions)
+    check_cxx11(ctx, extensions)
+    check_symbol_versions(ctx)
+    check_one_runtime(ctx)
+    check_loader_hardcode(ctx)
+    check_driver(ctx)
+    check_coverage(ctx)
+    check_device_toolkit(ctx, extensions)
+    check_torch_archs(ctx)
+    check_flashinfer(ctx)
+    check_jit_toolchain(ctx)
+    check_cuda_python(ctx)
+    order = {"error": 0, "warning": 1}
+    return sorted(ctx.findings, key=lambda f: (order.get(f.severity, 2), f.number, f.file))

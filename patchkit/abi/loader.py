@@ -1,0 +1,211 @@
+"""An emulation of ld.so for extensions imported after ``import torch``.
+
+Search order for a DT_NEEDED name (glibc): a SONAME already loaded; DT_RPATH of the object and
+of the objects that loaded it (only if the object has no DT_RUNPATH); ``LD_LIBRARY_PATH``;
+DT_RUNPATH; ``/etc/ld.so.cache``; the default directories. ``import torch`` has already loaded
+``torch/_C``'s closure (RTLD_LOCAL) and ``libtorch_global_deps.so``'s (RTLD_GLOBAL), so an
+extension finds libc10/libtorch/libcudart by SONAME even without an RPATH, but binds
+libtorch_python symbols only if it NEEDs libtorch_python.so itself.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from patchkit.abi.scan import FileReport
+
+LD_SO_CACHE = "/etc/ld.so.cache"
+CACHE_MAGIC = b"glibc-ld.so.cache1.1"
+DEFAULT_DIRS = (
+    "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib",
+)
+# Driver libraries come with the NVIDIA driver, not with any wheel.
+EXEMPT = ("libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so")
+FLAG_X86_64_LIBC6 = 0x0303
+
+
+def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, str]:
+    """soname -> path of the x86-64 libraries listed in ld.so.cache (empty if unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return {}
+    start = data.find(CACHE_MAGIC)
+    if start < 0 or start + 48 > len(data):
+        return {}
+    nlibs, = struct.unpack_from("<I", data, start + 20)
+    out: dict[str, str] = {}
+    for i in range(nlibs):
+        off = start + 48 + i * 24
+        if off + 24 > len(data):
+            break
+        flags, key, value, _os, _hw = struct.unpack_from("<iIIIQ", data, off)
+        if flags & 0xFFFF != FLAG_X86_64_LIBC6:
+            continue
+        name = _cstr(data, key)
+        if name and name not in out:
+            out[name] = _cstr(data, value)
+    return out
+
+
+def _cstr(data: bytes, off: int) -> str:
+    end = data.find(b"\0", off)
+    return data[off:end].decode("utf-8", "replace") if 0 <= off < len(data) and end > 0 else ""
+
+
+@dataclass
+class Loaded:
+    """A resolved library: its report and where it was found (tree relpath or host path)."""
+
+    key: str  # tree relpath, or "host:/usr/lib/..."
+    report: FileReport
+
+
+@dataclass
+class Closure:
+    """The breadth-first NEEDED closure of one object."""
+
+    objects: list[Loaded] = field(default_factory=list)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (name, needed by)
+    exempt: set[str] = field(default_factory=set)
+
+
+class Loader:
+    """Resolve NEEDED names inside a Tree (by relative path) and on the host."""
+
+    def __init__(
+        self,
+        reports: dict[str, FileReport],
+        host_report: Callable[[str], FileReport | None],
+        ld_library_path: list[str] | None = None,
+        ld_cache: dict[str, str] | None = None,
+        default_dirs: tuple[str, ...] = DEFAULT_DIRS,
+        tree_root: str | None = None,
+        external: set[str] | None = None,
+    ) -> None:
+        self.reports = reports
+        self.host_report = host_report
+        self.ld_library_path = ld_library_path or []
+        self.ld_cache = ld_cache if ld_cache is not None else read_ld_cache()
+        self.default_dirs = default_dirs
+        self.tree_root = tree_root
+        self.external = external or set()  # sonames assumed provided (torch outside a wheelhouse)
+        self.by_dir: dict[str, dict[str, str]] = {}
+        for rel in reports:
+            self.by_dir.setdefault(posixpath.dirname(rel), {})[posixpath.basename(rel)] = rel
+        self.preloaded: dict[str, Loaded] = {}
+        self.global_scope: list[Loaded] = []
+
+    def _in_tree(self, directory: str, name: str) -> str | None:
+        return self.by_dir.get(directory, {}).get(name)
+
+    def _search_dir(self, directory: str, name: str, origin: str) -> Loaded | None:
+        """``directory`` from an RPATH/RUNPATH entry: $ORIGIN-relative (tree) or absolute (host)."""
+        if "$ORIGIN" in directory or "${ORIGIN}" in directory:
+            rel = directory.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", origin or ".")
+            rel = posixpath.normpath(rel)
+            if not rel.startswith("../") and rel != "..":
+                rel = "" if rel == "." else rel
+                hit = self._in_tree(rel, name)
+                if hit is not None:
+                    return Loaded(hit, self.reports[hit])
+                return None
+            if self.tree_root is None:
+                return None
+            directory = os.path.normpath(os.path.join(self.tree_root, rel))
+        return self._host(os.path.join(directory, name))
+
+    def _host(self, path: str) -> Loaded | None:
+        if not os.path.isfile(path):
+            return None
+        if self.tree_root and path.startswith(self.tree_root + os.sep):
+            rel = os.path.relpath(path, self.tree_root).replace(os.sep, "/")
+            if rel in self.reports:
+                return Loaded(rel, self.reports[rel])
+        report = self.host_report(os.path.realpath(path))
+        return Loaded("host:" + os.path.realpath(path), report) if report else None
+
+    def find(self, name: str, requester: str, rpaths: list[str], runpath: list[str],
+             loaded: dict[str, Loaded]) -> Loaded | None:
+        """Resolve one DT_NEEDED ``name`` needed by tree path ``requester``."""
+        if name in loaded:
+            return loaded[name]
+        origin = posixpath.dirname(requester) if not requester.startswith("host:") else None
+        if "/" in name:
+            return self._host(name)
+        if not runpath:
+            for entry in rpaths:
+                hit = self._search_dir(entry, name, origin or "")
+                if hit:
+                    return hit
+        for entry in self.ld_library_path:
+            hit = self._host(os.path.join(entry, name))
+            if hit:
+                return hit
+        for entry in runpath:
+            hit = self._search_dir(entry, name, origin or "")
+            if hit:
+                return hit
+        if name in self.ld_cache:
+            hit = self._host(self.ld_cache[name])
+            if hit:
+                return hit
+        for entry in self.default_dirs:
+            hit = self._host(os.path.join(entry, name))
+            if hit:
+                return hit
+        return None
+
+    def closure(self, key: str, report: FileReport, loaded: dict[str, Loaded] | None = None) -> Closure:
+        """Breadth-first NEEDED closure, names first matched against ``loaded`` SONAMEs."""
+        loaded = dict(self.preloaded if loaded is None else loaded)
+        out = Closure()
+        start = Loaded(key, report)
+        out.objects.append(start)
+        seen = {key}
+        # Each queue item carries the RPATHs of the objects that loaded it (used without RUNPATH).
+        queue = [(start, [])]
+        while queue:
+            obj, inherited = queue.pop(0)
+            elf = obj.report.elf
+            if elf is None:
+                continue
+            rpaths = list(elf.rpath) + inherited if not elf.runpath else list(elf.rpath)
+            for name in elf.needed:
+                if name in EXEMPT or name in self.external:
+                    out.exempt.add(name)
+                    continue
+                hit = self.find(name, obj.key, rpaths, elf.runpath, loaded)
+                if hit is None:
+                    out.missing.append((name, obj.report.origin))
+                    continue
+                loaded[name] = hit
+                if hit.report.elf and hit.report.elf.soname:
+                    loaded.setdefault(hit.report.elf.soname, hit)
+                if hit.key not in seen:
+                    seen.add(hit.key)
+                    out.objects.append(hit)
+                    queue.append((hit, rpaths if not elf.runpath else []))
+        return out
+
+    def preload(self, keys_local: list[str], keys_global: list[str]) -> list[Closure]:
+        """``import torch``: load torch/_C (local) and libtorch_global_deps (global)."""
+        closures = []
+        for key, is_global in [(k, False) for k in keys_local] + [(k, True) for k in keys_global]:
+            report = self.reports.get(key)
+            if report is None or report.elf is None:
+                continue
+            cl = self.closure(key, report, self.preloaded)
+            closures.append(cl)
+            for obj in cl.objects:
+                for name in {obj.report.elf.soname if obj.report.elf else None,
+                             posixpath.basename(obj.key)} - {None}:
+                    self.preloaded.setdefault(name, obj)
+                if is_global:
+                    self.global_scope.append(obj)
+        return closures

@@ -1,0 +1,268 @@
+"""What is being verified: an installed site-packages folder, or a folder of wheels read via zipfile.
+
+Both become a ``Tree``: the shared objects (by path relative to site-packages, as they are or
+would be installed), a few text files the checks read (``torch/version.py``,
+``sgl_kernel/load_utils.py``), and the distributions with their metadata. Wheels are never
+installed: members are checked (no absolute paths, no ``..``, no symlinks, no duplicates, no
+decompression bombs) and only shared objects are extracted, into a scratch folder the caller owns.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import os
+import re
+import stat
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from packaging.utils import canonicalize_name
+
+SO_NAME = re.compile(r"\.so(\.\d+)*$")
+# Text files the checks read, relative to site-packages.
+TEXT_FILES = ("torch/version.py", "sgl_kernel/load_utils.py", "sgl_kernel/__init__.py")
+MAX_MEMBER_BYTES = 8 << 30
+MAX_WHEEL_BYTES = 32 << 30
+MAX_RATIO = 200  # uncompressed / compressed, for members over 1 MiB
+SKIP_DIRS = {"__pycache__", "include", "share", "tests", "test"}
+
+
+@dataclass
+class Dist:
+    """An installed (or wheel-borne) distribution: name, version and the bits of metadata used."""
+
+    name: str  # canonical (sgl-kernel)
+    version: str
+    requires: list[str] = field(default_factory=list)
+    owns: Callable[[str], bool] = lambda prefix: False
+    wheel: str | None = None
+    filename_version: str | None = None
+
+
+@dataclass
+class Member:
+    """A shared object: its installed path, where to read it, and a cache identity."""
+
+    relpath: str  # posix, relative to site-packages
+    path: str | None  # readable file (None: wheel member not extracted, served from cache)
+    size: int
+    mtime: int  # ns for files; for wheel members the wheel's mtime mixed with the CRC
+    origin: str  # what to print: the file path, or "wheel.whl!member"
+    cache_key: str
+    wheel: str | None = None  # the wheel this member is read from
+    scratch: str | None = None  # where it may be extracted
+
+
+@dataclass
+class Tree:
+    """Everything the checks look at, however it was obtained."""
+
+    kind: str  # "env" | "wheelhouse"
+    root: str
+    members: dict[str, Member] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    dists: dict[str, Dist] = field(default_factory=dict)
+    invalid: list[tuple[str, str]] = field(default_factory=list)
+    dirs: set[str] = field(default_factory=set)  # relative dirs holding shared objects
+
+    def has(self, relpath: str) -> bool:
+        return relpath in self.members
+
+    def overlay(self, other: Tree) -> Tree:
+        """``other``'s files and dists on top of this tree's (a wheelhouse over an environment)."""
+        merged = Tree(kind=other.kind, root=other.root)
+        merged.members = {**self.members, **other.members}
+        merged.texts = {**self.texts, **other.texts}
+        merged.dists = {**self.dists, **other.dists}
+        merged.invalid = self.invalid + other.invalid
+        merged.dirs = self.dirs | other.dirs
+        return merged
+
+
+def default_site_packages() -> str:
+    """The running interpreter's purelib folder."""
+    return sysconfig.get_paths()["purelib"]
+
+
+def _parse_metadata(text: str) -> tuple[str, str, list[str]]:
+    msg = email.parser.HeaderParser().parsestr(text)
+    return msg.get("Name", ""), msg.get("Version", ""), msg.get_all("Requires-Dist") or []
+
+
+def _record_owner(record: str) -> Callable[[str], bool]:
+    lines = record.splitlines()
+
+    def owns(prefix: str) -> bool:
+        return any(line.startswith(prefix) for line in lines)
+
+    return owns
+
+
+def read_env(site: str) -> Tree:
+    """Walk a site-packages folder: shared objects, dist-info metadata, the checks' text files."""
+    site = os.path.abspath(site)
+    if not os.path.isdir(site):
+        raise FileNotFoundError(site)
+    tree = Tree(kind="env", root=site)
+    stack = [("", site)]
+    while stack:
+        rel, folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            relpath = f"{rel}{name}"
+            if entry.is_dir(follow_symlinks=False):
+                if name.endswith(".dist-info"):
+                    _read_dist_info(tree, entry.path)
+                elif name not in SKIP_DIRS and not name.startswith("."):
+                    stack.append((relpath + "/", entry.path))
+            elif SO_NAME.search(name) and entry.is_file():
+                st = entry.stat()
+                tree.members[relpath] = Member(
+                    relpath=relpath, path=entry.path, size=st.st_size, mtime=st.st_mtime_ns,
+                    origin=entry.path, cache_key=os.path.realpath(entry.path),
+                )
+                tree.dirs.add(rel.rstrip("/"))
+    for relpath in TEXT_FILES:
+        try:
+            with open(os.path.join(site, relpath), encoding="utf-8", errors="replace") as fh:
+                tree.texts[relpath] = fh.read()
+        except OSError:
+            pass
+    return tree
+
+
+def _read_dist_info(tree: Tree, folder: str) -> None:
+    try:
+        with open(os.path.join(folder, "METADATA"), encoding="utf-8", errors="replace") as fh:
+            name, version, requires = _parse_metadata(fh.read())
+    except OSError:
+        return
+    record_path = os.path.join(folder, "RECORD")
+
+    def owns(prefix: str, _cache: dict = {}) -> bool:  # noqa: B006 - per-closure memo
+        if "lines" not in _cache:
+            try:
+                with open(record_path, encoding="utf-8", errors="replace") as fh:
+                    _cache["lines"] = fh.read().splitlines()
+            except OSError:
+                _cache["lines"] = []
+        return any(line.startswith(prefix) for line in _cache["lines"])
+
+    dist = Dist(canonicalize_name(name), version, requires, owns)
+    tree.dists[dist.name] = dist
+
+
+def _member_problem(info: zipfile.ZipInfo, seen: set[str]) -> str | None:
+    name = info.filename
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return f"member {name!r} has an absolute path"
+    parts = name.replace("\\", "/").split("/")
+    if ".." in parts:
+        return f"member {name!r} escapes the archive root (..)"
+    mode = info.external_attr >> 16
+    if stat.S_ISLNK(mode):
+        return f"member {name!r} is a symbolic link"
+    if name in seen:
+        return f"member {name!r} appears twice"
+    if info.file_size > MAX_MEMBER_BYTES:
+        return f"member {name!r} claims {info.file_size} bytes uncompressed"
+    if info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        return f"member {name!r} expands {info.file_size // max(info.compress_size, 1)}x (a decompression bomb)"
+    return None
+
+
+_WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+
+
+def read_wheelhouse(folder: str, scratch: str) -> Tree:
+    """Read every ``.whl`` in ``folder`` through zipfile; shared objects are extracted lazily."""
+    folder = os.path.abspath(folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(folder)
+    tree = Tree(kind="wheelhouse", root=scratch)
+    for wheel in sorted(os.listdir(folder)):
+        if wheel.endswith(".whl"):
+            _read_wheel(tree, os.path.join(folder, wheel), scratch)
+    return tree
+
+
+def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
+    wheel = os.path.basename(path)
+    try:
+        zf = zipfile.ZipFile(path)
+        infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        tree.invalid.append((wheel, f"invalid archive: {exc}"))
+        return
+    seen: set[str] = set()
+    total = 0
+    for info in infos:
+        problem = _member_problem(info, seen)
+        total += info.file_size
+        if problem is None and total > MAX_WHEEL_BYTES:
+            problem = f"members add up to {total} bytes uncompressed"
+        if problem:
+            tree.invalid.append((wheel, f"invalid archive: {problem}"))
+            zf.close()
+            return
+        seen.add(info.filename)
+    st = os.stat(path)
+    m = _WHEEL_NAME.match(wheel)
+    metadata = None
+    for info in infos:
+        name = info.filename
+        if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
+            metadata = zf.read(info).decode("utf-8", "replace")
+        elif name in TEXT_FILES:
+            tree.texts[name] = zf.read(info).decode("utf-8", "replace")
+        elif SO_NAME.search(name) and not info.is_dir():
+            tree.members[name] = Member(
+                relpath=name, path=None, size=info.file_size,
+                mtime=st.st_mtime_ns ^ info.CRC, origin=f"{wheel}!{name}",
+                cache_key=f"{os.path.realpath(path)}!{name}", wheel=path, scratch=scratch,
+            )
+            tree.dirs.add(os.path.dirname(name))
+    zf.close()
+    if metadata is None:
+        tree.invalid.append((wheel, "invalid archive: no *.dist-info/METADATA"))
+        return
+    dname, version, requires = _parse_metadata(metadata)
+    names = {i.filename for i in infos}
+    dist = Dist(
+        canonicalize_name(dname), version, requires,
+        owns=lambda prefix, names=names: any(n.startswith(prefix) for n in names),
+        wheel=wheel, filename_version=m.group("ver") if m else None,
+    )
+    tree.dists[dist.name] = dist
+
+
+def extract_member(member: Member) -> str:
+    """Write a wheel member under the scratch folder (never outside it) and return its path."""
+    assert member.wheel is not None and member.scratch is not None
+    root = os.path.realpath(member.scratch)
+    target = os.path.realpath(os.path.join(root, member.relpath))
+    if not target.startswith(root + os.sep):
+        raise ValueError(f"member {member.relpath!r} would land outside the scratch folder")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    written = 0
+    with zipfile.ZipFile(member.wheel) as zf:
+        info = zf.getinfo(member.relpath)
+        with zf.open(info) as src, open(target, "wb") as dst:
+            while chunk := src.read(1 << 22):
+                written += len(chunk)
+                if written > info.file_size:
+                    raise ValueError(f"member {member.relpath!r} is larger than its header says")
+                dst.write(chunk)
+    return target
+
+
+def interpreter_site() -> str:
+    """``--env`` with no path: where the running interpreter installs packages."""
+    return default_site_packages() if sys.prefix else ""

@@ -1,0 +1,58 @@
+"""`patchkit verify`: will this stack import and run on these GPUs? Answered from files alone."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from patchkit.errors import VerifyInputError
+
+
+@click.command("verify")
+@click.option("--env", "env", is_flag=False, flag_value="", default=None, metavar="[PATH]",
+              help="Verify a site-packages folder (default: this interpreter's).")
+@click.option("--wheelhouse", type=str, default=None, metavar="DIR",
+              help="Verify a folder of .whl files without installing them.")
+@click.option("--profile", default=None, metavar="NAME",
+              help="Profile from build/profiles/ (or a path to one); default cu130-sm120.")
+@click.option("--gpu", "gpus", multiple=True, metavar="CC",
+              help="Target compute capability (e.g. 12.0); repeatable; replaces the profile's.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--no-cache", is_flag=True, help="Ignore and do not write the per-file cache.")
+def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
+    """Statically verify CUDA 13 / torch ABI compatibility of an environment or a wheelhouse.
+
+    Exit status: 0 no errors, 1 errors found, 2 bad input.
+    """
+    from patchkit.abi import verify
+    from patchkit.abi.profiles import ProfileError
+    from patchkit.abi.sources import default_site_packages
+
+    if env is None and wheelhouse is None:
+        env = ""
+    env_path = (env or default_site_packages()) if env is not None else None
+    try:
+        report = verify(env=env_path, wheelhouse=wheelhouse, profile=profile,
+                        gpus=list(gpus) or None, use_cache=not no_cache)
+    except ProfileError as exc:
+        raise VerifyInputError(str(exc), "list build/profiles/ for the available names") from None
+    except FileNotFoundError as exc:
+        raise VerifyInputError(f"no such folder: {exc.filename or exc}",
+                               "pass an existing site-packages folder or wheelhouse") from None
+    except NotADirectoryError as exc:
+        raise VerifyInputError(f"not a folder: {exc.filename or exc}") from None
+    except ValueError as exc:
+        raise VerifyInputError(str(exc), "use a compute capability such as 9.0 or 12.0") from None
+
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        for finding in report.findings:
+            click.echo(finding.line())
+        click.echo(
+            f"{report.errors} error(s), {report.warnings} warning(s) in {report.files} shared "
+            f"objects ({report.source}; profile {report.profile}; targets "
+            f"{', '.join(report.targets) or 'none'}; {report.seconds:.2f} s)"
+        )
+    return report.exit_code
