@@ -9,6 +9,7 @@ existing checkout moves to the result with one `git checkout` (which refuses to 
 from __future__ import annotations
 
 import email.utils
+import json
 import os
 import re
 import shutil
@@ -20,9 +21,9 @@ from pathlib import Path
 from unidiff import PatchSet
 
 from patchkit import gitops
-from patchkit.errors import ApplyError, DirtyTreeError, NothingToDo, UsageError
+from patchkit.errors import ApplyError, DirtyTreeError, NothingToDo, PatchFormatError, UsageError
 from patchkit.locks import locked
-from patchkit.series import PATCH_FILE_TRAILER, Patch, Series, hunk_header_at
+from patchkit.series import PATCH_FILE_TRAILER, Patch, Series, hunk_header_at, touched_paths
 from patchkit.upstream import Base
 
 BRANCH = "patchkit/{target}"
@@ -153,6 +154,7 @@ def build_series(
     with tempfile.TemporaryDirectory(prefix="patchkit-patches-") as tmp:
         for patch in series.patches:
             progress(f"applying {patch.name}")
+            _refuse_symlinked_paths(repo, tip, patch, bare)
             patch_file = Path(tmp) / patch.name
             patch_file.write_bytes(patch.raw)
             with gitops.scratch_index(repo, tip, bare=bare) as env:
@@ -169,6 +171,19 @@ def build_series(
             result.commit = tip
             results.append(result)
     return tip, results
+
+
+def _refuse_symlinked_paths(repo: Path, tree: str, patch: Patch, bare: bool) -> None:
+    """A path at or below a symlink of the tree could write outside it once checked out."""
+    links = gitops.symlinks_along(repo, tree, touched_paths(patch), bare=bare)
+    if links:
+        path, link = sorted(links.items())[0]
+        where = "is" if path == link else "goes through"
+        raise PatchFormatError(
+            f"{patch.name}: {path} {where} a symlink ({link}) in the tree; patches may not "
+            "write through symlinks; nothing was written",
+            hint="rewrite the patch against the real path the symlink points to",
+        )
 
 
 def _apply_one(repo: Path, env: dict[str, str], patch: Patch, patch_file: Path,
@@ -273,14 +288,17 @@ def apply_series(
     """Apply `series` onto `base` and make `into` a checkout of the result, atomically."""
     report = ApplyReport(series.target, base, into, series_version, series.hash())
     lock = into.parent / f".{into.name}.patchkit.lock"
-    with locked(lock, f"the work tree {into}", notify=progress):
+    with locked(lock, f"the work tree {into}"):
+        _sweep_scratch(into)
+        _recover_interrupted(into)
         state = _target_state(into)
         if state == "repo":
             dirty = gitops.dirty_files(into)
             if dirty:
                 shown = ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else "")
                 raise DirtyTreeError(
-                    f"{into} has uncommitted changes to tracked files ({shown}); nothing was touched",
+                    f"{into} has uncommitted changes to tracked files ({shown}); "
+                    "nothing was touched",
                     hint="commit or stash them, then run again",
                 )
         try:
@@ -343,21 +361,25 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
 def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result: str) -> None:
     gitops.fetch_commit_from(into, mirror, result)
     previous = {ref: sha for ref, sha in gitops.refs(into, f"refs/patchkit/{target}/").items()}
-    _keep_previous_branch(into, target, result)
-    _record_refs(into, target, base, result)
+    journal = {"pid": os.getpid(), "target": target, "result": result,
+               "branch": gitops.current_branch(into), "head": gitops.head(into),
+               "refs": {ref.format(target=target): previous.get(ref.format(target=target))
+                        for ref in (BASE_REF, SERIES_REF)}}
+    _write_journal(into, journal)
     try:
+        _keep_previous_branch(into, target, result)
+        _record_refs(into, target, base, result)
         gitops.checkout_branch(into, BRANCH.format(target=target), result)
     except gitops.GitError as exc:
-        for ref in (BASE_REF, SERIES_REF):
-            name = ref.format(target=target)
-            if name in previous:
-                gitops.update_ref(into, name, previous[name])
-            else:
-                gitops.delete_ref(into, name)
+        _roll_back(into, journal)
         raise ApplyError(
             f"cannot check out the result in {into}: {exc.stderr.strip().splitlines()[0]}",
             hint="move the files git names out of the way, then run again",
         ) from None
+    except BaseException:
+        _roll_back(into, journal)  # an interrupt mid-checkout: put the checkout back as it was
+        raise
+    _journal_path(into).unlink()
 
 
 def _keep_previous_branch(repo: Path, target: str, result: str) -> None:
@@ -371,3 +393,68 @@ def _keep_previous_branch(repo: Path, target: str, result: str) -> None:
 def _record_refs(repo: Path, target: str, base: Base, result: str) -> None:
     gitops.update_ref(repo, BASE_REF.format(target=target), base.commit)
     gitops.update_ref(repo, SERIES_REF.format(target=target), result)
+
+
+# --- interruption: scratch sweep and the publish journal ------------------------------------
+# Only the holder of the target lock creates scratch directories or a journal beside `into`,
+# so whatever the next holder finds there was left by a process that died (SIGKILL, power).
+
+
+def _journal_path(into: Path) -> Path:
+    return into.parent / f".{into.name}.patchkit.journal"
+
+
+def _sweep_scratch(into: Path) -> None:
+    """Remove scratch clones a killed `apply` left beside `into`."""
+    if not into.parent.is_dir():
+        return
+    for stale in into.parent.glob(f".{into.name}.patchkit-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _write_journal(into: Path, journal: dict) -> None:
+    path = _journal_path(into)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        json.dump(journal, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _recover_interrupted(into: Path) -> None:
+    """Finish the roll-back of a publish that was killed before it could clean up."""
+    path = _journal_path(into)
+    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+    if not path.exists():
+        return
+    try:
+        journal = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        journal = None  # torn before the rename cannot happen; unreadable means hand-edited
+    if not journal or not gitops.is_repository(into):
+        path.unlink()
+        return
+    _roll_back(into, journal)
+
+
+def _roll_back(into: Path, journal: dict) -> None:
+    """Put `into` back on the branch, commit and patchkit refs the journal recorded.
+
+    The tree was clean when the publish began (checked), so forcing it back loses nothing.
+    """
+    git_dir = into / ".git"
+    if git_dir.is_dir():
+        for lock in gitops.stale_lock_files(git_dir):
+            lock.unlink(missing_ok=True)
+    if journal.get("head"):
+        # Forward to the result first so files a partial checkout created become tracked
+        # and are then removed by the checkout back.
+        gitops.force_checkout(into, journal["result"], None)
+        gitops.force_checkout(into, journal["head"], journal.get("branch"))
+    for name, sha in journal.get("refs", {}).items():
+        if sha:
+            gitops.update_ref(into, name, sha)
+        else:
+            gitops.delete_ref(into, name)
+    _journal_path(into).unlink(missing_ok=True)

@@ -88,9 +88,22 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if debug:
             raise
-        click.echo(f"patchkit: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"patchkit: error: {exc.strerror or exc}{where}", err=True)
         return 1
+    except Exception as exc:  # a bug, not a user error: still no traceback without --debug
+        if debug:
+            raise
+        cause = _first_line(str(exc)) or "no message"
+        click.echo(f"patchkit: error: internal error ({type(exc).__name__}: {cause})", err=True)
+        click.echo("patchkit: next: run again with --debug for the traceback and report it",
+                   err=True)
+        return 70
     return rv if isinstance(rv, int) else 0
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:300]
 
 
 def run() -> None:

@@ -1,4 +1,4 @@
-"""Every git command patchkit runs, as named domain verbs (GitPython underneath).
+"""Every git command patchkit runs, as named domain verbs.
 
 Callers never spell git options; they ask for `import_directory`, `apply_to_index`,
 `commit_tree`, `clone_local` and so on.
@@ -6,15 +6,14 @@ Callers never spell git options; they ask for `import_directory`, `apply_to_inde
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import git
-from git.exc import GitCommandError
 
 # Fixed, locale-free behaviour for every call: no pager, no prompts, no user hooks or config.
 BASE_ENV = {
@@ -67,36 +66,33 @@ def run(
     check: bool = True,
     bare: bool = False,
 ) -> str | bytes:
-    """Run one git command in `repo` and return its stdout (raises GitError on failure)."""
+    """Run one git command in `repo` and return its stdout (raises GitError on failure).
+
+    On an interrupt (SIGINT, or SIGTERM mapped to KeyboardInterrupt) git is stopped and
+    waited for before the exception goes on, so no git process outlives patchkit's locks.
+    """
     cmd = ["git", *CONFIG]
     if bare:
         cmd += ["--git-dir", str(repo)]
     cmd += list(args)
-    full_env = {**BASE_ENV, **(env or {})}
-    runner = git.Git(str(repo) if not bare else None)
-    istream = None
+    full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    proc = subprocess.Popen(
+        cmd,
+        cwd=None if bare else str(repo),
+        env=full_env,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
-        if stdin is not None:
-            istream = tempfile.TemporaryFile()
-            istream.write(stdin)
-            istream.seek(0)
-        status, out, err = runner.execute(
-            cmd,
-            env=full_env,
-            istream=istream,
-            with_extended_output=True,
-            with_exceptions=False,
-            stdout_as_string=not binary,
-            strip_newline_in_stdout=False,
-        )
-    finally:
-        if istream is not None:
-            istream.close()
-    if check and status != 0:
-        if isinstance(err, bytes):
-            err = err.decode("utf-8", "replace")
-        raise GitError(list(args), status, err)
-    return out
+        out, err = proc.communicate(stdin)
+    except BaseException:
+        proc.terminate()  # git removes its own lock files on SIGTERM
+        proc.wait()
+        raise
+    if check and proc.returncode != 0:
+        raise GitError(list(args), proc.returncode, err.decode("utf-8", "replace"))
+    return out if binary else out.decode("utf-8", "replace")
 
 
 def ok(repo: Path | str, *args: str, env: dict[str, str] | None = None, bare: bool = False) -> bool:
@@ -259,7 +255,8 @@ def commit_tree(repo: Path, tree: str, parent: str | None, message: str, who: Id
     args = ["commit-tree", tree]
     if parent:
         args += ["-p", parent]
-    return str(run(repo, *args, "-F", "-", env=who.env(), stdin=message.encode(), bare=bare)).strip()
+    out = run(repo, *args, "-F", "-", env=who.env(), stdin=message.encode(), bare=bare)
+    return str(out).strip()
 
 
 def tree_of(repo: Path, commit: str, bare: bool = False) -> str:
@@ -362,3 +359,92 @@ def show_file(repo: Path, rev: str, path: str, bare: bool = False) -> bytes | No
         return bytes(run(repo, "show", f"{rev}:{path}", binary=True, bare=bare))
     except GitError:
         return None
+
+
+# --- integrity checks -----------------------------------------------------------------------
+
+SYMLINK_MODE = "120000"
+
+
+def symlinks_along(repo: Path, commit: str, paths: list[str], bare: bool = False) -> dict[str, str]:
+    """For each path, the first component (a parent, or the path itself) that is a symlink
+    in `commit`; paths with none are left out."""
+    prefixes: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            prefixes.setdefault("/".join(parts[:i]), []).append(path)
+    if not prefixes:
+        return {}
+    out = str(run(repo, "ls-tree", "-z", "--full-tree", commit, "--", *sorted(prefixes),
+                  env={"GIT_LITERAL_PATHSPECS": "1"}, bare=bare))
+    links: dict[str, str] = {}
+    for entry in out.split("\0"):
+        meta, _, name = entry.partition("\t")
+        if meta.split(" ", 1)[0] != SYMLINK_MODE:
+            continue
+        for path in prefixes.get(name, []):
+            if path not in links or len(name) < len(links[path]):
+                links[path] = name
+    return links
+
+
+def corrupt_objects(repo: Path, commit: str, bare: bool = False) -> list[str]:
+    """Objects of `commit` and its tree whose bytes no longer hash to their id (a damaged or
+    tampered mirror); git itself does not re-hash objects when it reads them."""
+    listing = str(run(repo, "rev-list", "--objects", "--no-walk", commit, bare=bare))
+    ids = [line.split(" ", 1)[0] for line in listing.splitlines() if line]
+    data = bytes(run(repo, "cat-file", "--batch", stdin=("\n".join(ids) + "\n").encode(),
+                     binary=True, bare=bare))
+    algorithm = _hash_name(repo, bare)
+    bad = []
+    pos = 0
+    for oid in ids:
+        end = data.index(b"\n", pos)
+        header = data[pos:end].split()
+        if len(header) != 3 or header[1] == b"missing":
+            bad.append(oid)
+            pos = end + 1
+            continue
+        kind, size = header[1], int(header[2])
+        body = data[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+        digest = hashlib.new(algorithm, kind + b" %d\0" % size + body).hexdigest()
+        if digest != oid:
+            bad.append(oid)
+    return bad
+
+
+def _hash_name(repo: Path, bare: bool) -> str:
+    fmt = str(run(repo, "rev-parse", "--show-object-format", bare=bare, check=False)).strip()
+    return "sha256" if fmt == "sha256" else "sha1"
+
+
+def stale_lock_files(git_dir: Path) -> list[Path]:
+    """git's own `*.lock` files in a repository (left by a git killed with SIGKILL)."""
+    found = [p for p in (git_dir / name for name in
+                         ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock",
+                          "shallow.lock")) if p.exists()]
+    refs_dir = git_dir / "refs"
+    if refs_dir.is_dir():
+        found += sorted(refs_dir.rglob("*.lock"))
+    return found
+
+
+def force_checkout(repo: Path, sha: str, branch: str | None) -> None:
+    """Check out `sha` (on `branch`, else detached), overwriting tracked files and index."""
+    if branch:
+        run(repo, "checkout", "--quiet", "--force", "-B", branch, sha)
+    else:
+        run(repo, "checkout", "--quiet", "--force", "--detach", sha)
+
+
+def remote_tag(source: str, tag: str) -> str | None:
+    """The commit the tag `tag` names in a remote (peeled), or None when it has no such tag."""
+    out = str(run(Path.cwd(), "ls-remote", "--tags", source, f"refs/tags/{tag}",
+                  f"refs/tags/{tag}^{{}}"))
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        found[name] = sha
+    return found.get(f"refs/tags/{tag}^{{}}") or found.get(f"refs/tags/{tag}")

@@ -1,9 +1,14 @@
-"""Advisory file locks so two patchkit processes never corrupt a cache entry or a target."""
+"""Advisory file locks so two patchkit processes never corrupt a cache entry or a target.
+
+The kernel drops an flock when its holder dies (even by SIGKILL), so a lock is never stale;
+whatever a holder's scratch files look like, the next holder may sweep them.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +20,11 @@ from patchkit.errors import LockedError
 @contextmanager
 def locked(path: Path, what: str, *, timeout: float = 600.0,
            notify: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive lock on `path`; wait (saying so once) up to `timeout` seconds."""
+    """Hold an exclusive lock on `path`; wait (saying so once) up to `timeout` seconds.
+
+    The waiting line goes to `notify`, or to stderr when none is given: a user whose command
+    seems to hang should always learn why.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -26,8 +35,13 @@ def locked(path: Path, what: str, *, timeout: float = 600.0,
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if not told and notify is not None:
-                    notify(f"waiting for another patchkit process using {what}")
+                if not told:
+                    line = f"waiting for another patchkit process using {what}"
+                    if notify is not None:
+                        notify(line)
+                    else:
+                        sys.stderr.write(f"patchkit: {line}\n")
+                        sys.stderr.flush()
                     told = True
                 if time.monotonic() > deadline:
                     raise LockedError(

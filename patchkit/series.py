@@ -168,7 +168,7 @@ def parse_patch(name: str, raw: bytes) -> Patch:
         raise PatchFormatError(f"{name}: no Subject header")
     if not author or email.utils.parseaddr(author)[1] == "":
         raise PatchFormatError(f"{name}: no valid From: header")
-    if date and email.utils.parsedate_to_datetime(date) is None:
+    if date and _parse_date(date) is None:
         raise PatchFormatError(f"{name}: Date header '{date}' is not a date")
     files = _diff_files(name, diff)
     trailers = parse_trailers(message)
@@ -183,6 +183,13 @@ def parse_patch(name: str, raw: bytes) -> Patch:
         diff=diff,
         files=tuple(files),
     )
+
+
+def _parse_date(value: str):
+    try:
+        return email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def _unfold(value: str) -> str:
@@ -254,11 +261,16 @@ def _strip_prefix(path: str | None) -> str | None:
     return path
 
 
+EXTENDED_PATH_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$", re.M)
+
+
 def _diff_files(name: str, diff: str) -> list[FileChange]:
     for header in re.findall(r"^diff --git (.+)$", diff, re.M):
         for part in header.split(" "):
             if part.startswith(("a/", "b/")):
                 safe_repo_path(name, part[2:])
+    for path in EXTENDED_PATH_RE.findall(diff):
+        safe_repo_path(name, path)
     if re.search(r"^(GIT binary patch|Binary files .* differ)$", diff, re.M):
         raise PatchFormatError(f"{name}: binary patches are not allowed")
     for mode in re.findall(r"^new (?:file )?mode (\d+)$", diff, re.M):
@@ -311,3 +323,15 @@ def hunk_header_at(patch: Patch, path: str, line: int) -> str | None:
         if best:
             return f"@@ -{best[0]},{best[1]} +{best[2]},{best[3]} @@"
     return None
+
+
+def touched_paths(patch: Patch) -> list[str]:
+    """Every path the patch reads or writes, renames and copies included (sorted, unique)."""
+    paths = set(EXTENDED_PATH_RE.findall(patch.diff))
+    for header in re.findall(r"^diff --git a/(\S+) b/(\S+)$", patch.diff, re.M):
+        paths.update(header)
+    for change in patch.files:
+        paths.add(change.path)
+        if change.source:
+            paths.add(change.source)
+    return sorted(paths)

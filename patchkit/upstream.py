@@ -91,8 +91,48 @@ class Mirror:
         return self.root / "locks" / f"mirror-{self.target.name}.lock"
 
     def ensure(self) -> Path:
-        gitops.init_bare(self.path)
+        """Create the mirror (atomically: init off to the side, then rename) if it is missing."""
+        if not (self.path / "HEAD").is_file():
+            scratch = self.root / "tmp"
+            scratch.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=scratch, prefix=f"init-{self.target.name}-"))
+            try:
+                gitops.init_bare(tmp / "repo")
+                shutil.rmtree(self.path, ignore_errors=True)  # no HEAD: a torn pre-rename init
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp / "repo", self.path)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         return self.path
+
+    def sweep(self) -> None:
+        """Remove what a killed holder of the mirror lock left: scratch dirs, partial downloads
+        and git's own lock files (only holders of the mirror lock write there)."""
+        scratch = self.root / "tmp"
+        for prefix in (f"import-{self.target.name}-", f"init-{self.target.name}-"):
+            for stale in scratch.glob(f"{prefix}*") if scratch.is_dir() else ():
+                shutil.rmtree(stale, ignore_errors=True)
+        for release in self.target.releases:
+            if release.sdist:
+                dest = sdist_path(release, self.root)
+                for stale in dest.parent.glob(f".{dest.name}.download-*"):
+                    stale.unlink(missing_ok=True)
+        if self.path.is_dir():
+            for lock in gitops.stale_lock_files(self.path):
+                lock.unlink(missing_ok=True)
+
+    def check_objects(self, commit: str) -> None:
+        """Refuse a base whose objects in the mirror no longer hash to their ids."""
+        try:
+            bad = gitops.corrupt_objects(self.path, commit, bare=True)
+        except gitops.GitError as exc:
+            bad = [_first_line(str(exc))]
+        if bad:
+            raise PinError(
+                f"the {self.target.name} mirror is damaged or tampered: {len(bad)} object(s) of "
+                f"{commit[:12]} do not match their hash (first: {bad[0][:40]}); refusing",
+                hint=f"remove {self.path} and run again to fetch or import it afresh",
+            )
 
 
 def acquire(
@@ -122,7 +162,8 @@ def acquire(
                 "to add a pin",
             )
     attempts: list[Attempt] = []
-    with locked(mirror.lock_path, f"the {target.name} mirror", notify=progress):
+    with locked(mirror.lock_path, f"the {target.name} mirror"):
+        mirror.sweep()
         mirror.ensure()
         base = _from_mirror(mirror, target, release, want_sha, ref)
         if base is None and upstream:
@@ -135,6 +176,8 @@ def acquire(
             base = _from_sdist(mirror, target, release, attempts, progress)
         elif base is None:
             attempts.append(Attempt("sdist", "no pinned release with an sdist for this ref"))
+        if base is not None:
+            mirror.check_objects(base.commit)
     if base is None:
         tried = "; ".join(f"{a.source}: {a.outcome}" for a in attempts) or "no source"
         raise FetchError(
@@ -200,6 +243,8 @@ def _from_git(mirror: Mirror, target: Target, release: Release | None, want_sha:
     repo = mirror.path
     progress(f"fetching {target.name}@{ref} from {source}")
     try:
+        if release is not None and release.tag:
+            _refuse_moved_tag(target, release, source)
         if want_sha and len(want_sha) == 40:
             local = Path(source)
             if local.exists():
@@ -229,6 +274,17 @@ def _from_git(mirror: Mirror, target: Target, release: Release | None, want_sha:
             f"{release.commit[:12]}; refusing",
         )
     return Base(target.name, sha, label, pinned_release, sha, pinned=pinned_release is not None)
+
+
+def _refuse_moved_tag(target: Target, release: Release, source: str) -> None:
+    """A remote whose release tag names another commit than the pin is not trusted at all."""
+    tagged = gitops.remote_tag(source, release.tag or "")
+    if tagged and tagged != release.commit:
+        raise PinError(
+            f"{target.name}: {source} says tag {release.tag} is {tagged[:12]}, but the pin says "
+            f"{release.commit[:12]}; refusing (nothing was fetched)",
+            hint="if upstream moved the tag on purpose, re-pin with `patchkit rebase --write`",
+        )
 
 
 def _match_remote_ref(remote_refs: dict[str, str], ref: str) -> str | None:
@@ -275,7 +331,7 @@ def download_sdist(release: Release, cache: Path, progress: Progress = _quiet) -
     url, index_sha = _find_sdist_url(name.strip(), version.strip())
     progress(f"downloading {url.rsplit('/', 1)[-1]}")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".download-")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.download-")
     try:
         digest = hashlib.sha256()
         size = 0
