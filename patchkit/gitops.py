@@ -361,6 +361,162 @@ def show_file(repo: Path, rev: str, path: str, bare: bool = False) -> bytes | No
         return None
 
 
+# === rebase / export / lint / review ========================================================
+# Verbs used by patchkit.rebase, patchkit.export, patchkit.lint and patchkit.review.
+
+# Electron's export: renames detected, no stat, no signature, zeroed commit id, full index lines
+# (so `git apply --3way` keeps working on the exported files), subject kept as written.
+EXPORT_ARGS = ("format-patch", "--keep-subject", "--no-stat", "--no-signature", "--zero-commit",
+               "--full-index", "--stdout", "--no-color", "--no-attach", "--no-numbered",
+               "--no-thread", "--no-cover-letter", "--encode-email-headers")
+
+
+def format_patches(repo: Path, base: str, tip: str, bare: bool = False) -> bytes:
+    """`git format-patch` of base..tip in the series' canonical form, as one mbox stream."""
+    # No user or system configuration: the bytes depend on the commits and git only.
+    return bytes(run(repo, "-c", "diff.renames=true", *EXPORT_ARGS, f"{base}..{tip}",
+                     env={"GIT_CONFIG_GLOBAL": "/dev/null"}, binary=True, bare=bare))
+
+
+def commit_parents(repo: Path, commit: str, bare: bool = False) -> list[str]:
+    out = str(run(repo, "rev-list", "--parents", "-n", "1", commit, bare=bare)).split()
+    return out[1:]
+
+
+def rev_list_bare(repo: Path, base: str, tip: str, bare: bool = False) -> list[str]:
+    """Commits in base..tip, oldest first (first-parent), in a bare or non-bare repository."""
+    out = str(run(repo, "rev-list", "--reverse", "--first-parent", f"{base}..{tip}", bare=bare))
+    return out.split()
+
+
+def is_ancestor(repo: Path, ancestor: str, descendant: str, bare: bool = False) -> bool:
+    return ok(repo, "merge-base", "--is-ancestor", ancestor, descendant, bare=bare)
+
+
+def apply_three_way(repo: Path, env: dict[str, str], patch_file: Path,
+                    bare: bool = False) -> tuple[str, list[str], str]:
+    """`git apply --cached --3way` into a scratch index.
+
+    Returns (outcome, conflicted paths, git's messages); outcome is "applied", "conflict" or
+    "failed" (the recorded pre-image blobs are missing or the patch is unusable).
+    """
+    try:
+        run(repo, "apply", "--cached", "--3way", "--whitespace=nowarn", str(patch_file),
+            env=env, bare=bare)
+    except GitError as exc:
+        conflicted = unmerged_paths(repo, env, bare=bare)
+        if conflicted:
+            return "conflict", conflicted, exc.stderr
+        return "failed", [], exc.stderr
+    return "applied", [], ""
+
+
+def unmerged_paths(repo: Path, env: dict[str, str], bare: bool = False) -> list[str]:
+    out = str(run(repo, "ls-files", "--unmerged", "-z", env=env, bare=bare, check=False))
+    paths = []
+    for entry in out.split("\0"):
+        if "\t" in entry:
+            path = entry.split("\t", 1)[1]
+            if path not in paths:
+                paths.append(path)
+    return paths
+
+
+def diff_tree_patch(repo: Path, a: str, b: str, bare: bool = False) -> bytes:
+    """The full-index patch from tree-ish a to tree-ish b (empty when they are equal)."""
+    return bytes(run(repo, "diff-tree", "-p", "--full-index", "--no-color", "--no-renames", a, b,
+                     binary=True, bare=bare))
+
+
+def patch_ids_in_range(repo: Path, base: str, tip: str, paths: list[str],
+                       bare: bool = False) -> dict[str, str]:
+    """patch-id -> commit for the non-merge commits of base..tip that touch `paths`."""
+    log = bytes(run(repo, "log", "--no-merges", "-p", "--full-index", "--no-color",
+                    "--format=commit %H", f"{base}..{tip}", "--", *paths, binary=True, bare=bare))
+    if not log.strip():
+        return {}
+    out = str(run(repo, "patch-id", "--stable", stdin=log, bare=bare))
+    ids = {}
+    for line in out.splitlines():
+        pid, _, commit = line.partition(" ")
+        ids.setdefault(pid, commit)
+    return ids
+
+
+def patch_id_bare(repo: Path, diff: bytes, bare: bool = False) -> str | None:
+    """git's stable patch id of a diff in a bare repository (None for an empty diff)."""
+    out = str(run(repo, "patch-id", "--stable", stdin=diff, bare=bare)).strip()
+    return out.split()[0] if out else None
+
+
+def rebase_onto(repo: Path, onto: str, upstream: str, tip: str, branch: str,
+                who: Identity) -> tuple[bool, str]:
+    """`git rebase --onto` in a work tree (empty results dropped); (finished, git's messages)."""
+    run(repo, "checkout", "--quiet", "-B", branch, tip)
+    env = {**_committer_env(who), "GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true"}
+    try:
+        out = run(repo, "rebase", "--empty=drop", "--no-autosquash", "--onto", onto, upstream,
+                  branch, env=env)
+    except GitError as exc:
+        return False, exc.stderr
+    return True, str(out)
+
+
+def rebase_continue(repo: Path, who: Identity) -> tuple[bool, str]:
+    """`git rebase --continue` (message kept); (finished, git's messages)."""
+    env = {**_committer_env(who), "GIT_EDITOR": "true"}
+    try:
+        out = run(repo, "rebase", "--continue", env=env)
+    except GitError as exc:
+        return False, exc.stderr
+    return True, str(out)
+
+
+def rebase_in_progress(repo: Path) -> bool:
+    git_dir = Path(str(run(repo, "rev-parse", "--absolute-git-dir")).strip())
+    return (git_dir / "rebase-merge").is_dir() or (git_dir / "rebase-apply").is_dir()
+
+
+def rebase_stopped_at(repo: Path) -> str | None:
+    """The commit a stopped rebase is replaying (REBASE_HEAD), if any."""
+    return resolve(repo, "REBASE_HEAD")
+
+
+def conflicted_files(repo: Path) -> list[str]:
+    out = str(run(repo, "diff", "--name-only", "--diff-filter=U", "-z"))
+    return [p for p in out.split("\0") if p]
+
+
+def _committer_env(who: Identity) -> dict[str, str]:
+    return {"GIT_COMMITTER_NAME": who.name, "GIT_COMMITTER_EMAIL": who.email,
+            "GIT_COMMITTER_DATE": who.date}
+
+
+def git_rebase_bare_copy(mirror: Path, scratch: Path, onto: str, upstream: str,
+                         tip: str, who: Identity) -> tuple[bool, str]:
+    """Plain `git rebase --onto` of upstream..tip in a fresh shared clone (for benchmarks)."""
+    run(scratch.parent, "clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(scratch))
+    return rebase_onto(scratch, onto, upstream, tip, "bench", who)
+
+
+def project_file_at(repo: Path, rev: str, path: str) -> bytes | None:
+    """A file of this project's own repository at `rev` (None when absent)."""
+    return show_file(repo, rev, path)
+
+
+def project_ls(repo: Path, rev: str, directory: str) -> list[str]:
+    """File names directly under `directory` in this project's repository at `rev`."""
+    try:
+        out = str(run(repo, "ls-tree", "--name-only", "-z", f"{rev}:{directory}"))
+    except GitError:
+        return []
+    return [p for p in out.split("\0") if p]
+
+
+def resolve_project_rev(repo: Path, rev: str) -> str | None:
+    return resolve(repo, rev)
+
+
 # --- integrity checks -----------------------------------------------------------------------
 
 SYMLINK_MODE = "120000"

@@ -1,0 +1,48 @@
+"""`patchkit export DIR`: regenerate a target's patch files from the commits of a work tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from patchkit.export import export_worktree
+from patchkit.status import detect_target
+from patchkit.ui import Output
+from patchkit.workspace import Workspace
+
+
+@click.command("export")
+@click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--target", help="Target name (default: the one DIRECTORY was made for).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              help="Write the series here instead of patches/<target>/.")
+@click.option("--dry-run", "--check", "dry_run", is_flag=True,
+              help="Write nothing; exit 1 when the patch files would change (a CI check).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def command(directory, target, out, dry_run, as_json) -> int:
+    """One .patch per commit of DIRECTORY (base..HEAD), in deterministic bytes."""
+    output = Output(json_mode=as_json)
+    name = target or detect_target(directory.absolute())
+    if out is None:
+        ws = Workspace.load()
+        ws.target(name)
+        out = ws.project.series_dir(name)
+    report = export_worktree(directory.absolute(), name, out, dry_run=dry_run)
+    if as_json:
+        output.document(report.to_json())
+    else:
+        verb = "would write" if dry_run else "wrote"
+        output.echo(f"{name}: {len(report.patches)} patch(es) from {directory} -> {out}")
+        for patch in report.patches:
+            state = f"{verb}" if patch.name in report.written else "unchanged"
+            how = "" if patch.named_by == "trailer" else "  (named from the subject)"
+            output.echo(f"  {state:>11}  {patch.name}{how}")
+        for name_ in report.removed:
+            output.echo(f"  {'would remove' if dry_run else 'removed':>11}  {name_}")
+        if report.series_changed:
+            output.echo(f"  {verb} {out / 'series'}")
+        if dry_run and report.changed:
+            count = len(report.written) + len(report.removed)
+            output.echo(f"{count} patch(es) need update: run `patchkit export {directory}`")
+    return 1 if dry_run and report.changed else 0

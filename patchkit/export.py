@@ -1,0 +1,208 @@
+"""Deterministic export: commits of a work tree -> the series' patch files, byte for byte.
+
+The bytes are those of `git format-patch --keep-subject --no-stat --no-signature --zero-commit
+--full-index` (Electron's export), split per commit, with the `Patchkit-Patch:` trailer that
+`apply` adds removed again and used as the file name (fallback: a slug of the subject).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit import gitops
+from patchkit.apply import BASE_REF
+from patchkit.errors import UsageError
+from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, read_series_file
+
+# format-patch --zero-commit starts every message with this line.
+_FROM_RE = re.compile(rb"^From 0{40} Mon Sep 17 00:00:00 2001\n", re.M)
+_TRAILER_LINE_RE = re.compile(rf"^{PATCH_FILE_TRAILER}: *(\S+) *\n", re.M | re.I)
+_SUBJECT_RE = re.compile(r"^Subject: (.*(?:\n[ \t].*)*)", re.M)
+SLUG_MAX = 63
+
+
+@dataclass(frozen=True)
+class ExportedPatch:
+    """One patch file regenerated from one commit."""
+
+    name: str
+    raw: bytes
+    commit: str | None = None
+    named_by: str = "trailer"  # trailer | subject
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote (or, with dry_run, would write)."""
+
+    target: str
+    directory: Path
+    patches: list[ExportedPatch] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    series_changed: bool = False
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.removed or self.series_changed)
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "directory": str(self.directory),
+            "dry_run": self.dry_run,
+            "patches": [{"name": p.name, "commit": p.commit, "named_by": p.named_by}
+                        for p in self.patches],
+            "written": self.written,
+            "unchanged": self.unchanged,
+            "removed": self.removed,
+            "series_changed": self.series_changed,
+        }
+
+
+def slug(subject: str) -> str:
+    """`Fix the thing (SM120)` -> `fix-the-thing-sm120.patch` (gbp's limit of 63 characters)."""
+    text = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
+    text = text[:SLUG_MAX].rstrip("-") or "patch"
+    return f"{text}.patch"
+
+
+def split_mbox(stream: bytes) -> list[bytes]:
+    """Split a format-patch --stdout stream into one mbox message per commit."""
+    starts = [m.start() for m in _FROM_RE.finditer(stream)]
+    messages = [stream[a:b] for a, b in zip(starts, starts[1:] + [len(stream)], strict=True)]
+    # --stdout separates messages with one blank line that the per-file output does not have.
+    return [m[:-1] if i < len(messages) - 1 and m.endswith(b"\n\n") else m
+            for i, m in enumerate(messages)]
+
+
+def strip_patch_trailer(message: bytes) -> tuple[str | None, bytes]:
+    """Remove the `Patchkit-Patch:` trailer from one exported message; returns (name, bytes)."""
+    text = message.decode("utf-8", "surrogateescape")
+    cut = text.find("\ndiff --git ")
+    head, tail = (text, "") if cut < 0 else (text[: cut + 1], text[cut + 1 :])
+    matches = list(_TRAILER_LINE_RE.finditer(head))
+    if not matches:
+        return None, message
+    match = matches[-1]
+    name = match.group(1)
+    head = head[: match.start()] + head[match.end() :]
+    # The trailer was a paragraph of its own: drop the blank line that introduced it.
+    head = re.sub(r"\n\n\n\Z", "\n\n", head)
+    return name, (head + tail).encode("utf-8", "surrogateescape")
+
+
+def _subject(message: bytes) -> str:
+    text = message.decode("utf-8", "replace")
+    match = _SUBJECT_RE.search(text.split("\n\n", 1)[0])
+    return re.sub(r"\n[ \t]+", " ", match.group(1)).strip() if match else "patch"
+
+
+def export_commits(repo: Path, base: str, tip: str, *, bare: bool = False) -> list[ExportedPatch]:
+    """The patch files the commits base..tip export to, in order."""
+    commits = gitops.rev_list_bare(repo, base, tip, bare=bare)
+    messages = split_mbox(gitops.format_patches(repo, base, tip, bare=bare)) if commits else []
+    if len(messages) != len(commits):
+        raise UsageError(
+            f"{base[:12]}..{tip[:12]} holds {len(commits)} commits but exported "
+            f"{len(messages)} patches (merge commits cannot be exported)",
+            hint="make the history linear (git rebase) and export again",
+        )
+    out: list[ExportedPatch] = []
+    taken: set[str] = set()
+    for commit, message in zip(commits, messages, strict=True):
+        name, raw = strip_patch_trailer(message)
+        named_by = "trailer"
+        if name is None or not PATCH_NAME_RE.match(name) or name in taken:
+            name, named_by = _unique(slug(_subject(raw)), taken), "subject"
+        taken.add(name)
+        out.append(ExportedPatch(name, raw, commit, named_by))
+    return out
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    stem = name.removesuffix(".patch")
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{stem}-{n}.patch", n + 1
+    return candidate
+
+
+def worktree_range(worktree: Path, target: str) -> tuple[str, str]:
+    """(base, HEAD) of a work tree made by `apply` (base from refs/patchkit/<target>/base)."""
+    base = gitops.resolve(worktree, BASE_REF.format(target=target))
+    head = gitops.head(worktree)
+    if base is None or head is None:
+        raise UsageError(f"{worktree} has no {BASE_REF.format(target=target)} ref",
+                         hint="export a work tree made by `patchkit apply`")
+    if not gitops.is_ancestor(worktree, base, head):
+        raise UsageError(f"{worktree}: HEAD does not descend from the {target} base {base[:12]}",
+                         hint="rebase the branch onto refs/patchkit/<target>/base first")
+    return base, head
+
+
+def write_series(directory: Path, target: str, patches: list[ExportedPatch], *,
+                 dry_run: bool = False) -> ExportReport:
+    """Make `directory` hold exactly `patches` (and a series file listing them, in order).
+
+    Unchanged files are not rewritten; the series file keeps its comments when the order is
+    the same, and its leading comment block otherwise.
+    """
+    report = ExportReport(target, directory, list(patches), dry_run=dry_run)
+    names = [p.name for p in patches]
+    series_path = directory / "series"
+    old_entries = [e.name for e in read_series_file(series_path)]
+    existing = {p.name for p in directory.glob("*.patch")} if directory.is_dir() else set()
+    for patch in patches:
+        path = directory / patch.name
+        if path.is_file() and path.read_bytes() == patch.raw:
+            report.unchanged.append(patch.name)
+            continue
+        report.written.append(patch.name)
+        if not dry_run:
+            _atomic_write(path, patch.raw)
+    for stale in sorted((existing | set(old_entries)) - set(names)):
+        report.removed.append(stale)
+        if not dry_run and (directory / stale).is_file():
+            (directory / stale).unlink()
+    if old_entries != names:
+        report.series_changed = True
+        if not dry_run:
+            _atomic_write(series_path, render_series(series_path, names).encode())
+    return report
+
+
+def render_series(series_path: Path, names: list[str]) -> str:
+    """The series file for `names`: the existing leading comment block, then one name a line."""
+    header: list[str] = []
+    if series_path.is_file():
+        for line in series_path.read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                break
+            header.append(line)
+    return "\n".join([*header, *names]) + "\n"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def export_worktree(worktree: Path, target: str, directory: Path, *,
+                    dry_run: bool = False) -> ExportReport:
+    """Regenerate `directory` (a target's series) from the commits of an `apply` work tree."""
+    base, head = worktree_range(worktree, target)
+    return write_series(directory, target, export_commits(worktree, base, head), dry_run=dry_run)

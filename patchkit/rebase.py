@@ -1,0 +1,789 @@
+"""Carrying the series onto a new upstream base and classifying every patch.
+
+Labels: `clean` (applies unchanged), `offset` (applies, only line numbers moved), `merged`
+(needed a 3-way merge, no conflict), `conflict` (needs a human), `upstreamed` (the new base
+already has the change).  `upstreamed` is decided from several signals, each reported:
+
+- strong: patch-id equality with an upstream commit of old..new (needs git history on both
+  sides), reverse-apply of the patch on the new base, the patch becoming empty after a 3-way
+  merge;
+- weak: reverse-apply with reduced context (-C1), every added line already present in the new
+  base's files;
+- equivalent: the patch only adds definitions (functions, methods, classes) and every public
+  one it adds is defined in the new base's file but was not in the old base's.
+
+One strong signal, both weak ones, or the equivalent one make a patch `upstreamed`; every
+signal is reported because any single one is wrong in some cases (a change merged upstream
+after an unrelated edit nearby fools patch-id and the full-context reverse check, not -C1).
+
+Nothing here prints; `patchkit.commands.rebase` renders the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomli_w
+from packaging.version import InvalidVersion, Version
+from unidiff import PatchSet
+
+from patchkit import gitops
+from patchkit.apply import (
+    BASE_REF,
+    BRANCH,
+    ApplyOptions,
+    build_series,
+    commit_message_for,
+    patch_identity,
+)
+from patchkit.errors import ApplyError, FetchError, PatchkitError, PinError, UsageError
+from patchkit.export import ExportedPatch, export_commits, write_series
+from patchkit.locks import locked
+from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
+from patchkit.targets import SHA_RE, Release, Target, bump_version, load_targets
+from patchkit.upstream import (
+    COMMIT_ID_RES,
+    SDIST_REF,
+    Base,
+    Mirror,
+    acquire,
+    download_sdist,
+    import_sdist,
+)
+
+LABELS = ("clean", "offset", "merged", "conflict", "upstreamed", "resolved")
+STRONG_SIGNALS = ("patch-id", "reverse-apply", "empty-after-3way")
+WEAK_SIGNALS = ("reverse-apply-reduced-context", "added-lines-present")
+# Fires only for a patch that purely adds definitions, all of which the new base now defines
+# (and the old did not): the change is upstream as an equivalent, not as the same text.
+EQUIVALENT_SIGNALS = ("definitions-present",)
+_DEF_RE = re.compile(r"^\s*(?:async\s+def|def|class)\s+([A-Za-z_]\w*)")
+STATE_FILE = "patchkit-rebase.json"
+REBASE_DIR = "rebase"
+REBASE_IDENTITY = gitops.Identity("patchkit rebase", "rebase@patchkit.invalid", "946684800 +0000")
+_TRIVIAL_LINE = re.compile(r"^[\s()\[\]{}:;,.#\"'`]*$")
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class Signal:
+    """One piece of upstream-detection evidence; fired is None when it could not be computed."""
+
+    name: str
+    fired: bool | None
+    detail: str
+
+    @property
+    def strong(self) -> bool:
+        return self.name in STRONG_SIGNALS
+
+
+@dataclass
+class PatchOutcome:
+    """The classification of one patch on the new base."""
+
+    name: str
+    label: str
+    signals: list[Signal] = field(default_factory=list)
+    commit: str | None = None
+    refreshed: bytes | None = None
+    changed: bool = False
+    conflicts: list[str] = field(default_factory=list)
+    note: str = ""
+    provisional: bool = False  # classified while an earlier patch was left out (conflict)
+    tree: str | None = field(default=None, repr=False)  # the carried tree, before committing
+
+    @property
+    def fired(self) -> list[str]:
+        return [s.name for s in self.signals if s.fired]
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "changed": self.changed,
+            "commit": self.commit,
+            "signals": [dataclasses.asdict(s) for s in self.signals],
+            "conflicts": self.conflicts,
+            "note": self.note,
+            "provisional": self.provisional,
+        }
+
+
+@dataclass
+class NewPin:
+    """What `--write` records in targets.toml for the new base."""
+
+    version: str
+    commit: str
+    tag: str | None = None
+    sdist: str | None = None
+    sdist_sha256: str | None = None
+    recorded_commit: str | None = None
+    new: bool = True  # False: the release is already listed, only the pin moves
+    trust: str = ""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RebaseReport:
+    """The outcome of classifying (and possibly writing) a rebase of one target's series."""
+
+    target: str
+    ref: str
+    old_base: Base
+    new_base: Base
+    series_version: str
+    next_series_version: str
+    outcomes: list[PatchOutcome] = field(default_factory=list)
+    pin: NewPin | None = None
+    history: bool = False
+    conflict_tree: Path | None = None
+    next_steps: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    commit_message: str | None = None
+    tip: str | None = None
+
+    @property
+    def conflicted(self) -> list[PatchOutcome]:
+        return [o for o in self.outcomes if o.label == "conflict"]
+
+    @property
+    def status(self) -> str:
+        if self.conflicted:
+            return "conflict"
+        return "written" if self.written else "classified"
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.outcomes:
+            out[o.label] = out.get(o.label, 0) + 1
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "ref": self.ref,
+            "status": self.status,
+            "old_base": _base_json(self.old_base),
+            "new_base": _base_json(self.new_base),
+            "history": self.history,
+            "series": {"version": self.series_version, "next": self.next_series_version},
+            "pin": self.pin.to_json() if self.pin else None,
+            "counts": self.counts(),
+            "patches": [o.to_json() for o in self.outcomes],
+            "conflict_tree": str(self.conflict_tree) if self.conflict_tree else None,
+            "next_steps": self.next_steps,
+            "written": self.written,
+            "commit_message": self.commit_message,
+        }
+
+
+def _base_json(base: Base) -> dict:
+    return {
+        "commit": base.commit,
+        "source": base.source,
+        "stands_for": base.stands_for,
+        "upstream_commit": base.upstream_commit,
+        "release": base.release.version if base.release else None,
+        "sdist_sha256": base.sdist_sha256,
+        "pinned": base.pinned,
+    }
+
+
+# --- the new base ----------------------------------------------------------------------------
+
+
+def resolve_new_base(target: Target, ref: str, *, upstream: str | None = None,
+                     cache: Path | None = None, progress: Progress = _quiet
+                     ) -> tuple[Base, NewPin | None]:
+    """The commit `target@ref` names, and the pin `--write` would record (None: no change).
+
+    A pinned release is acquired as `apply` does.  Otherwise git is tried (a tag or commit,
+    from --upstream or the target's URL); a release version that git cannot provide comes
+    from its sdist on the package index, trusted on first use.
+    """
+    release = target.release(ref)
+    if release is not None:
+        base = acquire(target, ref, upstream=upstream, cache=cache, progress=progress)
+        if release.version == target.pin:
+            return base, None
+        return base, NewPin(release.version, release.commit, release.tag, release.sdist,
+                            release.sdist_sha256, base.upstream_commit, new=False,
+                            trust="already pinned in targets.toml")
+    git_error: PatchkitError | None = None
+    try:
+        base = acquire(target, ref, upstream=upstream, allow_unpinned=True, cache=cache,
+                       progress=progress)
+    except (FetchError, PinError) as exc:
+        git_error = exc
+    else:
+        version = _version_of(ref) or f"{target.pin}+g{base.commit[:12]}"
+        tag = None if re.fullmatch(r"[0-9a-f]{4,40}", ref.lower()) else ref
+        return base, NewPin(version, base.commit, tag, None, None, base.commit,
+                            trust=f"git commit {base.commit} from {base.source}")
+    version = _version_of(ref)
+    if version is None or not target.pinned.sdist_name:
+        raise git_error
+    return _sdist_base_tofu(target, version, cache=cache, progress=progress)
+
+
+def _version_of(ref: str) -> str | None:
+    try:
+        return str(Version(ref.removeprefix("v")))
+    except InvalidVersion:
+        return None
+
+
+def _sdist_base_tofu(target: Target, version: str, *, cache: Path | None,
+                     progress: Progress) -> tuple[Base, NewPin]:
+    name = target.pinned.sdist_name
+    requirement = f"{name}=={version}"
+    mirror = Mirror(target, cache) if cache else Mirror(target)
+    provisional = Release(version=version, commit="0" * 40, sdist=requirement)
+    with locked(mirror.lock_path, f"the {target.name} mirror", notify=progress):
+        mirror.ensure()
+        sha = gitops.resolve(mirror.path, SDIST_REF.format(version=version), bare=True)
+        if sha is None:
+            archive = download_sdist(provisional, mirror.root, progress)
+            recorded = sdist_recorded_commit(archive, target)
+            if recorded and not SHA_RE.match(recorded):
+                raise PinError(
+                    f"{requirement} records upstream commit {recorded}, an abbreviated id; "
+                    "pinning needs the full commit",
+                    hint=f"pass --upstream with a clone that has it, or rebase onto "
+                         f"{target.name}@<full sha>",
+                )
+            provisional = dataclasses.replace(provisional, commit=recorded or "0" * 40)
+            progress(f"importing {archive.name} into the {target.name} mirror")
+            sha = import_sdist(mirror, target, provisional, archive)
+    fields = dict(re.findall(r"^(Patchkit-[A-Za-z0-9-]+): (.*)$",
+                             gitops.commit_message(mirror.path, sha, bare=True), re.M))
+    sha256 = fields.get("Patchkit-Sdist-Sha256")
+    recorded = fields.get("Patchkit-Sdist-Commit-Id")
+    recorded = None if recorded in (None, "none") else recorded
+    release = Release(version=version, commit=recorded or sha, sdist=requirement,
+                      sdist_sha256=sha256)
+    if recorded:
+        trust = (f"trust on first use: sdist sha256 {sha256} as served by the package index; "
+                 f"it records upstream commit {recorded}")
+    else:
+        trust = (f"trust on first use: sdist sha256 {sha256} as served by the package index; "
+                 "the sdist records no upstream commit (none recorded: relying on the sha256), "
+                 f"so the pin's commit is its deterministic import {sha}")
+    base = Base(target.name, sha, "sdist", release, recorded, sdist_sha256=sha256, pinned=False,
+                notes=(trust,))
+    return base, NewPin(version, release.commit, None, requirement, sha256, recorded, True, trust)
+
+
+def sdist_recorded_commit(archive: Path, target: Target) -> str | None:
+    """The upstream commit an sdist records in its commit-id file (None when it records none)."""
+    if not target.commit_id_file:
+        return None
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/", 1)
+            if member.isfile() and len(parts) == 2 and parts[1] == target.commit_id_file:
+                data = tar.extractfile(member)
+                text = data.read().decode("utf-8", "replace") if data else ""
+                for pattern in COMMIT_ID_RES:
+                    match = pattern.search(text)
+                    if match:
+                        return match.group(1).lower()
+                return None
+    return None
+
+
+# --- classification --------------------------------------------------------------------------
+
+
+def classify_rebase(
+    mirror: Path,
+    target: Target,
+    series: Series,
+    old_base: Base,
+    new_base: Base,
+    *,
+    series_version: str,
+    ref: str,
+    pin: NewPin | None = None,
+    progress: Progress = _quiet,
+) -> RebaseReport:
+    """Carry every patch of `series` from `old_base` onto `new_base` and label each one.
+
+    Works in the bare mirror with scratch indexes; no work tree, no refs moved.
+    """
+    report = RebaseReport(target.name, ref, old_base, new_base, series_version,
+                          bump_version(series_version, "minor"), pin=pin)
+    progress(f"building the series on the old base {old_base.commit[:12]}")
+    try:
+        old_tip, old_results = build_series(mirror, old_base.commit, series, ApplyOptions(),
+                                            bare=True)
+    except ApplyError as exc:
+        raise ApplyError(f"the series does not apply to its own pin: {exc.message}",
+                         hint="fix the series first (`patchkit apply`)") from None
+    old_commits = {r.name: r.commit for r in old_results if r.commit}
+    report.history = _has_history(mirror, old_base, new_base)
+    range_ids: dict[str, str] | None = None
+    if report.history:
+        paths = sorted({f.path for p in series.patches for f in p.files}
+                       | {f.source for p in series.patches for f in p.files if f.source})
+        range_ids = gitops.patch_ids_in_range(mirror, old_base.commit, new_base.commit, paths,
+                                              bare=True)
+    tip = new_base.commit
+    left_out: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp:
+        for patch in series.patches:
+            progress(f"carrying {patch.name}")
+            patch_file = Path(tmp) / patch.name
+            patch_file.write_bytes(patch.raw)
+            outcome = _carry_one(mirror, tip, old_base.commit, patch, patch_file, range_ids,
+                                 report.history)
+            outcome.commit = old_commits.get(patch.name) if outcome.label == "conflict" else None
+            if outcome.label in ("clean", "offset", "merged"):
+                tip = outcome.commit = _commit_carried(mirror, tip, outcome, patch)
+                exported = export_commits(mirror, _parent(mirror, tip), tip, bare=True)[0]
+                outcome.refreshed = exported.raw
+                outcome.changed = exported.raw != patch.raw
+                if outcome.label != "merged":
+                    outcome.label = _clean_or_offset(patch, exported.raw)
+            if left_out:
+                outcome.provisional = True
+                outcome.note = (outcome.note + "; " if outcome.note else "") + (
+                    f"classified without {', '.join(left_out)} (in conflict)")
+            if outcome.label == "conflict":
+                left_out.append(patch.name)
+            report.outcomes.append(outcome)
+    report.tip = tip
+    return report
+
+
+def _has_history(mirror: Path, old: Base, new: Base) -> bool:
+    if old.source == "sdist" or new.source == "sdist":
+        return False
+    return gitops.is_ancestor(mirror, old.commit, new.commit, bare=True)
+
+
+def _parent(mirror: Path, commit: str) -> str:
+    return gitops.commit_parents(mirror, commit, bare=True)[0]
+
+
+def _carry_one(mirror: Path, tip: str, old_base: str, patch: Patch, patch_file: Path,
+               range_ids: dict[str, str] | None, history: bool) -> PatchOutcome:
+    outcome = PatchOutcome(patch.name, "clean")
+    with gitops.scratch_index(mirror, tip, bare=True) as env:
+        applied, _ = gitops.apply_to_index(mirror, env, patch_file, bare=True)
+        if applied:
+            outcome.tree = gitops.write_tree(mirror, env, bare=True)
+            return outcome
+    signals, merged_tree, conflicts = _upstream_signals(mirror, tip, old_base, patch,
+                                                        patch_file, range_ids, history)
+    outcome.signals = signals
+    by_name = {s.name: s for s in signals}
+    strong = any(s.fired for s in signals if s.strong)
+    weak = all(by_name[n].fired for n in WEAK_SIGNALS)
+    equivalent = any(by_name[n].fired for n in EQUIVALENT_SIGNALS)
+    if strong or weak:
+        outcome.label = "upstreamed"
+        outcome.note = "the new base already contains this change"
+    elif equivalent:
+        outcome.label = "upstreamed"
+        outcome.note = ("the new base has an equivalent implementation (not the same text): "
+                        "read it before dropping the patch")
+    elif merged_tree is not None:
+        outcome.label = "merged"
+        outcome.tree = merged_tree
+    else:
+        outcome.label = "conflict"
+        outcome.conflicts = conflicts
+    return outcome
+
+
+def _upstream_signals(mirror: Path, tip: str, old_base: str, patch: Patch, patch_file: Path,
+                      range_ids: dict[str, str] | None, history: bool
+                      ) -> tuple[list[Signal], str | None, list[str]]:
+    """The evidence, the tree of a conflict-free 3-way merge (if any) and conflicted paths."""
+    signals = []
+    merged_tree, conflicts = None, []
+    if history and range_ids is not None:
+        pid = gitops.patch_id_bare(mirror, patch.diff.encode(), bare=True)
+        hit = range_ids.get(pid or "")
+        signals.append(Signal("patch-id", hit is not None,
+                              f"equal to upstream commit {hit}" if hit else
+                              f"no commit of the upstream range has patch-id {(pid or '-')[:12]}"))
+    else:
+        signals.append(Signal("patch-id", None,
+                              "not available: a base is an sdist import (no upstream history)"))
+    with gitops.scratch_index(mirror, tip, bare=True) as env:
+        full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True,
+                                     bare=True)[0]
+        reduced = full or gitops.apply_to_index(mirror, env, patch_file, reverse=True,
+                                                check=True, context=1, bare=True)[0]
+    signals.append(Signal("reverse-apply", full, "git apply --reverse --check "
+                          + ("succeeds" if full else "fails") + " on the new base"))
+    signals.append(Signal("reverse-apply-reduced-context", reduced, "git apply --reverse "
+                          "--check -C1 " + ("succeeds" if reduced else "fails")))
+    with gitops.scratch_index(mirror, tip, bare=True) as env:
+        result, conflicts, err = gitops.apply_three_way(mirror, env, patch_file, bare=True)
+        if result == "applied":
+            tree = gitops.write_tree(mirror, env, bare=True)
+            empty = tree == gitops.tree_of(mirror, tip, bare=True)
+            merge = Signal("empty-after-3way", empty, "3-way merge applied: "
+                           + ("nothing left (empty)" if empty else "changes remain"))
+            merged_tree = None if empty else tree
+        elif result == "conflict":
+            merge = Signal("empty-after-3way", False,
+                           f"3-way merge conflicts in {', '.join(conflicts)}")
+        else:
+            first = next((ln for ln in err.splitlines() if ln.strip()), "failed")
+            merge = Signal("empty-after-3way", None, f"3-way merge impossible: {first}")
+    signals.append(merge)
+    signals.append(_added_lines_signal(mirror, tip, patch))
+    signals.append(_definitions_signal(mirror, tip, old_base, patch))
+    return signals, merged_tree, conflicts
+
+
+def _definitions(blob: bytes | None) -> set[str]:
+    text = (blob or b"").decode("utf-8", "replace")
+    return {m.group(1) for m in map(_DEF_RE.match, text.splitlines()) if m}
+
+
+def _definitions_signal(mirror: Path, tip: str, old_base: str, patch: Patch) -> Signal:
+    """A pure addition of definitions that the new base defines too (an equivalent upstream)."""
+    if patch.removed:
+        return Signal("definitions-present", False, "the patch also removes lines")
+    added: dict[str, set[str]] = {}
+    for pf in PatchSet(patch.diff):
+        path = pf.target_file[2:] if pf.target_file.startswith("b/") else pf.path
+        for hunk in pf:
+            block_start = True
+            for line in hunk:
+                if not line.is_added:
+                    block_start = True
+                    continue
+                text = line.value.strip()
+                if not text or text.startswith(("#", "@")):
+                    continue
+                match = _DEF_RE.match(line.value)
+                if block_start and match is None:
+                    return Signal("definitions-present", False,
+                                  "the patch adds statements outside new definitions")
+                block_start = False
+                if match:
+                    added.setdefault(path, set()).add(match.group(1))
+    public = {(p, n) for p, names in added.items() for n in names if not n.startswith("_")}
+    if not public:
+        return Signal("definitions-present", False, "the patch adds no public definitions")
+    have = [(p, n) for p, n in sorted(public)
+            if n in _definitions(gitops.show_file(mirror, tip, p, bare=True))
+            and n not in _definitions(gitops.show_file(mirror, old_base, p, bare=True))]
+    fired = len(have) == len(public)
+    names = ", ".join(n for _, n in sorted(public))
+    return Signal("definitions-present", fired,
+                  f"{len(have)}/{len(public)} public definitions the patch adds ({names}) are "
+                  "new in the new base")
+
+
+def _normalize(line: str) -> str:
+    return " ".join(line.split())
+
+
+def _added_lines_signal(mirror: Path, tip: str, patch: Patch) -> Signal:
+    """Every non-trivial added line of the patch already present in the new base's file."""
+    wanted = present = 0
+    for pf in PatchSet(patch.diff):
+        path = pf.target_file[2:] if pf.target_file.startswith("b/") else pf.path
+        blob = gitops.show_file(mirror, tip, path, bare=True)
+        have = {_normalize(ln) for ln in (blob or b"").decode("utf-8", "replace").splitlines()}
+        for hunk in pf:
+            for line in hunk:
+                if not line.is_added or _TRIVIAL_LINE.match(line.value):
+                    continue
+                wanted += 1
+                present += _normalize(line.value) in have
+    fired = wanted > 0 and present == wanted
+    return Signal("added-lines-present", fired,
+                  f"{present}/{wanted} added lines already in the new base's files")
+
+
+def _commit_carried(mirror: Path, tip: str, outcome: PatchOutcome, patch: Patch) -> str:
+    return gitops.commit_tree(mirror, outcome.tree, tip, commit_message_for(patch),
+                              patch_identity(patch), bare=True)
+
+
+def _hunks(diff: str) -> list[tuple[str, list[tuple[int, int, int, int]], list[str]]]:
+    out = []
+    for pf in PatchSet(diff):
+        numbers = [(h.source_start, h.source_length, h.target_start, h.target_length) for h in pf]
+        bodies = [str(line) for h in pf for line in h]
+        out.append((pf.path, numbers, bodies))
+    return out
+
+
+def _clean_or_offset(patch: Patch, refreshed: bytes) -> str:
+    text = refreshed.decode("utf-8", "replace")
+    cut = text.find("\ndiff --git ")
+    new = _hunks(text[cut + 1 :]) if cut >= 0 else []
+    old = _hunks(patch.diff)
+    if [(p, n) for p, n, _ in new] == [(p, n) for p, n, _ in old]:
+        return "clean"
+    return "offset"
+
+
+# --- conflicts: a scratch work tree and --continue -------------------------------------------
+
+
+def rebase_dir(work_dir: Path, target: str) -> Path:
+    return work_dir / REBASE_DIR / target
+
+
+def leave_conflict_tree(report: RebaseReport, mirror: Path, series: Series, dest: Path,
+                        *, write: bool, progress: Progress = _quiet) -> None:
+    """Replay the series from the first conflicting patch with `git rebase` in a scratch clone,
+    stopping at the conflict with markers in the files; records what --continue needs."""
+    if dest.exists():
+        raise UsageError(f"{dest} already holds a rebase in progress",
+                         hint="`patchkit rebase --continue` or `patchkit rebase --abort`")
+    first = report.conflicted[0]
+    old_tip, old_results = build_series(mirror, report.old_base.commit, series, ApplyOptions(),
+                                        bare=True)
+    index = next(i for i, r in enumerate(old_results) if r.name == first.name)
+    upstream = old_results[index - 1].commit if index else report.old_base.commit
+    carried = report.new_base.commit
+    for outcome in report.outcomes:
+        if outcome.name == first.name:
+            break
+        if outcome.commit and outcome.label != "upstreamed":
+            carried = outcome.commit
+    progress(f"leaving a work tree with the conflict in {dest}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    gitops.clone_local(mirror, dest)
+    for sha in {old_tip, carried, report.new_base.commit}:
+        gitops.fetch_commit_from(dest, mirror, sha)
+    gitops.update_ref(dest, BASE_REF.format(target=report.target), report.new_base.commit)
+    finished, _ = gitops.rebase_onto(dest, carried, upstream, old_tip,
+                                     BRANCH.format(target=report.target), REBASE_IDENTITY)
+    state = {
+        "target": report.target,
+        "ref": report.ref,
+        "write": write,
+        "old_base": dataclasses.asdict(report.old_base),
+        "new_base": dataclasses.asdict(report.new_base),
+        "pin": report.pin.to_json() if report.pin else None,
+        "series_version": report.series_version,
+        "outcomes": [{k: v for k, v in o.to_json().items()} for o in report.outcomes],
+    }
+    _state_path(dest).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    report.conflict_tree = dest
+    report.next_steps = conflict_steps(dest, report.target, finished)
+
+
+def conflict_steps(dest: Path, target: str, finished: bool) -> list[str]:
+    if finished:
+        return [f"patchkit rebase --target {target} --continue"]
+    files = gitops.conflicted_files(dest)
+    return [
+        f"cd {dest}",
+        "git status --short        # conflicted: " + (", ".join(files) or "see git status"),
+        "$EDITOR " + (" ".join(files) or "<files>") + "   # resolve the <<<<<<< markers",
+        "git add " + (" ".join(files) or "<files>"),
+        f"cd - && patchkit rebase --target {target} --continue [--write]",
+        f"# or give up: patchkit rebase --target {target} --abort",
+    ]
+
+
+def _state_path(dest: Path) -> Path:
+    return dest / ".git" / STATE_FILE
+
+
+def _base_from(data: dict) -> Base:
+    release = Release(**data["release"]) if data.get("release") else None
+    data = {**data, "release": release, "notes": tuple(data.get("notes", ()))}
+    return Base(**data)
+
+
+def continue_rebase(dest: Path, target: Target, series: Series,
+                    progress: Progress = _quiet) -> tuple[RebaseReport, bool]:
+    """Resume a rebase stopped on a conflict; returns (report, wants_write)."""
+    path = _state_path(dest)
+    if not path.is_file():
+        raise UsageError(f"no rebase in progress for {target.name} ({dest} has none)",
+                         hint=f"start one: patchkit rebase --target {target.name}@<ref>")
+    state = json.loads(path.read_text(encoding="utf-8"))
+    if gitops.rebase_in_progress(dest):
+        unresolved = gitops.conflicted_files(dest)
+        if unresolved:
+            raise UsageError(
+                f"{dest} still has unresolved conflicts: {', '.join(unresolved)}",
+                hint=f"resolve them, `git add` the files in {dest}, then --continue again")
+        progress("git rebase --continue")
+        gitops.rebase_continue(dest, REBASE_IDENTITY)
+    old_base, new_base = _base_from(state["old_base"]), _base_from(state["new_base"])
+    pin = NewPin(**state["pin"]) if state.get("pin") else None
+    report = RebaseReport(target.name, state["ref"], old_base, new_base, state["series_version"],
+                          bump_version(state["series_version"], "minor"), pin=pin,
+                          conflict_tree=dest)
+    by_label = {o["name"]: o for o in state["outcomes"]}
+    if gitops.rebase_in_progress(dest):
+        stopped = gitops.rebase_stopped_at(dest)
+        name = gitops.trailers_of(dest, stopped).get(PATCH_FILE_TRAILER) if stopped else None
+        for entry in state["outcomes"]:
+            outcome = PatchOutcome(entry["name"], entry["label"], note=entry["note"])
+            if entry["name"] == name:
+                outcome.label = "conflict"
+                outcome.conflicts = gitops.conflicted_files(dest)
+            report.outcomes.append(outcome)
+        report.next_steps = conflict_steps(dest, target.name, False)
+        return report, bool(state["write"])
+    base, head = new_base.commit, gitops.head(dest)
+    exported = {p.name: p for p in export_commits(dest, base, head)}
+    for name in series.names:
+        entry = by_label.get(name, {"label": "clean", "note": ""})
+        outcome = PatchOutcome(name, entry["label"], note=entry["note"])
+        patch = series.by_name(name)
+        if name in exported:
+            outcome.refreshed = exported[name].raw
+            outcome.commit = exported[name].commit
+            outcome.changed = patch is not None and exported[name].raw != patch.raw
+            if entry["label"] == "conflict":
+                outcome.label = "resolved"
+                outcome.note = f"resolved by hand in {dest}"
+            elif outcome.label == "upstreamed":
+                outcome.label = "merged"
+                outcome.note = "kept by git rebase after the resolution"
+        else:
+            if outcome.label != "upstreamed":
+                outcome.note = "empty after the resolved rebase (git dropped it)"
+            outcome.label = "upstreamed"
+            outcome.signals = [Signal("empty-after-3way", True, outcome.note or
+                                      "dropped as empty by git rebase")]
+        outcome.provisional = False
+        report.outcomes.append(outcome)
+    report.tip = head
+    return report, bool(state["write"])
+
+
+def abort_rebase(dest: Path) -> bool:
+    """Remove the scratch work tree of a stopped rebase; False when there was none."""
+    if not _state_path(dest).is_file():
+        return False
+    shutil.rmtree(dest)
+    return True
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def write_rebase(report: RebaseReport, series_dir: Path, targets_file: Path) -> None:
+    """Refresh changed patches, drop upstreamed ones, move the pin, bump the series version."""
+    if report.conflicted:
+        raise UsageError(
+            f"{len(report.conflicted)} patch(es) in conflict; nothing was written",
+            hint="resolve them in the scratch work tree and `patchkit rebase --continue --write`",
+        )
+    kept = [ExportedPatch(o.name, o.refreshed) for o in report.outcomes
+            if o.label != "upstreamed" and o.refreshed is not None]
+    new_toml = render_targets(targets_file.read_text(encoding="utf-8"), report.target,
+                              report.pin, report.next_series_version)
+    _check_targets(new_toml, targets_file)
+    export = write_series(series_dir, report.target, kept)
+    report.written = [f"{series_dir.name}/{n}" for n in export.written]
+    report.written += [f"{series_dir.name}/{n} (removed)" for n in export.removed]
+    if export.series_changed:
+        report.written.append(f"{series_dir.name}/series")
+    tmp = targets_file.with_name(f".{targets_file.name}.tmp")
+    tmp.write_text(new_toml, encoding="utf-8")
+    tmp.replace(targets_file)
+    report.written.append(targets_file.name)
+    report.commit_message = commit_message(report)
+
+
+def _check_targets(text: str, targets_file: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="patchkit-targets-") as tmp:
+        path = Path(tmp) / "targets.toml"
+        path.write_text(text, encoding="utf-8")
+        load_targets(path)
+
+
+_HEADER_RE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def render_targets(text: str, target: str, pin: NewPin | None, series_version: str) -> str:
+    """targets.toml with the series version bumped, the target's pin moved and, for a new
+    release, its [[targets.<name>.releases]] entry added: text edits that keep comments."""
+    lines = text.splitlines(keepends=True)
+    table = None
+    last_release_line = None
+    for i, line in enumerate(lines):
+        header = _HEADER_RE.match(line)
+        if header:
+            table = header.group(1)
+            continue
+        key = line.split("=", 1)[0].strip() if "=" in line else None
+        if table == "series" and key == "version":
+            lines[i] = f"version = {tomli_w.dumps({'v': series_version})[4:]}"
+        elif table == f"targets.{target}" and key == "pin" and pin is not None:
+            lines[i] = f"pin = {tomli_w.dumps({'v': pin.version})[4:]}"
+        if table == f"targets.{target}.releases" and line.strip():
+            last_release_line = i
+    if pin is not None and pin.new:
+        entry = {"version": pin.version}
+        if pin.tag:
+            entry["tag"] = pin.tag
+        entry["commit"] = pin.commit
+        if pin.sdist:
+            entry["sdist"] = pin.sdist
+        if pin.sdist_sha256:
+            entry["sdist_sha256"] = pin.sdist_sha256
+        today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+        block = [
+            "\n",
+            f"# Pinned by `patchkit rebase --write` on {today}: "
+            + ("trust on first use of the index's sdist" if pin.sdist else "git commit") + ".\n",
+        ]
+        if pin.sdist and not pin.recorded_commit:
+            block.append("# The sdist records no upstream commit: `commit` is its deterministic "
+                         "import; the sha256 is what is verified.\n")
+        block.append(f"[[targets.{target}.releases]]\n")
+        block.append(tomli_w.dumps(entry))
+        at = (last_release_line + 1) if last_release_line is not None else len(lines)
+        if at == len(lines) and lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines[at:at] = block
+    return "".join(lines)
+
+
+def commit_message(report: RebaseReport) -> str:
+    """The suggested message of the project commit that records the rebase."""
+    new = report.pin.version if report.pin else report.ref
+    lines = [f"Rebase the {report.target} series onto {new} (series {report.next_series_version})",
+             ""]
+    refreshed = [o for o in report.outcomes if o.label != "upstreamed" and o.changed]
+    if refreshed:
+        lines.append("Refreshed: " + ", ".join(f"{o.name} ({o.label})" for o in refreshed) + ".")
+    dropped = [o for o in report.outcomes if o.label == "upstreamed"]
+    for o in dropped:
+        lines.append(f"Dropped {o.name}: applied upstream (signals: "
+                     f"{', '.join(o.fired) or 'dropped as empty'}).")
+    if report.pin and report.pin.new:
+        lines.append(f"Pinned {report.target} {report.pin.version}: {report.pin.trust}.")
+    trailers = [f"Applied-Upstream: {report.target} {new} ({o.name})" for o in dropped]
+    if trailers:
+        lines += ["", *trailers]
+    return "\n".join(lines).rstrip() + "\n"
