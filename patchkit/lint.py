@@ -1,0 +1,284 @@
+"""Series hygiene: the rules `patchkit lint` checks, as data, and the checks that apply them.
+
+Vocabularies follow DEP-3 (Origin, Forwarded, Applied-Upstream, Bug, Last-Update) with
+Yocto's distinction between a missing field and a malformed one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit.errors import ApplyError, PatchkitError
+from patchkit.series import PATCH_NAME_RE, Patch, parse_patch, safe_repo_path
+
+# rule id -> (severity, what it checks)
+RULES: dict[str, tuple[str, str]] = {
+    "series-missing": ("error", "a series entry names a file that does not exist"),
+    "series-extra": ("error", "a .patch file is not listed in the series"),
+    "series-duplicate": ("error", "a series entry is listed twice"),
+    "series-name": ("error", "a series entry is not a NAME.patch file name"),
+    "patch-malformed": ("error", "the file is not a well-formed format-patch mbox"),
+    "description-missing": ("error", "no description (message body) explains the patch"),
+    "metadata-missing": ("error", "a required field (Origin, Forwarded, Last-Update) is absent"),
+    "metadata-malformed": ("error", "a field's value is outside its vocabulary or format"),
+    "trailing-whitespace": ("error", "an added line ends in whitespace"),
+    "crlf": ("error", "an added line ends in CRLF"),
+    "path-escape": ("error", "a diff path leaves the target (absolute, '..', .git/)"),
+    "path-outside-subdir": ("warning", "a diff path is outside the target's sdist subdir"),
+    "overlap": ("warning", "two patches of the target change the same hunk region"),
+    "reexport": ("error", "apply + export does not reproduce the file byte for byte"),
+    "reexport-skipped": ("warning", "the re-export check could not run"),
+}
+REQUIRED = ("Origin", "Forwarded", "Last-Update")
+ORIGIN_RE = re.compile(r"^(upstream|backport|vendor|other)(?:,\s*(\S.*))?$")
+FORWARDED_RE = re.compile(r"^(?:https?://\S+|no|not-needed)$")
+URL_OR_COMMIT_RE = re.compile(r"^(?:https?://\S+|commit:[0-9a-f]{7,40})$")
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    target: str
+    patch: str | None
+    message: str
+    line: int | None = None
+
+    @property
+    def severity(self) -> str:
+        return RULES[self.rule][0]
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "severity": self.severity, "target": self.target,
+                "patch": self.patch, "line": self.line, "message": self.message}
+
+
+@dataclass
+class LintReport:
+    findings: list[Finding] = field(default_factory=list)
+    checked: dict[str, list[str]] = field(default_factory=dict)  # target -> patch names
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def to_json(self) -> dict:
+        return {"errors": len(self.errors), "warnings": len(self.warnings),
+                "checked": self.checked, "findings": [f.to_json() for f in self.findings]}
+
+
+# A function that returns the re-exported bytes of a target's series (name -> bytes), or raises.
+Reexport = Callable[[str], dict[str, bytes]]
+
+
+def lint_target(target: str, directory: Path, subdir: str = "", *,
+                reexport: Reexport | None = None, today: dt.date | None = None) -> LintReport:
+    """Lint one target's series directory."""
+    report = LintReport()
+    add = report.findings.append
+    entries = _series_entries(directory, target, add)
+    names = [n for n, _ in entries]
+    report.checked[target] = names
+    files = {p.name for p in directory.glob("*.patch")}
+    for name in sorted(files - set(names)):
+        add(Finding("series-extra", target, name, f"{name} is not listed in {directory}/series"))
+    patches: list[Patch] = []
+    for name, line in entries:
+        path = directory / name
+        if not path.is_file() or path.is_symlink():
+            add(Finding("series-missing", target, name,
+                        f"series line {line} names {name}, which is not a file", line))
+            continue
+        raw = path.read_bytes()
+        _check_paths(target, name, raw, subdir, add)
+        _check_added_lines(target, name, raw, add)
+        try:
+            patch = parse_patch(name, raw)
+        except PatchkitError as exc:
+            if "CRLF" not in exc.message and "path" not in exc.message:
+                add(Finding("patch-malformed", target, name, exc.message))
+            continue
+        _check_metadata(target, patch, add, today or dt.datetime.now(dt.timezone.utc).date())
+        patches.append(patch)
+    _check_overlaps(target, patches, add)
+    if reexport is not None and patches and len(patches) == len(entries):
+        _check_reexport(target, directory, patches, reexport, add)
+    return report
+
+
+def _series_entries(directory: Path, target: str, add) -> list[tuple[str, int]]:
+    path = directory / "series"
+    if not path.is_file():
+        add(Finding("series-missing", target, None, f"{path} does not exist"))
+        return []
+    seen: dict[str, int] = {}
+    entries = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        if not PATCH_NAME_RE.match(name) or "/" in name:
+            add(Finding("series-name", target, name, f"series line {number}: '{name}' is not "
+                        "a patch file name", number))
+            continue
+        if name in seen:
+            add(Finding("series-duplicate", target, name, f"series line {number} repeats "
+                        f"{name} (first on line {seen[name]})", number))
+            continue
+        seen[name] = number
+        entries.append((name, number))
+    return entries
+
+
+def _diff_part(raw: bytes) -> tuple[str, int]:
+    text = raw.decode("utf-8", "replace")
+    match = re.search(r"^diff --git ", text, re.M)
+    if match is None:
+        return "", 0
+    return text[match.start():], text[: match.start()].count("\n")
+
+
+def _check_paths(target: str, name: str, raw: bytes, subdir: str, add) -> None:
+    diff, offset = _diff_part(raw)
+    prefix = f"{subdir}/" if subdir else ""
+    for number, line in enumerate(diff.split("\n"), offset + 1):
+        paths = []
+        if line.startswith("diff --git "):
+            paths = [p[2:] for p in line[len("diff --git "):].split(" ")
+                     if p.startswith(("a/", "b/"))]
+        elif line.startswith(("--- ", "+++ ")) and not line.endswith("/dev/null"):
+            value = line[4:].split("\t")[0]
+            paths = [value[2:] if value.startswith(("a/", "b/")) else value]
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            paths = [line.split(" ", 2)[2]]
+        for path in paths:
+            try:
+                safe_repo_path(name, path)
+            except PatchkitError as exc:
+                add(Finding("path-escape", target, name, exc.message, number))
+                continue
+            if prefix and not path.startswith(prefix):
+                add(Finding("path-outside-subdir", target, name,
+                            f"{path} is outside {prefix} (an sdist base has nothing there)",
+                            number))
+
+
+def _check_added_lines(target: str, name: str, raw: bytes, add) -> None:
+    diff, offset = _diff_part(raw)
+    for number, line in enumerate(diff.split("\n"), offset + 1):
+        if not line.startswith("+") or line.startswith("+++ "):
+            continue
+        if line.endswith("\r"):
+            add(Finding("crlf", target, name, f"line {number} adds a CRLF line ending", number))
+        elif line[1:] != line[1:].rstrip():
+            add(Finding("trailing-whitespace", target, name,
+                        f"line {number} adds trailing whitespace: {line[:60]!r}", number))
+
+
+def _check_metadata(target: str, patch: Patch, add, today: dt.date) -> None:
+    def bad(message: str) -> None:
+        add(Finding("metadata-malformed", target, patch.name, message))
+
+    description = patch.body
+    for key, value in patch.trailers:
+        description = description.replace(f"{key}: {value}", "")
+    if not description.strip():
+        add(Finding("description-missing", target, patch.name,
+                    "the message has no description: say why the patch exists and when it "
+                    "can go"))
+    for key in REQUIRED:
+        if patch.trailer(key) is None:
+            add(Finding("metadata-missing", target, patch.name, f"no {key}: trailer"))
+    origin = patch.trailer("Origin")
+    if origin is not None:
+        match = ORIGIN_RE.match(origin)
+        if match is None:
+            bad(f"Origin: '{origin}' is not 'upstream|backport|vendor|other[, <where>]'")
+        elif match.group(1) in ("upstream", "backport") and not (
+                match.group(2) and URL_OR_COMMIT_RE.match(match.group(2))):
+            bad(f"Origin: {match.group(1)} needs a URL or commit:<sha> after the comma")
+    forwarded = patch.trailer("Forwarded")
+    if forwarded is not None and not FORWARDED_RE.match(forwarded):
+        bad(f"Forwarded: '{forwarded}' is not a URL, 'no' or 'not-needed'")
+    for key in ("Bug", "Applied-Upstream"):
+        value = patch.trailer(key)
+        if value is not None and not value.strip():
+            bad(f"{key}: is empty")
+    bug = patch.trailer("Bug")
+    if bug and not bug.startswith(("http://", "https://")):
+        bad(f"Bug: '{bug}' is not a URL")
+    updated = patch.trailer("Last-Update")
+    if updated is not None:
+        try:
+            if not DATE_RE.match(updated):
+                raise ValueError
+            when = dt.date.fromisoformat(updated)
+        except ValueError:
+            bad(f"Last-Update: '{updated}' is not a YYYY-MM-DD date")
+        else:
+            if when > today:
+                bad(f"Last-Update: {updated} is in the future")
+    for test in patch.tests:
+        if "/" not in test and "::" not in test:
+            bad(f"Patchkit-Tests: '{test}' is not a test path or node id")
+
+
+def _check_overlaps(target: str, patches: list[Patch], add) -> None:
+    """Hunks of two patches on the same file whose line ranges meet (post-image of the earlier
+    against pre-image of the later: exact when no patch in between moved the lines)."""
+    seen: dict[str, list[tuple[str, int, int]]] = {}
+    for patch in patches:
+        for change in patch.files:
+            path = change.source or change.path
+            mine = [(start, start + max(length, 1) - 1)
+                    for start, length, _, _ in change.hunks]
+            for other, lo, hi in seen.get(path, []):
+                for a, b in mine:
+                    if a <= hi and lo <= b:
+                        add(Finding("overlap", target, patch.name,
+                                    f"{path}:{a}-{b} overlaps lines {lo}-{hi} changed by "
+                                    f"{other}: the two patches must be rebased together"))
+                        break
+            targets = seen.setdefault(change.path, [])
+            targets += [(patch.name, start, start + max(length, 1) - 1)
+                        for _, _, start, length in change.hunks]
+
+
+def _check_reexport(target: str, directory: Path, patches: list[Patch], reexport: Reexport,
+                    add) -> None:
+    try:
+        exported = reexport(target)
+    except ApplyError as exc:
+        add(Finding("reexport", target, None, f"the series does not apply to its pin: "
+                    f"{exc.message}"))
+        return
+    except PatchkitError as exc:
+        add(Finding("reexport-skipped", target, None, f"re-export not checked: {exc.message}"))
+        return
+    for patch in patches:
+        again = exported.get(patch.name)
+        if again is None:
+            add(Finding("reexport", target, patch.name,
+                        "apply + export does not produce this file (named differently?)"))
+        elif again != patch.raw:
+            add(Finding("reexport", target, patch.name,
+                        "apply + export gives different bytes "
+                        f"({_first_difference(patch.raw, again)}); regenerate it with "
+                        "`patchkit apply` + `patchkit export`"))
+
+
+def _first_difference(a: bytes, b: bytes) -> str:
+    la, lb = a.split(b"\n"), b.split(b"\n")
+    for i, (x, y) in enumerate(zip(la, lb, strict=False), 1):
+        if x != y:
+            return f"line {i}: {x[:50]!r} vs {y[:50]!r}"
+    return f"length {len(la)} vs {len(lb)} lines"
+
