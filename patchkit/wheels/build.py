@@ -1,0 +1,405 @@
+"""Building patched wheels: apply the series into a clean tree, build it with the PyPA `build`
+frontend, then make the wheel reproducible and add its provenance and SBOM.
+
+The core returns `BuildReport`s and never prints; progress goes through the `progress` callable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.parser import BytesHeaderParser
+from pathlib import Path
+
+import build.env as pypa_env
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+import build as pypa_build
+from patchkit import __version__, gitops
+from patchkit.apply import apply_series
+from patchkit.errors import BuildError, ConfigError
+from patchkit.locks import locked
+from patchkit.series import Series
+from patchkit.targets import RefSpec, Target
+from patchkit.upstream import Base, Mirror, acquire
+from patchkit.wheels.profile import BuildProfile
+from patchkit.wheels.provenance import PROVENANCE_FILE, Provenance, make_provenance
+from patchkit.wheels.reproducible import dist_info_dir, normalize_wheel
+from patchkit.wheels.sbom import SBOM_DIR, SBOM_FILE, make_sbom
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+Progress = Callable[[str], None]
+ATTR_VERSION_RE = re.compile(r"""^__version__\s*=\s*['"][^'"]*['"][ \t]*$""", re.M)
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def wheel_version(upstream_version: str, variant: str, series_hash: str) -> str:
+    """`0.5.9` + `cu130` + series hash -> `0.5.9+cu130.pk<8 hex>` (a PEP 440 local label)."""
+    version = f"{upstream_version}+{variant}.pk{series_hash[:8]}"
+    return str(Version(version))
+
+
+@dataclass
+class WheelBuild:
+    """One built wheel."""
+
+    target: str
+    path: Path
+    sha256: str
+    provenance: Provenance
+    seconds: float
+    tree: Path
+    log: Path
+    provenance_path: str  # inside the wheel
+    sbom_path: str
+
+    @property
+    def version(self) -> str:
+        return self.provenance.version
+
+    def to_json(self) -> dict:
+        prov = self.provenance
+        return {
+            "target": self.target,
+            "wheel": str(self.path),
+            "sha256": self.sha256,
+            "distribution": prov.distribution,
+            "version": prov.version,
+            "series": {"version": prov.series_version, "hash": prov.series_hash,
+                       "patches": [p.name for p in prov.patches]},
+            "upstream": {"version": prov.upstream_version, "commit": prov.upstream_commit,
+                         "base_commit": prov.base_commit, "source": prov.base_source},
+            "source_date_epoch": prov.source_date_epoch,
+            "provenance": self.provenance_path,
+            "sbom": self.sbom_path,
+            "tree": str(self.tree),
+            "log": str(self.log),
+            "seconds": round(self.seconds, 2),
+        }
+
+
+@dataclass
+class SkippedTarget:
+    target: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "reason": self.reason}
+
+
+@dataclass
+class BuildReport:
+    """The outcome of `patchkit build`."""
+
+    profile: BuildProfile
+    isolation: bool
+    wheels: list[WheelBuild] = field(default_factory=list)
+    skipped: list[SkippedTarget] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "profile": self.profile.to_json(),
+            "isolation": self.isolation,
+            "wheels": [w.to_json() for w in self.wheels],
+            "skipped": [s.to_json() for s in self.skipped],
+        }
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out: Path
+    work_root: Path
+    isolation: bool = True
+
+
+# --- the version a backend gives the wheel -----------------------------------------------------
+
+
+def _pyproject(project_dir: Path) -> dict:
+    path = project_dir / "pyproject.toml"
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BuildError(f"{path}: not found; cannot build a wheel from {project_dir}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BuildError(f"{path}: not valid TOML after applying the series: {exc}") from None
+
+
+def pin_version(project_dir: Path, version: str, upstream_commit: str | None) -> dict[str, str]:
+    """Make the project's build backend produce exactly `version`; returns environment to set.
+
+    setuptools-scm projects get SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME> (and the upstream
+    commit as pretend metadata); projects whose version is a module attribute get that
+    module's `__version__` line rewritten.
+    """
+    data = _pyproject(project_dir)
+    project = data.get("project", {})
+    name = project.get("name")
+    if not name:
+        raise BuildError(f"{project_dir}/pyproject.toml has no [project] name")
+    tool = data.get("tool", {})
+    requires = " ".join(data.get("build-system", {}).get("requires", []))
+    if "version" in project:
+        raise BuildError(f"{name}: its version is static ({project['version']}); patchkit cannot "
+                         "give it the local label")
+    if "setuptools_scm" in tool or "setuptools-scm" in tool or "setuptools-scm" in requires:
+        key = re.sub(r"[-_.]+", "_", name).upper()
+        env = {f"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_{key}": version}
+        if upstream_commit:
+            env[f"SETUPTOOLS_SCM_PRETEND_METADATA_FOR_{key}"] = (
+                f'{{node="g{upstream_commit[:10]}"}}')
+        return env
+    attr = tool.get("setuptools", {}).get("dynamic", {}).get("version", {}).get("attr")
+    if attr:
+        module, _, variable = attr.rpartition(".")
+        if variable != "__version__":
+            raise BuildError(f"{name}: version attribute {attr} is not a __version__")
+        path = project_dir / Path(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        line = f'__version__ = "{version}"'
+        if ATTR_VERSION_RE.search(text):
+            text = ATTR_VERSION_RE.sub(line, text, count=1)
+        else:
+            text = f"{text}{line}\n"
+        path.write_text(text, encoding="utf-8")
+        return {}
+    raise BuildError(f"{name}: cannot tell how its build backend sets the version "
+                     "(neither setuptools-scm nor a [tool.setuptools.dynamic] version attr)")
+
+
+# --- running the PyPA build frontend ---------------------------------------------------------
+
+
+def _runner(log: Path, extra_env: Mapping[str, str]):
+    def run(cmd: Sequence[str], cwd: str | None = None,
+            extra_environ: Mapping[str, str] | None = None) -> None:
+        env = {**os.environ, **(extra_environ or {}), **extra_env}
+        with log.open("ab") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n".encode())
+            fh.flush()
+            subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                           check=True)
+
+    return run
+
+
+TOOL_VERSIONS_SCRIPT = """
+import importlib.metadata as m, json, sys
+out = {"python": "%d.%d.%d" % sys.version_info[:3]}
+for name in sys.argv[1:]:
+    try:
+        out[name] = m.version(name)
+    except m.PackageNotFoundError:
+        pass
+print(json.dumps(out))
+"""
+
+
+def _tool_versions(python: str, requirements: Sequence[str]) -> dict[str, str]:
+    names = set()
+    for text in requirements:
+        try:
+            names.add(canonicalize_name(Requirement(text).name))
+        except InvalidRequirement:
+            continue
+    result = subprocess.run([python, "-c", TOOL_VERSIONS_SCRIPT, *sorted(names)],
+                            capture_output=True, text=True, check=True)
+    versions = json.loads(result.stdout)
+    versions["build"] = pypa_build.__version__
+    versions["patchkit"] = __version__
+    return versions
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if not line.startswith(("!!", "****", "$ ")):
+            return line
+    return ""
+
+
+def run_backend(project_dir: Path, outdir: Path, *, env: Mapping[str, str], log: Path,
+                isolation: bool) -> tuple[Path, dict[str, str]]:
+    """Build the wheel of `project_dir` with the PyPA frontend; returns it and tool versions."""
+    runner = _runner(log, env)
+    outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            wheel, tools = _build_one(project_dir, outdir, runner, isolation)
+    except (pypa_build.BuildException, pypa_build.BuildBackendException,
+            subprocess.CalledProcessError) as exc:
+        cause = _last_line(log) or str(exc).splitlines()[0]
+        raise BuildError(f"the build backend failed for {project_dir}: {cause}",
+                         hint=f"the full log is {log}") from None
+    if caught:
+        with log.open("a", encoding="utf-8") as fh:
+            for warning in caught:
+                fh.write(f"warning: {warning.message}\n")
+    return wheel, tools
+
+
+def _build_one(project_dir: Path, outdir: Path, runner, isolation: bool
+               ) -> tuple[Path, dict[str, str]]:
+    if isolation:
+        with pypa_env.DefaultIsolatedEnv() as venv:
+            builder = pypa_build.ProjectBuilder.from_isolated_env(venv, project_dir,
+                                                                 runner=runner)
+            requires = list(builder.build_system_requires)
+            venv.install(requires)
+            extra = list(builder.get_requires_for_build("wheel"))
+            venv.install(extra)
+            wheel = builder.build("wheel", outdir)
+            tools = _tool_versions(venv.python_executable, requires + extra)
+    else:
+        builder = pypa_build.ProjectBuilder(project_dir, python_executable=sys.executable,
+                                            runner=runner)
+        missing = builder.check_dependencies("wheel")
+        if missing:
+            names = sorted({chain[0] for chain in missing})
+            raise BuildError(f"--no-isolation: this environment lacks the build requirements "
+                             f"{', '.join(names)}",
+                             hint="install them, or build without --no-isolation")
+        requires = list(builder.build_system_requires)
+        wheel = builder.build("wheel", outdir)
+        tools = _tool_versions(sys.executable, requires)
+    return Path(wheel), tools
+
+
+# --- one target --------------------------------------------------------------------------------
+
+
+def _sweep_later(work: Path) -> threading.Thread:
+    """Move the previous build of this target aside and delete it while the new one builds.
+
+    Deleting a few thousand files can take seconds; renaming is instant, and `.trash-*`
+    left by an interrupted build is swept by the next one.
+    """
+    if work.exists():
+        aside = work.with_name(f".trash-{work.name}-{os.getpid()}-{time.monotonic_ns()}")
+        os.replace(work, aside)
+    trash = sorted(work.parent.glob(f".trash-{work.name}-*"))
+
+    def sweep() -> None:
+        for path in trash:
+            shutil.rmtree(path, ignore_errors=True)
+
+    thread = threading.Thread(target=sweep, name=f"sweep-{work.name}", daemon=True)
+    thread.start()
+    return thread
+
+
+
+def _wheel_metadata(wheel: Path) -> tuple[str, str]:
+    with zipfile.ZipFile(wheel) as zf:
+        dist_info = dist_info_dir(zf.namelist())
+        headers = BytesHeaderParser().parsebytes(zf.read(f"{dist_info}/METADATA"))
+    return headers["Name"], headers["Version"]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def build_target(target: Target, series: Series, base: Base, *, series_version: str,
+                 profile: BuildProfile, options: BuildOptions, cache: Path | None = None,
+                 progress: Progress = _quiet) -> WheelBuild:
+    """Apply `series` onto `base` in a clean tree and build the patched, versioned wheel."""
+    started = time.monotonic()
+    release_version = base.release.version if base.release else None
+    if release_version is None:
+        raise BuildError(f"{target.name}: the base {base.commit[:12]} is not a pinned release; "
+                         "a wheel needs the upstream version")
+    version = wheel_version(release_version, profile.variant, series.hash())
+    work = options.work_root / target.name
+    with locked(options.work_root / f".{target.name}.lock", f"the build tree {work}",
+                notify=progress):
+        sweeper = _sweep_later(work)
+        work.mkdir(parents=True)
+        tree = work / "tree"
+        mirror = Mirror(target, cache) if cache else Mirror(target)
+        report = apply_series(mirror.path, base, series, tree, series_version=series_version,
+                              progress=progress)
+        epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
+        # Build as from an sdist: backends that ask git for versions or file lists would see
+        # the patch commits, not upstream.
+        shutil.rmtree(tree / ".git")
+        project_dir = tree / target.subdir if target.subdir else tree
+        env = {"SOURCE_DATE_EPOCH": str(epoch), "PYTHONHASHSEED": "0",
+               **pin_version(project_dir, version, base.upstream_commit)}
+        log = work / "build.log"
+        progress(f"building the {target.name} {version} wheel "
+                 f"({'isolated environment' if options.isolation else 'this environment'})")
+        raw, tools = run_backend(project_dir, work / "raw", env=env, log=log,
+                                 isolation=options.isolation)
+        name, got = _wheel_metadata(raw)
+        _, file_version, _, _ = parse_wheel_filename(raw.name)
+        if Version(got) != Version(version) or file_version != Version(version):
+            raise BuildError(f"{target.name}: the backend built version {got} "
+                             f"(file {raw.name}), not {version}",
+                             hint=f"the full log is {log}")
+        prov = make_provenance(distribution=name, version=version, base=base,
+                               upstream_git=target.git, series=series,
+                               series_version=series_version, result_commit=report.result or "",
+                               profile=profile.to_json(), tools=tools, source_date_epoch=epoch)
+        sbom = make_sbom(prov, series)
+        progress(f"writing {raw.name} (reproducible layout, provenance, SBOM)")
+        with zipfile.ZipFile(raw) as zf:
+            dist_info = dist_info_dir(zf.namelist())
+        dest = options.out / raw.name
+        prov_path = f"{dist_info}/{PROVENANCE_FILE}"
+        sbom_path = f"{dist_info}/{SBOM_DIR}/{SBOM_FILE}"
+        normalize_wheel(raw, dest, epoch, {prov_path: prov.dumps(), sbom_path: sbom})
+        shutil.rmtree(work / "raw", ignore_errors=True)
+        sweeper.join()
+    return WheelBuild(target.name, dest, _sha256(dest), prov, time.monotonic() - started, tree,
+                      log, prov_path, sbom_path)
+
+
+def build_wheels(workspace, specs: Sequence[RefSpec], *, profile: BuildProfile,
+                 options: BuildOptions, cache: Path | None = None,
+                 progress: Progress = _quiet) -> BuildReport:
+    """Build the patched wheel of every target in `specs` (targets with no patches are skipped)."""
+    report = BuildReport(profile=profile, isolation=options.isolation)
+    for spec in specs:
+        target = workspace.target(spec.target)
+        series = workspace.series(spec.target)
+        if not series.patches:
+            report.skipped.append(SkippedTarget(spec.target, "its series is empty; upstream's "
+                                                             "own wheel is the one to install"))
+            continue
+        base = acquire(target, spec.ref, progress=progress, cache=cache)
+        if not base.pinned:
+            raise ConfigError(f"{target.name}@{spec.ref}: not a pinned base")
+        report.wheels.append(build_target(
+            target, series, base, series_version=workspace.targets.series_version,
+            profile=profile, options=options, cache=cache, progress=progress))
+    return report

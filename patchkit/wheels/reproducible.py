@@ -1,0 +1,141 @@
+"""Byte-reproducible wheels: rewrite a built wheel with a fixed layout and a fresh RECORD.
+
+Entries are sorted (package files first, then `.dist-info/`, RECORD last), every timestamp is
+SOURCE_DATE_EPOCH, modes are 0644 or 0755 (only the executable bit survives) and RECORD is
+regenerated, so the bytes depend only on the files' contents and names.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+ZIP_EPOCH_MIN = 315532800  # 1980-01-01, the earliest date a zip entry can hold
+COMPRESS_LEVEL = 6
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One RECORD row: path, `sha256=<urlsafe b64>` (or empty) and size (or None)."""
+
+    path: str
+    hash: str
+    size: int | None
+
+
+def record_hash(data: bytes) -> str:
+    """The RECORD form of a sha256 digest."""
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def read_record(text: str) -> list[RecordEntry]:
+    """Parse a RECORD file."""
+    rows = []
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        path, digest, size = (row + ["", ""])[:3]
+        rows.append(RecordEntry(path, digest, int(size) if size else None))
+    return rows
+
+
+def write_record(entries: Iterable[RecordEntry]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for entry in entries:
+        writer.writerow([entry.path, entry.hash, "" if entry.size is None else entry.size])
+    return out.getvalue().encode("utf-8")
+
+
+def dist_info_dir(names: Iterable[str]) -> str:
+    """The one top-level `*.dist-info` directory of a wheel."""
+    found = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
+    if len(found) != 1:
+        raise ValueError(f"expected one .dist-info directory, found {sorted(found) or 'none'}")
+    return found.pop()
+
+
+def _order(dist_info: str, name: str) -> tuple[int, str]:
+    if name == f"{dist_info}/RECORD":
+        return (2, name)
+    return (1 if name.startswith(dist_info + "/") else 0, name)
+
+
+def _zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    return time.gmtime(max(epoch, ZIP_EPOCH_MIN))[:6]
+
+
+def normalize_wheel(source: Path, dest: Path, epoch: int,
+                    extra: dict[str, bytes] | None = None) -> None:
+    """Write `dest`: `source`'s files plus `extra` (paths inside the wheel), reproducibly.
+
+    `extra` keys are relative to the wheel root (e.g. `<name>.dist-info/patchkit.json`);
+    RECORD is recomputed over everything.  `dest` appears atomically.
+    """
+    files: dict[str, tuple[bytes, bool]] = {}
+    with zipfile.ZipFile(source) as zin:
+        for info in zin.infolist():
+            if info.is_dir():
+                continue
+            executable = bool((info.external_attr >> 16) & 0o111)
+            files[info.filename] = (zin.read(info), executable)
+    dist_info = dist_info_dir(files)
+    record_name = f"{dist_info}/RECORD"
+    files.pop(record_name, None)
+    for name, data in (extra or {}).items():
+        files[name] = (data, False)
+    names = sorted(files, key=lambda n: _order(dist_info, n))
+    record = [RecordEntry(n, record_hash(files[n][0]), len(files[n][0])) for n in names]
+    record.append(RecordEntry(record_name, "", None))
+    files[record_name] = (write_record(record), False)
+    names.append(record_name)
+
+    stamp = _zip_time(epoch)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w") as zout:
+            for name in names:
+                data, executable = files[name]
+                info = zipfile.ZipInfo(name, date_time=stamp)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.create_system = 3  # unix, so the mode bits below are honoured
+                info.external_attr = ((0o100755 if executable else 0o100644) << 16)
+                zout.writestr(info, data, compresslevel=COMPRESS_LEVEL)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def check_record(wheel: Path) -> list[str]:
+    """Paths inside `wheel` whose bytes do not match its RECORD (or that RECORD lacks)."""
+    problems = []
+    with zipfile.ZipFile(wheel) as zf:
+        names = [i.filename for i in zf.infolist() if not i.is_dir()]
+        dist_info = dist_info_dir(names)
+        record = {e.path: e for e in read_record(zf.read(f"{dist_info}/RECORD").decode("utf-8"))}
+        for name in names:
+            entry = record.get(name)
+            if name == f"{dist_info}/RECORD":
+                continue
+            if entry is None:
+                problems.append(f"{name}: not in RECORD")
+            elif entry.hash != record_hash(zf.read(name)):
+                problems.append(f"{name}: hash differs from RECORD")
+        for path in record:
+            if path not in names:
+                problems.append(f"{path}: in RECORD but not in the wheel")
+    return problems
