@@ -1,0 +1,1 @@
+"""Renderers of the review model: `terminal.render` (plain text) and `html.render` (one page)."""
