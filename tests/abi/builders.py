@@ -1,0 +1,207 @@
+"""Real binaries for the verify tests: gcc-built torch extensions and nvcc-built CUDA objects.
+
+Everything is compiled once and cached under ``tests/artifacts/abi`` (or ``$PATCHKIT_TEST_ARTIFACTS``),
+keyed by a hash of the source and the command line.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+ARTIFACTS = os.environ.get("PATCHKIT_TEST_ARTIFACTS") or os.path.join(REPO, "tests", "artifacts", "abi")
+
+
+def torch_dir() -> str | None:
+    """The installed torch package folder (the repository's .venv, else this interpreter's)."""
+    for site in (
+        *glob.glob(os.path.join(REPO, ".venv", "lib", "python3*", "site-packages")),
+        sysconfig.get_paths()["purelib"],
+    ):
+        path = os.path.join(site, "torch")
+        if os.path.exists(os.path.join(path, "lib", "libc10.so")) and os.path.exists(
+            os.path.join(path, "version.py")
+        ):
+            return path
+    return None
+
+
+def _cached(name: str, key: str, build) -> str:
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+    out = os.path.join(ARTIFACTS, f"{name}-{digest}.so")
+    if not os.path.exists(out):
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        tmp = out + f".{os.getpid()}.tmp"
+        build(tmp)
+        os.replace(tmp, out)
+    return out
+
+
+def _run(cmd: list[str], cwd: str | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+
+
+# A torch extension that calls into libc10 by declaration, so it compiles in a second.
+EXT_SOURCE = r"""
+#include <string>
+namespace c10 {
+namespace detail {
+[[noreturn]] void torchCheckFail(const char*, const char*, unsigned int, const std::string&);
+}
+struct TensorImpl {
+  void release_resources();
+#ifdef MISSING_SYMBOL
+  void decref_pyobject() const;
+#endif
+};
+}
+extern "C" int ext_entry(c10::TensorImpl* t, int fail) {
+  if (fail) c10::detail::torchCheckFail("f", "file", 1, std::string("boom"));
+  t->release_resources();
+#ifdef MISSING_SYMBOL
+  t->decref_pyobject();
+#endif
+  return 0;
+}
+"""
+
+
+def torch_extension(variant: str = "ok") -> str:
+    """A shared object NEEDing libc10.so; ``variant``: ok, missing (absent symbol), abi0."""
+    tdir = torch_dir()
+    if tdir is None or shutil.which("g++") is None:
+        raise FileNotFoundError("g++ or torch")
+    flags = {
+        "ok": ["-D_GLIBCXX_USE_CXX11_ABI=1"],
+        "missing": ["-D_GLIBCXX_USE_CXX11_ABI=1", "-DMISSING_SYMBOL"],
+        "abi0": ["-D_GLIBCXX_USE_CXX11_ABI=0"],
+    }[variant]
+
+    def build(out: str) -> None:
+        src = out + ".cpp"
+        with open(src, "w") as fh:
+            fh.write(EXT_SOURCE)
+        _run(["g++", "-shared", "-fPIC", "-O1", *flags, src, "-o", out,
+              f"-L{tdir}/lib", "-lc10", "-Wl,--no-as-needed"])
+        os.unlink(src)
+
+    return _cached(f"ext-{variant}", EXT_SOURCE + " ".join(flags), build)
+
+
+def stub_library(soname: str, symbols: tuple[str, ...] = ()) -> str:
+    """An empty library with a given SONAME (e.g. a fake libcudart.so.13) defining ``symbols``."""
+    if shutil.which("gcc") is None:
+        raise FileNotFoundError("gcc")
+    source = "".join(f"int {s}(void) {{ return 0; }}\n" for s in symbols) or "int stub_marker;\n"
+
+    def build(out: str) -> None:
+        src = out + ".c"
+        with open(src, "w") as fh:
+            fh.write(source)
+        _run(["gcc", "-shared", "-fPIC", src, "-o", out, f"-Wl,-soname,{soname}"])
+        os.unlink(src)
+
+    return _cached(f"stub-{soname}", source + soname, build)
+
+
+def linking(name: str, libs: list[str], call: str = "") -> str:
+    """A library NEEDing each of ``libs`` (paths), optionally calling ``call``."""
+    source = f"extern int {call}(void);\nint entry(void) {{ return {call}(); }}\n" if call else "int entry(void){return 0;}\n"
+
+    def build(out: str) -> None:
+        src = out + ".c"
+        with open(src, "w") as fh:
+            fh.write(source)
+        cmd = ["gcc", "-shared", "-fPIC", src, "-o", out, "-Wl,--no-as-needed"]
+        for lib in libs:
+            cmd += [f"-L{os.path.dirname(lib)}", f"-l:{os.path.basename(lib)}"]
+        _run(cmd)
+        os.unlink(src)
+
+    return _cached(f"link-{name}", source + "|".join(libs), build)
+
+
+CUDA_SOURCE = r"""
+#include <cuda_runtime.h>
+extern "C" __global__ void pk_add_one(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+// Returns the cudaError_t of a launch of pk_add_one on n floats (209 = no kernel image).
+extern "C" int pk_launch(int n) {
+  float* d = nullptr;
+  cudaError_t err = cudaMalloc(&d, n * sizeof(float));
+  if (err != cudaSuccess) return (int)err;
+  cudaMemset(d, 0, n * sizeof(float));
+  pk_add_one<<<(n + 127) / 128, 128>>>(d, n);
+  err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  float h = 0;
+  if (err == cudaSuccess) err = cudaMemcpy(&h, d, sizeof(float), cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  if (err == cudaSuccess && h != 1.0f) return -1;
+  return (int)err;
+}
+"""
+
+# name -> nvcc code-generation flags
+CUDA_VARIANTS = {
+    "sm_90": ["-gencode", "arch=compute_90,code=sm_90"],
+    "sm_90a": ["-gencode", "arch=compute_90a,code=sm_90a"],
+    "sm_120": ["-gencode", "arch=compute_120,code=sm_120"],
+    "sm_120a": ["-gencode", "arch=compute_120a,code=sm_120a"],
+    "sm_120f": ["-gencode", "arch=compute_120f,code=sm_120f"],
+    "compute_120": ["-gencode", "arch=compute_120,code=compute_120"],
+    "compute_90": ["-gencode", "arch=compute_90,code=compute_90"],
+    "sm_120+compute_120": ["-gencode", "arch=compute_120,code=[sm_120,compute_120]"],
+    "sm_90-zstd": ["-gencode", "arch=compute_90,code=sm_90", "-Xfatbin", "-compress-all"],
+    "sm_120a-zstd": ["-gencode", "arch=compute_120a,code=sm_120a", "-Xfatbin", "-compress-all"],
+    "sm_100f+compute_80": ["-gencode", "arch=compute_100f,code=sm_100f",
+                           "-gencode", "arch=compute_80,code=compute_80"],
+    "sm_86+sm_89": ["-gencode", "arch=compute_86,code=sm_86", "-gencode", "arch=compute_89,code=sm_89"],
+}
+
+# Expected launch verdicts (CUDA 13 rules) for targets 9.0, 12.0, 12.1.
+EXPECTED = {
+    "sm_90": ("sass", "none", "none"),
+    "sm_90a": ("sass", "none", "none"),
+    "sm_120": ("none", "sass", "sass"),
+    "sm_120a": ("none", "sass", "none"),
+    "sm_120f": ("none", "sass", "sass"),
+    "compute_120": ("none", "jit", "jit"),
+    "compute_90": ("jit", "jit", "jit"),
+    "sm_120+compute_120": ("none", "sass", "sass"),
+    "sm_90-zstd": ("sass", "none", "none"),
+    "sm_120a-zstd": ("none", "sass", "none"),
+    "sm_100f+compute_80": ("jit", "jit", "jit"),
+    "sm_86+sm_89": ("none", "none", "none"),
+}
+
+
+def nvcc() -> str | None:
+    return shutil.which("nvcc")
+
+
+def cuda_object(variant: str, nvcc_path: str | None = None) -> str:
+    """A CUDA shared object built for one of CUDA_VARIANTS."""
+    tool = nvcc_path or nvcc()
+    if tool is None:
+        raise FileNotFoundError("nvcc")
+    flags = CUDA_VARIANTS[variant]
+
+    def build(out: str) -> None:
+        src = out + ".cu"
+        with open(src, "w") as fh:
+            fh.write(CUDA_SOURCE)
+        _run([tool, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", *flags, src, "-o", out])
+        os.unlink(src)
+
+    return _cached(f"cuda-{variant.replace('+', '_')}", CUDA_SOURCE + " ".join(flags), build)

@@ -1,0 +1,111 @@
+"""ELF facts and the loader/symbol checks, on shared objects gcc builds against the installed torch."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from patchkit.abi import verify
+from patchkit.abi.elf import MalformedElf, read_elf
+from tests.abi import builders
+from tests.abi.fixtures import cache_dir, make_site, torch_dir  # noqa: F401
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _readelf_needed(path: str) -> list[str]:
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
+    return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+
+
+def _nm_undefined(path: str) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True, text=True).stdout
+    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+
+
+def test_elf_facts_match_readelf_and_nm(torch_dir):
+    ext = builders.torch_extension("ok")
+    info = read_elf(ext)
+    assert info.needed == _readelf_needed(ext)
+    assert {s.name for s in info.undefined} == _nm_undefined(ext)
+    assert info.cxx11_abi == 1
+    c10 = read_elf(f"{torch_dir}/lib/libc10.so")
+    assert c10.soname == "libc10.so"
+    assert "_ZN3c1010TensorImpl17release_resourcesEv" in c10.defined
+    assert "GLIBCXX_3.4" in c10.verneed["libstdc++.so.6"]
+
+
+def test_abi0_build_is_detected(torch_dir):
+    assert read_elf(builders.torch_extension("abi0")).cxx11_abi == 0
+
+
+def test_not_elf_is_one_error(tmp_path):
+    bad = tmp_path / "x.so"
+    bad.write_bytes(b"not an elf file at all" * 8)
+    with pytest.raises(MalformedElf, match="wrong magic"):
+        read_elf(str(bad))
+
+
+def _findings(report, file_part: str) -> list:
+    return [f for f in report.findings if file_part in f.file]
+
+
+def test_resolvable_torch_symbols_give_no_finding(tmp_path, torch_dir, cache_dir):
+    site = make_site(str(tmp_path), torch_dir, {"myext/_ok.so": builders.torch_extension("ok")})
+    report = verify(env=site, profile="cu130-sm120", cache_dir=cache_dir, host_checks=False)
+    assert _findings(report, "myext") == []
+    # The torch in this venv is the PyPI cu128 build, not the profile's cu130.
+    assert [f.check for f in report.findings] == ["torch-variant"]
+
+
+def test_unresolvable_torch_symbol(tmp_path, torch_dir, cache_dir):
+    site = make_site(str(tmp_path), torch_dir, {"myext/_missing.so": builders.torch_extension("missing")})
+    report = verify(env=site, cache_dir=cache_dir, host_checks=False)
+    found = _findings(report, "myext")
+    assert [f.check for f in found] == ["undefined-symbol"]
+    assert found[0].message == (
+        "undefined symbol: _ZNK3c1010TensorImpl15decref_pyobjectEv "
+        "(c10::TensorImpl::decref_pyobject() const)"
+    )
+    assert "rebuild it against this torch" in found[0].hint
+    assert found[0].severity == "error"
+
+
+def test_cxx11_abi_mismatch(tmp_path, torch_dir, cache_dir):
+    site = make_site(str(tmp_path), torch_dir, {"myext/_abi0.so": builders.torch_extension("abi0")})
+    report = verify(env=site, cache_dir=cache_dir, host_checks=False)
+    checks = {f.check: f for f in _findings(report, "myext")}
+    assert set(checks) == {"cxx11-abi", "undefined-symbol"}
+    assert "_GLIBCXX_USE_CXX11_ABI=0 but torch uses 1" in checks["cxx11-abi"].message
+    # the Ss-mangled overload sglang#5100 describes
+    assert "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs" in checks["undefined-symbol"].message
+
+
+def test_missing_needed_and_cuda_major(tmp_path, torch_dir, cache_dir, monkeypatch):
+    # This host's ld.so.cache may list a CUDA 13 toolkit's libcudart.so.13; a bare host has none.
+    monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
+    cudart13 = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
+    ext = builders.linking("needs-cudart13", [cudart13], "cudaGetLastError")
+    site = make_site(str(tmp_path), torch_dir, {"sgl_kernel/common_ops.abi3.so": ext})
+    report = verify(env=site, cache_dir=cache_dir, host_checks=False)
+    found = {f.check: f for f in _findings(report, "sgl_kernel")}
+    assert found["needed-missing"].message.startswith(
+        "libcudart.so.13: cannot open shared object file: No such file or directory"
+    )
+    assert "needs libcudart.so.13 (CUDA 13) but torch is CUDA 12" in found["cuda-major"].message
+
+
+def test_needed_found_through_ld_library_path(tmp_path, torch_dir, cache_dir, monkeypatch):
+    monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
+    cudart13 = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
+    ext = builders.linking("needs-cudart13", [cudart13], "cudaGetLastError")
+    site = make_site(str(tmp_path), torch_dir, {
+        "cudalibs/libcudart.so.13": cudart13,
+        "sgl_kernel/common_ops.abi3.so": ext,
+    })
+    env = {"LD_LIBRARY_PATH": f"{site}/cudalibs"}
+    report = verify(env=site, cache_dir=cache_dir, host_checks=False, environ=env)
+    assert "needed-missing" not in {f.check for f in report.findings}
+    report = verify(env=site, cache_dir=cache_dir, host_checks=False, environ={})
+    assert "needed-missing" in {f.check for f in report.findings}
