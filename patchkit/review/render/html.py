@@ -9,6 +9,11 @@ from string import Template
 from patchkit.review.model import PatchRow, RangeEntry, Review, TargetReview
 
 
+STATUS_WORDS = {"applied-upstream": "applied upstream", "forwarded": "forwarded",
+                "backport": "backport", "not-needed": "not needed", "not-forwarded": "not forwarded",
+                "unknown": "unknown"}
+
+
 def _asset(name: str) -> str:
     return resources.files("patchkit.review").joinpath(name).read_text(encoding="utf-8")
 
@@ -53,12 +58,12 @@ def _summary_table(t: TargetReview) -> str:
     rows = []
     for i, p in enumerate(t.patches, 1):
         anchor = _anchor("patch", t.name, p.name)
-        links = "".join(f"<br>{_link(u)}" for u in p.links if u not in p.status_text)
+        links = "".join(f'<br><span class="link">{_link(u)}</span>' for u in p.links)
         cells = [
             f'<td class="num">{i}</td>',
             f'<td><a href="#{anchor}"><code>{escape(p.name)}</code></a></td>',
-            f"<td>{escape(p.purpose)}</td>",
-            f"<td>{_badge('status', p.status, p.status_text)}{links}</td>",
+            f'<td class="purpose">{escape(p.purpose)}</td>',
+            f"<td>{_badge('status', p.status, STATUS_WORDS.get(p.status))}{links}</td>",
             '<td class="files">' + "<br>".join(escape(f.path) for f in p.files) + "</td>",
             f'<td class="num"><span class="plus">+{p.added}</span> '
             f'<span class="minus">−{p.removed}</span></td>',
@@ -76,7 +81,8 @@ def _summary_table(t: TargetReview) -> str:
 
 
 def _patch_section(t: TargetReview, p: PatchRow) -> str:
-    meta = [("Upstream", _badge("status", p.status, p.status_text)),
+    meta = [("Upstream", _badge("status", p.status, STATUS_WORDS.get(p.status)) + " "
+             + escape(p.status_text)),
             ("Origin", escape(p.origin or "—")),
             ("Forwarded", _link(p.forwarded) if (p.forwarded or "").startswith("http")
              else escape(p.forwarded or "—")),
