@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from patchkit.abi.archs import CC
-from patchkit.abi.cache import ResultCache
+from patchkit.abi.cache import ResultCache, run_key
 from patchkit.abi.checks import Context, Finding, detect_driver, predict, run_checks
 from patchkit.abi.profiles import Profile, load_profile
 from patchkit.abi.scan import FileReport, analyze_file, analyze_tree
@@ -33,6 +33,7 @@ class VerifyReport:
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
     reports: dict[str, FileReport] = field(default_factory=dict, repr=False)
+    cached: bool = False  # the whole result came from the cache (nothing changed)
 
     @property
     def errors(self) -> int:
@@ -83,20 +84,55 @@ def verify(
             tree = tree.overlay(wh) if tree else wh
         if tree is None:
             tree = read_env(default_site_packages())
-        reports = analyze_tree(tree, cache, jobs=jobs)
         if host_checks is None:
             host_checks = wheelhouse is None
+        driver = detect_driver() if host_checks else None
+        source = os.path.abspath(wheelhouse if wheelhouse else (env or default_site_packages()))
+        key = _run_key(tree, prof, targets, environ, driver)
+        hit = cache.load("run:" + source, 0, key)
+        if hit is not None:
+            return VerifyReport(
+                profile=prof.name, targets=[str(t) for t in targets], source=source,
+                files=len(tree.members), findings=hit, seconds=time.perf_counter() - started,
+                cached=True,
+            )
+        reports = analyze_tree(tree, cache, jobs=jobs)
         ctx = Context(
             tree=tree, reports=reports, profile=prof, targets=targets, cache=cache,
-            driver=detect_driver() if host_checks else None, environ=environ,
+            driver=driver, environ=environ,
         )
         findings = run_checks(ctx)
+        cache.store("run:" + source, 0, key, findings)
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    source = wheelhouse if wheelhouse else (env or default_site_packages())
     return VerifyReport(
-        profile=prof.name, targets=[str(t) for t in targets], source=os.path.abspath(source),
+        profile=prof.name, targets=[str(t) for t in targets], source=source,
         files=len(reports), findings=findings, seconds=time.perf_counter() - started,
         reports=reports,
     )
+
+
+# Environment variables some check reads.
+_ENV_KEYS = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PATH", "FLASHINFER_CUDA_ARCH_LIST")
+
+
+def _run_key(tree: Tree, prof: Profile, targets, environ, driver) -> str:
+    """Everything the findings depend on: files (path, size, mtime), metadata, profile, host."""
+    try:
+        ld = os.stat("/etc/ld.so.cache")
+        ld_id = (ld.st_size, ld.st_mtime_ns)
+    except OSError:
+        ld_id = None
+    try:
+        with open(prof.path, "rb") as fh:
+            prof_bytes = fh.read()
+    except OSError:
+        prof_bytes = repr(prof).encode()
+    return run_key([
+        tree.kind, tree.root, sorted((m.relpath, m.size, m.mtime) for m in tree.members.values()),
+        sorted(tree.texts.items()), sorted((d.name, d.version, d.wheel, tuple(d.requires))
+                                           for d in tree.dists.values()),
+        tree.invalid, prof_bytes, prof.severity, [str(t) for t in targets],
+        [(k, environ.get(k)) for k in _ENV_KEYS], driver.version if driver else None, ld_id,
+    ])

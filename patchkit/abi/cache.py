@@ -13,7 +13,7 @@ import pickle
 import tempfile
 
 # Bump when FileReport or the analysis changes meaning.
-FORMAT = 3
+FORMAT = 4
 
 
 def cache_root() -> str:
@@ -62,3 +62,12 @@ class ResultCache:
                 os.unlink(tmp)
             except (OSError, UnboundLocalError):
                 pass
+
+
+def run_key(parts) -> str:
+    """A digest of everything a whole verify run depends on (see patchkit.abi.verify)."""
+    h = hashlib.sha1(f"{FORMAT}".encode())
+    for part in parts:
+        h.update(repr(part).encode("utf-8", "surrogateescape"))
+        h.update(b"\0")
+    return h.hexdigest()

@@ -12,6 +12,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
@@ -32,8 +33,7 @@ class MalformedElf(Exception):
     """The file is not an ELF object this tool can read (truncated, wrong magic, bad sizes)."""
 
 
-@dataclass(frozen=True)
-class UndefinedSymbol:
+class UndefinedSymbol(NamedTuple):
     """A symbol the object needs from elsewhere; ``version`` is ``(file, version)`` if versioned."""
 
     name: str

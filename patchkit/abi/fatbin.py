@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 FATBIN_MAGIC = 0xBA55ED50
 WRAPPER_MAGIC = 0x466243B1
@@ -39,8 +40,7 @@ class CompressionUnavailable(Exception):
     """The payload is compressed and the module that decompresses it is not installed."""
 
 
-@dataclass(frozen=True)
-class FatbinEntry:
+class FatbinEntry(NamedTuple):
     """One image in a fatbin: a cubin for ``sm_<arch><variant>`` or PTX for ``compute_...``."""
 
     kind: str  # "cubin" | "ptx"

@@ -9,7 +9,6 @@ decompression bombs) and only shared objects are extracted, into a scratch folde
 
 from __future__ import annotations
 
-import email.parser
 import os
 import re
 import stat
@@ -87,9 +86,22 @@ def default_site_packages() -> str:
     return sysconfig.get_paths()["purelib"]
 
 
+_HEADER = re.compile(r"^(Name|Version|Requires-Dist):[ \t]*(.*?)\s*$", re.M)
+
+
 def _parse_metadata(text: str) -> tuple[str, str, list[str]]:
-    msg = email.parser.HeaderParser().parsestr(text)
-    return msg.get("Name", ""), msg.get("Version", ""), msg.get_all("Requires-Dist") or []
+    """Name, Version and Requires-Dist from a METADATA file's header block (no email parser)."""
+    head = text.split("\n\n", 1)[0]
+    name = version = ""
+    requires: list[str] = []
+    for key, value in _HEADER.findall(head):
+        if key == "Name" and not name:
+            name = value
+        elif key == "Version" and not version:
+            version = value
+        elif key == "Requires-Dist":
+            requires.append(value)
+    return name, version, requires
 
 
 def _record_owner(record: str) -> Callable[[str], bool]:
@@ -141,7 +153,7 @@ def read_env(site: str) -> Tree:
 def _read_dist_info(tree: Tree, folder: str) -> None:
     try:
         with open(os.path.join(folder, "METADATA"), encoding="utf-8", errors="replace") as fh:
-            name, version, requires = _parse_metadata(fh.read())
+            name, version, requires = _parse_metadata(fh.read(1 << 16))
     except OSError:
         return
     record_path = os.path.join(folder, "RECORD")
