@@ -604,3 +604,14 @@ def remote_tag(source: str, tag: str) -> str | None:
         sha, _, name = line.partition("\t")
         found[name] = sha
     return found.get(f"refs/tags/{tag}^{{}}") or found.get(f"refs/tags/{tag}")
+
+
+def tree_paths(repo: Path, treeish: str, bare: bool = False) -> list[str]:
+    """Every file path in a tree."""
+    out = str(run(repo, "ls-tree", "-r", "-z", "--name-only", treeish, bare=bare))
+    return [p for p in out.split("\0") if p]
+
+
+def read_tree_into(repo: Path, env: dict[str, str], treeish: str, bare: bool = False) -> None:
+    """Reset a scratch index (from scratch_index) to `treeish`."""
+    run(repo, "read-tree", treeish, env=env, bare=bare)

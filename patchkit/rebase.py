@@ -45,7 +45,7 @@ from patchkit.apply import (
     commit_message_for,
     patch_identity,
 )
-from patchkit.errors import ApplyError, FetchError, PatchkitError, PinError, UsageError
+from patchkit.errors import FetchError, PatchkitError, PinError, UsageError
 from patchkit.export import ExportedPatch, export_commits, write_series
 from patchkit.locks import locked
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
@@ -331,14 +331,6 @@ def classify_rebase(
     """
     report = RebaseReport(target.name, ref, old_base, new_base, series_version,
                           bump_version(series_version, "minor"), pin=pin)
-    progress(f"building the series on the old base {old_base.commit[:12]}")
-    try:
-        old_tip, old_results = build_series(mirror, old_base.commit, series, ApplyOptions(),
-                                            bare=True)
-    except ApplyError as exc:
-        raise ApplyError(f"the series does not apply to its own pin: {exc.message}",
-                         hint="fix the series first (`patchkit apply`)") from None
-    old_commits = {r.name: r.commit for r in old_results if r.commit}
     report.history = _has_history(mirror, old_base, new_base)
     range_ids: dict[str, str] | None = None
     if report.history:
@@ -348,14 +340,18 @@ def classify_rebase(
                                               bare=True)
     tip = new_base.commit
     left_out: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp:
+    # One scratch index for the whole carry: after a carried patch it already holds the new
+    # tip, so it is only re-read when a 3-way attempt left it elsewhere.
+    with tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp, \
+            gitops.scratch_index(mirror, tip, bare=True) as env:
         for patch in series.patches:
             progress(f"carrying {patch.name}")
             patch_file = Path(tmp) / patch.name
             patch_file.write_bytes(patch.raw)
-            outcome = _carry_one(mirror, tip, old_base.commit, patch, patch_file, range_ids,
-                                 report.history)
-            outcome.commit = old_commits.get(patch.name) if outcome.label == "conflict" else None
+            outcome = _carry_one(mirror, env, tip, old_base.commit, patch, patch_file,
+                                 range_ids, report.history)
+            if outcome.label in ("upstreamed", "conflict"):
+                gitops.read_tree_into(mirror, env, tip, bare=True)
             if outcome.label in ("clean", "offset", "merged"):
                 tip = outcome.commit = _commit_carried(mirror, tip, outcome, patch)
                 exported = export_commits(mirror, _parent(mirror, tip), tip, bare=True)[0]
@@ -384,15 +380,17 @@ def _parent(mirror: Path, commit: str) -> str:
     return gitops.commit_parents(mirror, commit, bare=True)[0]
 
 
-def _carry_one(mirror: Path, tip: str, old_base: str, patch: Patch, patch_file: Path,
-               range_ids: dict[str, str] | None, history: bool) -> PatchOutcome:
+def _carry_one(mirror: Path, env: dict[str, str], tip: str, old_base: str, patch: Patch,
+               patch_file: Path, range_ids: dict[str, str] | None, history: bool
+               ) -> PatchOutcome:
+    """Classify one patch against the index `env` (holding `tip`); `git apply` is atomic, so
+    a failed forward apply leaves the index as it was for the signals."""
     outcome = PatchOutcome(patch.name, "clean")
-    with gitops.scratch_index(mirror, tip, bare=True) as env:
-        applied, _ = gitops.apply_to_index(mirror, env, patch_file, bare=True)
-        if applied:
-            outcome.tree = gitops.write_tree(mirror, env, bare=True)
-            return outcome
-    signals, merged_tree, conflicts = _upstream_signals(mirror, tip, old_base, patch,
+    applied, _ = gitops.apply_to_index(mirror, env, patch_file, bare=True)
+    if applied:
+        outcome.tree = gitops.write_tree(mirror, env, bare=True)
+        return outcome
+    signals, merged_tree, conflicts = _upstream_signals(mirror, env, tip, old_base, patch,
                                                         patch_file, range_ids, history)
     outcome.signals = signals
     by_name = {s.name: s for s in signals}
@@ -412,11 +410,31 @@ def _carry_one(mirror: Path, tip: str, old_base: str, patch: Patch, patch_file: 
     else:
         outcome.label = "conflict"
         outcome.conflicts = conflicts
+        if not conflicts:
+            outcome.note = by_name["empty-after-3way"].detail + _moved_hint(mirror, tip, patch)
     return outcome
 
 
-def _upstream_signals(mirror: Path, tip: str, old_base: str, patch: Patch, patch_file: Path,
-                      range_ids: dict[str, str] | None, history: bool
+def _moved_hint(mirror: Path, tip: str, patch: Patch) -> str:
+    """For files the new base lacks: where a file of the same name lives now (moved upstream?)."""
+    paths = gitops.tree_paths(mirror, tip, bare=True)
+    present = set(paths)
+    hints = []
+    for change in patch.files:
+        path = change.source or change.path
+        if path in present or change.source is None:
+            continue
+        base = path.rsplit("/", 1)[-1]
+        moved = [p for p in paths if p.rsplit("/", 1)[-1] == base]
+        if moved:
+            hints.append(f"{path} -> {' or '.join(moved[:3])}?")
+        else:
+            hints.append(f"{path} is gone")
+    return f" (not in the new base: {'; '.join(hints)})" if hints else ""
+
+
+def _upstream_signals(mirror: Path, env: dict[str, str], tip: str, old_base: str, patch: Patch,
+                      patch_file: Path, range_ids: dict[str, str] | None, history: bool
                       ) -> tuple[list[Signal], str | None, list[str]]:
     """The evidence, the tree of a conflict-free 3-way merge (if any) and conflicted paths."""
     signals = []
@@ -430,29 +448,27 @@ def _upstream_signals(mirror: Path, tip: str, old_base: str, patch: Patch, patch
     else:
         signals.append(Signal("patch-id", None,
                               "not available: a base is an sdist import (no upstream history)"))
-    with gitops.scratch_index(mirror, tip, bare=True) as env:
-        full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True,
-                                     bare=True)[0]
-        reduced = full or gitops.apply_to_index(mirror, env, patch_file, reverse=True,
-                                                check=True, context=1, bare=True)[0]
+    full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True,
+                                 bare=True)[0]
+    reduced = full or gitops.apply_to_index(mirror, env, patch_file, reverse=True,
+                                            check=True, context=1, bare=True)[0]
     signals.append(Signal("reverse-apply", full, "git apply --reverse --check "
                           + ("succeeds" if full else "fails") + " on the new base"))
     signals.append(Signal("reverse-apply-reduced-context", reduced, "git apply --reverse "
                           "--check -C1 " + ("succeeds" if reduced else "fails")))
-    with gitops.scratch_index(mirror, tip, bare=True) as env:
-        result, conflicts, err = gitops.apply_three_way(mirror, env, patch_file, bare=True)
-        if result == "applied":
-            tree = gitops.write_tree(mirror, env, bare=True)
-            empty = tree == gitops.tree_of(mirror, tip, bare=True)
-            merge = Signal("empty-after-3way", empty, "3-way merge applied: "
-                           + ("nothing left (empty)" if empty else "changes remain"))
-            merged_tree = None if empty else tree
-        elif result == "conflict":
-            merge = Signal("empty-after-3way", False,
-                           f"3-way merge conflicts in {', '.join(conflicts)}")
-        else:
-            first = next((ln for ln in err.splitlines() if ln.strip()), "failed")
-            merge = Signal("empty-after-3way", None, f"3-way merge impossible: {first}")
+    result, conflicts, err = gitops.apply_three_way(mirror, env, patch_file, bare=True)
+    if result == "applied":
+        tree = gitops.write_tree(mirror, env, bare=True)
+        empty = tree == gitops.tree_of(mirror, tip, bare=True)
+        merge = Signal("empty-after-3way", empty, "3-way merge applied: "
+                       + ("nothing left (empty)" if empty else "changes remain"))
+        merged_tree = None if empty else tree
+    elif result == "conflict":
+        merge = Signal("empty-after-3way", False,
+                       f"3-way merge conflicts in {', '.join(conflicts)}")
+    else:
+        first = next((ln for ln in err.splitlines() if ln.strip()), "failed")
+        merge = Signal("empty-after-3way", None, f"3-way merge impossible: {first}")
     signals.append(merge)
     signals.append(_added_lines_signal(mirror, tip, patch))
     signals.append(_definitions_signal(mirror, tip, old_base, patch))
