@@ -1,0 +1,140 @@
+"""The fatbin container and the CUDA 13 arch rules, on objects nvcc builds for each arch kind."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from patchkit.abi.archs import CC, coverage, image_runs_on
+from patchkit.abi.fatbin import (
+    FATBIN_MAGIC,
+    MalformedFatbin,
+    cubin_info,
+    parse_fatbins,
+    payload,
+)
+from patchkit.abi.scan import analyze_file
+from patchkit.abi.checks import predict
+from tests.abi import builders
+from tests.abi.fixtures import cuda_objects  # noqa: F401
+
+TARGETS = (CC(9, 0), CC(12, 0), CC(12, 1))
+
+
+@pytest.mark.parametrize("variant", sorted(builders.EXPECTED))
+def test_coverage_verdicts(cuda_objects, variant):  # noqa: F811
+    report = analyze_file(cuda_objects[variant], variant, variant)
+    assert report.error is None and report.fatbin_error is None
+    # one kernel fatbin (the TU's); nvcc -shared also adds an empty device-link fatbin
+    assert len(report.kernel_fatbins) == 1, [f.archs for f in report.fatbins]
+    got = tuple(predict(report, cc)["verdict"] for cc in TARGETS)
+    assert got == builders.EXPECTED[variant]
+
+
+def test_entries_flags_and_compression(cuda_objects):  # noqa: F811
+    def entries(variant):
+        report = analyze_file(cuda_objects[variant], variant, variant)
+        return [e for f in report.kernel_fatbins for e in f.entries]
+
+    (a,) = entries("sm_120a")
+    assert (a.kind, a.arch, a.variant) == ("cubin", 120, "a")
+    (f,) = entries("sm_120f")
+    assert (f.arch, f.variant) == (120, "f")
+    (ptx,) = entries("compute_120")
+    assert ptx.kind == "ptx" and ptx.version[0] == 9  # PTX ISA 9.x from CUDA 13
+    assert ptx.compression == "zstd"  # nvcc 13 compresses PTX by default
+    (z,) = entries("sm_90-zstd")
+    assert z.compression in ("zstd", "lz4") and z.uncompressed_size > z.compressed_size
+
+
+def test_cubin_header_and_tkinfo(cuda_objects):  # noqa: F811
+    from patchkit.abi.elf import open_mapped, read_elf
+
+    path = cuda_objects["sm_120a-zstd"]
+    info = read_elf(path)
+    off, size, _ = info.section(".nv_fatbin")
+    buf = open_mapped(path)
+    try:
+        fats = parse_fatbins(buf, off, off + size)
+        kernel = [f for f in fats if any(e.uncompressed_size > 2048 for e in f.entries)]
+        entry = kernel[0].entries[0]
+        assert entry.compression in ("zstd", "lz4")
+        image = payload(buf, entry, off)
+    finally:
+        buf.close()
+    cubin = cubin_info(image)
+    assert cubin.sm == 120 and cubin.kernels == 1
+    assert cubin.toolkit == "13.0"
+    assert cubin.target and cubin.target.startswith("sm_120")
+
+
+def test_dlink_fatbin_has_no_kernels(cuda_objects):  # noqa: F811
+    report = analyze_file(cuda_objects["sm_100f+compute_80"], "x", "x")
+    empty = [f for f in report.fatbins if f.has_kernels is False]
+    assert empty and all(not any(e.kind == "ptx" for e in f.entries) for f in empty)
+    # the empty sm_100f device-link image must not count as coverage or as a failure on 9.0
+    assert predict(report, CC(9, 0))["verdict"] == "jit"
+
+
+@pytest.mark.parametrize(
+    "kind,built,variant,cc,runs",
+    [
+        ("cubin", CC(12, 0), "", CC(12, 1), True),
+        ("cubin", CC(12, 0), "a", CC(12, 1), False),
+        ("cubin", CC(12, 0), "f", CC(12, 1), True),
+        ("cubin", CC(10, 0), "f", CC(10, 3), True),
+        ("cubin", CC(10, 3), "f", CC(10, 0), False),
+        ("cubin", CC(9, 0), "", CC(12, 0), False),
+        ("ptx", CC(8, 0), "", CC(12, 0), True),
+        ("ptx", CC(12, 0), "", CC(9, 0), False),
+        ("ptx", CC(12, 0), "a", CC(12, 1), False),
+        ("ptx", CC(12, 0), "f", CC(12, 1), True),
+    ],
+)
+def test_arch_rules(kind, built, variant, cc, runs):
+    assert image_runs_on(kind, built, variant, cc) is runs
+
+
+def test_cc_parse():
+    assert CC.parse("12.0") == CC(12, 0) == CC.parse("sm_120") == CC.parse("120")
+    assert CC.parse("9.0") == CC.parse("90")
+    with pytest.raises(ValueError):
+        CC.parse("hopper")
+
+
+def _fatbin(entries: list[tuple[int, int, int, bytes]]) -> bytes:
+    body = b""
+    for kind, arch, flags, data in entries:
+        hdr = struct.pack("<HHIQIIHHI", kind, 0x101, 0x40, len(data), 0, 0, 7, 1, arch)
+        hdr += b"\0" * (0x28 - len(hdr)) + struct.pack("<Q", flags | 0x11) + b"\0" * 8
+        hdr += struct.pack("<Q", 0)
+        body += hdr + data
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def test_synthetic_fatbin_roundtrip():
+    blob = _fatbin([(2, 90, 0x100000, b"\0" * 64), (1, 120, 0, b".version 9.0\n.entry k()\n")])
+    (fat,) = parse_fatbins(blob)
+    assert [e.name for e in fat.entries] == ["sm_90a", "compute_120"]
+    assert coverage(fat, CC(12, 1)).verdict == "jit"
+    assert coverage(fat, CC(9, 0)).verdict == "sass"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=512), st.integers(min_value=0, max_value=4096))
+def test_random_fatbin_bytes_never_crash(data, cut):
+    blob = _fatbin([(2, 120, 0, b"x" * 80), (1, 90, 0x8000, b"y" * 48)])
+    for candidate in (data, blob[:cut], blob[:16] + data, struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, 1 << 60) + data):
+        try:
+            fats = parse_fatbins(candidate)
+        except MalformedFatbin:
+            continue
+        for fat in fats:
+            for entry in fat.entries:
+                try:
+                    payload(candidate, entry)
+                except Exception as exc:  # only the documented failures
+                    assert type(exc).__name__ in ("MalformedFatbin", "CompressionUnavailable")
