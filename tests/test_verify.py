@@ -1,0 +1,248 @@
+"""`patchkit verify` end to end: CLI contract, wheelhouse reading, a real third-party wheel,
+and malformed inputs (property-based)."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from patchkit.abi import verify
+from patchkit.abi.scan import analyze_file
+from patchkit.cli import main
+from tests.abi import builders
+from tests.abi.fixtures import cache_dir, make_site, torch_dir  # noqa: F401
+
+LINE = re.compile(r"^(error|warning) +\S.*: .+ — .+$")
+
+
+def _wheel(path, name="demo", version="1.0", members=None, metadata_version=None, symlink=None):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"{name}-{version}.dist-info/METADATA",
+                    f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n\n")
+        for arc, data in (members or {}).items():
+            zf.writestr(arc, data)
+        if symlink:
+            info = zipfile.ZipInfo(symlink)
+            info.external_attr = (0o120777 << 16)
+            zf.writestr(info, "/etc/passwd")
+    return path
+
+
+# ---------------------------------------------------------------- CLI contract
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["verify", "--env", str(tmp_path / "nope")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert main(["verify", "--env", str(tmp_path), "--profile", "no-such"]) == 2
+    assert "no profile 'no-such'" in capsys.readouterr().err
+    assert main(["verify", "--env", str(tmp_path), "--gpu", "hopper"]) == 2
+    assert "not a compute capability" in capsys.readouterr().err
+
+
+def test_clean_env_exit_0_and_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    site.mkdir()
+    rc = main(["verify", "--wheelhouse", str(site), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    # no torch anywhere: a warning, no error
+    assert rc == 0 and doc["errors"] == 0
+    assert [f["check"] for f in doc["findings"]] == ["torch-missing"]
+
+
+def test_wheel_filename_version_mismatch(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    house = tmp_path / "house"
+    house.mkdir()
+    _wheel(house / "sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl",
+           name="sgl_kernel", version="0.3.21+cu130", metadata_version="0.3.21")
+    assert main(["verify", "--wheelhouse", str(house), "--profile", "cu130-sm90"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("error    sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl: "
+                             "filename version 0.3.21+cu130 != METADATA Version 0.3.21; pip will discard it")
+    assert re.match(r"^1 error\(s\), 1 warning\(s\) in 0 shared objects", out[-1])
+
+
+@pytest.mark.parametrize("kind", ["slip", "absolute", "symlink", "duplicate", "bomb"])
+def test_hostile_wheels_are_one_line(tmp_path, capsys, monkeypatch, kind):
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    house = tmp_path / "house"
+    house.mkdir()
+    path = house / "evil-1.0-py3-none-any.whl"
+    if kind == "slip":
+        _wheel(path, members={"../../evil.so": b"\x7fELF"})
+    elif kind == "absolute":
+        _wheel(path, members={"/tmp/evil.so": b"\x7fELF"})
+    elif kind == "symlink":
+        _wheel(path, symlink="evil/lib.so")
+    elif kind == "duplicate":
+        with pytest.warns(UserWarning):
+            _wheel(path, members={"evil/a.so": b"1"})
+            with zipfile.ZipFile(path, "a") as zf:
+                zf.writestr("evil/a.so", b"2")
+    else:
+        _wheel(path, members={"evil/bomb.so": b"\0" * (4 << 20)})
+    before = set(os.listdir(tmp_path))
+    assert main(["verify", "--wheelhouse", str(house)]) == 1
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "evil-1.0" in ln]
+    assert len(lines) == 1 and "invalid archive" in lines[0], lines
+    assert set(os.listdir(tmp_path)) - {"cache"} == before  # nothing extracted next to it
+    assert not os.path.exists("/tmp/evil.so")
+
+
+# ---------------------------------------------------------------- malformed shared objects
+
+def _mutations():
+    return st.one_of(
+        st.tuples(st.just("truncate"), st.integers(0, 20000), st.just(b"")),
+        st.tuples(st.just("overwrite"), st.integers(0, 0x40), st.binary(min_size=1, max_size=8)),
+        st.tuples(st.just("overwrite"), st.integers(0, 20000), st.binary(min_size=1, max_size=64)),
+        st.tuples(st.just("huge"), st.sampled_from([0x28, 0x3C, 0x3E, 0x20]), st.just(b"\xff" * 8)),
+        st.tuples(st.just("magic"), st.integers(0, 3), st.binary(min_size=1, max_size=1)),
+    )
+
+
+def _mutate(data: bytes, op, at, blob) -> bytes:
+    if op == "truncate":
+        return data[:at]
+    if op == "magic":
+        return data[:at] + bytes([data[at] ^ 0x55]) + data[at + 1:]
+    out = bytearray(data)
+    out[at:at + len(blob)] = blob
+    return bytes(out)
+
+
+@pytest.fixture(scope="module")
+def small_objects():
+    objs = []
+    if shutil.which("gcc"):
+        objs.append(builders.stub_library("libpk_stub.so.1", ("pk_one", "pk_two")))
+    if builders.nvcc():
+        objs.append(builders.cuda_object("sm_120+compute_120"))
+    if not objs:
+        pytest.skip("needs gcc or nvcc")
+    return [open(p, "rb").read() for p in objs]
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(which=st.integers(0, 1), mutation=_mutations())
+def test_malformed_object_is_one_finding_never_a_traceback(tmp_path_factory, small_objects, which, mutation):
+    data = _mutate(small_objects[which % len(small_objects)], *mutation)
+    folder = tmp_path_factory.mktemp("m")
+    path = folder / "common_ops.abi3.so"
+    path.write_bytes(data)
+    report = analyze_file(str(path), "sgl_kernel/common_ops.abi3.so", str(path))
+    messages = [m for m in (report.error, report.fatbin_error) if m]
+    assert all("\n" not in m for m in messages)
+
+
+def test_malformed_in_env_gives_one_line(tmp_path, capsys, monkeypatch, small_objects):
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    bad = small_objects[-1][:3000]
+    site = make_site(str(tmp_path), None, {"sgl_kernel/common_ops.abi3.so": bad,
+                                           "sgl_kernel/spatial_ops.abi3.so": b"\x7fELF\x02\x01" + b"\xff" * 80})
+    rc = main(["verify", "--env", site])
+    out = capsys.readouterr().out.splitlines()
+    mine = [ln for ln in out if "sgl_kernel/" in ln]
+    assert rc == 1 and len(mine) == 2 and all(LINE.match(ln) for ln in mine), out
+
+
+# ---------------------------------------------------------------- a real third-party wheel
+
+WHEEL_SPEC = "torchao==0.14.1"
+
+
+def _fetch_wheel() -> str:
+    folder = os.path.join(os.path.dirname(builders.ARTIFACTS), "wheels")
+    found = glob.glob(os.path.join(folder, "torchao-0.14.1-*.whl"))
+    if found:
+        return found[0]
+    os.makedirs(folder, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+           "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "-d", folder, WHEEL_SPEC]
+    if subprocess.run(cmd, capture_output=True, timeout=300).returncode:
+        pytest.skip(f"cannot download {WHEEL_SPEC}")
+    return glob.glob(os.path.join(folder, "torchao-0.14.1-*.whl"))[0]
+
+
+def _readelf(args: list[str], path: str) -> str:
+    return subprocess.run(["readelf", *args, path], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.slow
+def test_real_cuda_extension_wheel(tmp_path, monkeypatch, cache_dir):  # noqa: F811
+    if shutil.which("readelf") is None:
+        pytest.skip("needs readelf")
+    wheel = _fetch_wheel()
+    house = tmp_path / "house"
+    house.mkdir()
+    shutil.copy(wheel, house)
+    monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
+    report = verify(wheelhouse=str(house), profile="cu130-sm120", cache_dir=cache_dir)
+    by_check: dict[str, list] = {}
+    for f in report.findings:
+        by_check.setdefault(f.check, []).append(f)
+        assert LINE.match(f.line())
+
+    # Independently: what readelf says each shared object NEEDs.
+    with zipfile.ZipFile(wheel) as zf:
+        sos = [n for n in zf.namelist() if n.endswith(".so")]
+        zf.extractall(tmp_path / "x", members=sos)
+    needs_cu12 = set()
+    for so in sos:
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", _readelf(["-d"], str(tmp_path / "x" / so)))
+        if "libcudart.so.12" in needed:
+            needs_cu12.add(so)
+    assert needs_cu12, "torchao 0.14.1 links the CUDA 12 runtime"
+    major = {f.file.split("!", 1)[1] for f in by_check["cuda-major"]}
+    assert major == needs_cu12
+    assert all("needs libcudart.so.12 (CUDA 12) but torch is CUDA 13" in f.message for f in by_check["cuda-major"])
+    missing = {(f.file.split("!", 1)[1], f.message.split(":")[0]) for f in by_check["needed-missing"]}
+    assert missing == {(so, "libcudart.so.12") for so in needs_cu12}
+    assert [f.check for f in by_check["torch-missing"]] == ["torch-missing"]
+    # GLIBC: the newest GLIBC_ version readelf -V lists vs the manylinux_2_28 tag.
+    need = max(
+        tuple(map(int, v)) for so in sos
+        for v in re.findall(r"GLIBC_(\d+)\.(\d+)", _readelf(["-V"], str(tmp_path / "x" / so)))
+    )
+    assert ("wheel-glibc-tag" in by_check) == (need > (2, 28))
+
+
+@pytest.mark.slow
+def test_real_wheel_over_env_symbols(tmp_path, cache_dir, torch_dir):  # noqa: F811
+    """Over the venv's torch, each undefined torch symbol the verifier reports is one that
+    `nm -D` finds undefined in the extension and defined in none of torch's libraries."""
+    wheel = _fetch_wheel()
+    house = tmp_path / "house"
+    house.mkdir()
+    shutil.copy(wheel, house)
+    site = make_site(str(tmp_path), torch_dir)
+    report = verify(env=site, wheelhouse=str(house), cache_dir=cache_dir, host_checks=False)
+    reported = {f.message.split()[2] for f in report.findings
+                if f.check == "undefined-symbol" and f.file.endswith("torchao/_C.abi3.so")}
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract("torchao/_C.abi3.so", tmp_path / "x")
+    ext = str(tmp_path / "x" / "torchao" / "_C.abi3.so")
+    nm = subprocess.run(["nm", "-D", "--undefined-only", ext], capture_output=True, text=True).stdout
+    undefined = {ln.split()[-1].split("@")[0] for ln in nm.splitlines() if " U " in ln}
+    defined = set()
+    for lib in ("libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libc10_cuda.so"):
+        out = subprocess.run(["nm", "-D", "--defined-only", f"{torch_dir}/lib/{lib}"],
+                             capture_output=True, text=True).stdout
+        defined |= {ln.split()[-1].split("@")[0] for ln in out.splitlines() if ln.strip()}
+    torch_undefined = {s for s in undefined if s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch"))}
+    expected = torch_undefined - defined
+    assert reported == set(sorted(expected)[:len(reported)]) or reported <= expected
+    assert bool(reported) == bool(expected)
