@@ -120,22 +120,26 @@ def normalize_wheel(source: Path, dest: Path, epoch: int,
             os.unlink(tmp)
 
 
-def check_record(wheel: Path) -> list[str]:
-    """Paths inside `wheel` whose bytes do not match its RECORD (or that RECORD lacks)."""
+def check_record(wheel: Path) -> list[tuple[str, str]]:
+    """(path, problem) for each file of `wheel` that does not match its RECORD.
+
+    Problems: `changed` (hash differs), `added` (not in RECORD), `missing` (in RECORD only),
+    `unhashed` (listed without a hash, which only RECORD itself may be).
+    """
     problems = []
     with zipfile.ZipFile(wheel) as zf:
         names = [i.filename for i in zf.infolist() if not i.is_dir()]
-        dist_info = dist_info_dir(names)
-        record = {e.path: e for e in read_record(zf.read(f"{dist_info}/RECORD").decode("utf-8"))}
+        record_name = f"{dist_info_dir(names)}/RECORD"
+        record = {e.path: e for e in read_record(zf.read(record_name).decode("utf-8"))}
         for name in names:
             entry = record.get(name)
-            if name == f"{dist_info}/RECORD":
+            if name == record_name:
                 continue
             if entry is None:
-                problems.append(f"{name}: not in RECORD")
+                problems.append((name, "added"))
+            elif not entry.hash:
+                problems.append((name, "unhashed"))
             elif entry.hash != record_hash(zf.read(name)):
-                problems.append(f"{name}: hash differs from RECORD")
-        for path in record:
-            if path not in names:
-                problems.append(f"{path}: in RECORD but not in the wheel")
-    return problems
+                problems.append((name, "changed"))
+        problems.extend((path, "missing") for path in record if path not in names)
+    return sorted(problems)

@@ -1,0 +1,91 @@
+"""Fixtures that build the real patched sglang wheel once per session and install it.
+
+The wheel is built by the real CLI from the pinned sdist and the series, in a scratch project
+and a private cache; a fresh virtual environment gets it with `pip install --no-deps`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, patchkit
+
+
+@dataclass
+class BuiltWheel:
+    path: Path
+    report: dict
+    project: Path
+    env: dict[str, str]
+
+
+def scratch_project(dest: Path) -> Path:
+    """A copy of this project's patches/ and build/ (profiles), usable as PATCHKIT_PROJECT."""
+    dest.mkdir(parents=True)
+    shutil.copytree(ROOT / "patches", dest / "patches")
+    shutil.copytree(ROOT / "build", dest / "build", ignore=shutil.ignore_patterns("work"))
+    return dest
+
+
+def private_cache(warm: Path, dest: Path) -> Path:
+    """A PATCHKIT_CACHE with the warm mirrors cloned and the sdists linked."""
+    (dest / "sdists").mkdir(parents=True)
+    for sdist in (warm / "sdists").glob("*.tar.gz"):
+        os.link(sdist, dest / "sdists" / sdist.name)
+    (dest / "mirrors").mkdir()
+    for mirror in (warm / "mirrors").glob("*.git"):
+        subprocess.run(["git", "clone", "--quiet", "--mirror", str(mirror),
+                        str(dest / "mirrors" / mirror.name)], check=True)
+    return dest
+
+
+def build_sglang(root: Path, warm: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run `patchkit build --target sglang` in a fresh project + cache under `root`."""
+    project = scratch_project(root / "project")
+    env = {"PATCHKIT_PROJECT": str(project),
+           "PATCHKIT_CACHE": str(private_cache(warm, root / "cache")),
+           "PATCHKIT_OFFLINE_GIT": "1"}
+    result = patchkit("build", "--target", "sglang", "--out", str(root / "dist"), *extra,
+                      cwd=project, env=env)
+    assert result.returncode == 0, result.stderr
+    return result, env
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel(tmp_path_factory, warm_mirrors) -> BuiltWheel:
+    """The patched sglang wheel, built once per session (`patchkit build --json`)."""
+    root = tmp_path_factory.mktemp("build-a")
+    result, env = build_sglang(root, warm_mirrors, "--json")
+    report = json.loads(result.stdout)
+    [wheel] = report["wheels"]
+    return BuiltWheel(Path(wheel["wheel"]), report, root / "project", env)
+
+
+@pytest.fixture
+def rebuild_sglang(warm_mirrors):
+    """Build the sglang wheel again from scratch under a given directory (text output)."""
+
+    def rebuild(root: Path) -> subprocess.CompletedProcess:
+        return build_sglang(root, warm_mirrors)[0]
+
+    return rebuild
+
+
+@pytest.fixture(scope="session")
+def sglang_site(tmp_path_factory, sglang_wheel) -> Path:
+    """site-packages of a fresh virtual environment with the wheel pip-installed (--no-deps)."""
+    venv = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                    "--no-deps", "--no-compile", "--no-index", str(sglang_wheel.path)],
+                   check=True)
+    [site] = (venv / "lib").glob("python3*/site-packages")
+    return site
