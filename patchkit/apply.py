@@ -80,6 +80,7 @@ class ApplyReport:
     result: str | None = None
     status: str = "applied"  # applied | nothing-to-do | failed
     next_step: str | None = None
+    error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -102,6 +103,7 @@ class ApplyReport:
             "series": {"version": self.series_version, "hash": self.series_hash},
             "result": self.result,
             "patches": [p.to_json() for p in self.patches],
+            "error": self.error,
             "next_step": self.next_step,
         }
 
@@ -307,6 +309,7 @@ def apply_series(
         except ApplyError as exc:
             report.patches = getattr(exc, "results", [])
             report.status = "failed"
+            report.error = exc.message
             report.next_step = exc.hint
             exc.report = report  # type: ignore[attr-defined]
             raise

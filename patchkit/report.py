@@ -40,7 +40,8 @@ def render_apply(report: ApplyReport) -> str:
     elif report.status == "nothing-to-do":
         lines.append(f"  nothing to do: {report.into} already carries this series")
     else:
-        lines.append(f"  failed: {report.into} was left exactly as it was")
+        lines.append(f"  failed: {report.error}")
+        lines.append(f"  {report.into} was left exactly as it was")
     if not report.base.pinned:
         lines.append("  WARNING: the base is not pinned in targets.toml; its identity was not "
                      "verified")

@@ -165,10 +165,13 @@ def acquire(
     with locked(mirror.lock_path, f"the {target.name} mirror"):
         mirror.sweep()
         mirror.ensure()
-        base = _from_mirror(mirror, target, release, want_sha, ref)
+        # Cached git commit, then an explicit --upstream, then a cached sdist import.
+        base = _from_mirror(mirror, target, release, want_sha, ref, sdist=False)
         if base is None and upstream:
             base = _from_git(mirror, target, release, want_sha, ref, upstream, "upstream",
                              attempts, progress)
+        if base is None:
+            base = _from_mirror(mirror, target, release, want_sha, ref, sdist=True)
         if base is None and not _skip_git(offline_git):
             base = _from_git(mirror, target, release, want_sha, ref, target.git, "git",
                              attempts, progress)
@@ -214,15 +217,16 @@ def _interpret_ref(target: Target, ref: str) -> tuple[Release | None, str | None
 
 
 def _from_mirror(mirror: Mirror, target: Target, release: Release | None,
-                 want_sha: str | None, ref: str) -> Base | None:
+                 want_sha: str | None, ref: str, *, sdist: bool) -> Base | None:
     repo = mirror.path
-    if want_sha and len(want_sha) == 40 and gitops.has_commit(repo, want_sha, bare=True):
+    if not sdist and want_sha and len(want_sha) == 40 and gitops.has_commit(repo, want_sha,
+                                                                             bare=True):
         return Base(target.name, want_sha, "git", release, want_sha, pinned=release is not None)
-    if release is not None:
+    if sdist and release is not None:
         imported = gitops.resolve(repo, SDIST_REF.format(version=release.version), bare=True)
         if imported:
             return _sdist_base(repo, target, release, imported)
-    if release is None and HEX_RE.match(ref.lower()):
+    if not sdist and release is None and HEX_RE.match(ref.lower()):
         sha = gitops.resolve(repo, ref.lower(), bare=True)
         if sha:
             return Base(target.name, sha, "git", _release_for_commit(target, sha), sha,

@@ -1,0 +1,149 @@
+"""Shared fixtures: real upstream sdists from the package index (cached), a scratch project,
+and a local bare git repository standing in for a remote.
+
+Downloads and mirrors live in `.cache/test-patchkit` under the project (git-ignored), so a
+second `make test` reuses them; each test that needs isolation copies what it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_CACHE = Path(os.environ.get("PATCHKIT_TEST_CACHE", ROOT / ".cache" / "test-patchkit"))
+
+sys.path.insert(0, str(ROOT))
+
+
+def git(cwd: Path, *args: str, env: dict | None = None) -> str:
+    """Plain git for test set-up (the code under test uses patchkit.gitops)."""
+    full_env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+                "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000",
+                **(env or {})}
+    return subprocess.run(["git", *args], cwd=cwd, env=full_env, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def patchkit(*args: str, cwd: Path | None = None, env: dict | None = None,
+             input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess (exit codes and output as a user sees them)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PATCHKIT_OFFLINE_GIT", "1")
+    return subprocess.run([sys.executable, "-m", "patchkit", *args], cwd=cwd or ROOT,
+                          env=full_env, capture_output=True, text=True, input=input)
+
+
+@pytest.fixture(scope="session")
+def shared_cache() -> Path:
+    """The persistent test cache (sdists, mirrors): PATCHKIT_CACHE for tests that only read."""
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
+    return TEST_CACHE
+
+
+@pytest.fixture(scope="session")
+def workspace():
+    from patchkit.workspace import Workspace
+
+    return Workspace.load(ROOT)
+
+
+@pytest.fixture(scope="session")
+def sglang_sdist(shared_cache, workspace) -> Path:
+    """The real sglang 0.5.9 sdist from the package index, sha256-checked (cached)."""
+    from patchkit.upstream import download_sdist
+
+    return download_sdist(workspace.target("sglang").pinned, shared_cache)
+
+
+@pytest.fixture(scope="session")
+def flashinfer_sdist(shared_cache, workspace) -> Path:
+    """The real flashinfer-python 0.6.3 sdist from the package index, sha256-checked (cached)."""
+    from patchkit.upstream import download_sdist
+
+    return download_sdist(workspace.target("flashinfer").pinned, shared_cache)
+
+
+@pytest.fixture(scope="session")
+def warm_mirrors(shared_cache, sglang_sdist, flashinfer_sdist, workspace) -> Path:
+    """Mirrors with both pinned sdists imported; returns the cache root."""
+    from patchkit.upstream import acquire
+
+    for name in ("sglang", "flashinfer"):
+        acquire(workspace.target(name), None, offline_git=True, cache=shared_cache)
+    return shared_cache
+
+
+@pytest.fixture
+def cache(tmp_path, warm_mirrors, monkeypatch) -> Path:
+    """A private PATCHKIT_CACHE seeded from the warm one (mirrors cloned, sdists linked)."""
+    dest = tmp_path / "cache"
+    (dest / "sdists").mkdir(parents=True)
+    for sdist in (warm_mirrors / "sdists").glob("*.tar.gz"):
+        os.link(sdist, dest / "sdists" / sdist.name)
+    (dest / "mirrors").mkdir()
+    for mirror in (warm_mirrors / "mirrors").glob("*.git"):
+        subprocess.run(["git", "clone", "--quiet", "--mirror", str(mirror),
+                        str(dest / "mirrors" / mirror.name)], check=True)
+    monkeypatch.setenv("PATCHKIT_CACHE", str(dest))
+    monkeypatch.setenv("PATCHKIT_OFFLINE_GIT", "1")
+    return dest
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """A scratch copy of this project's patches/ and build/ (safe to edit), as PATCHKIT_PROJECT."""
+    dest = tmp_path / "project"
+    dest.mkdir()
+    shutil.copytree(ROOT / "patches", dest / "patches")
+    if (ROOT / "build").exists():
+        shutil.copytree(ROOT / "build", dest / "build", ignore=shutil.ignore_patterns("work"))
+    monkeypatch.setenv("PATCHKIT_PROJECT", str(dest))
+    return dest
+
+
+@pytest.fixture(scope="session")
+def upstream_remote(tmp_path_factory, sglang_sdist) -> Path:
+    """A bare git repository standing in for the SGLang remote: the sdist's tree under
+    python/ as a real commit tagged v0.5.9, plus a later commit tagged v0.5.9.1."""
+    work = tmp_path_factory.mktemp("upstream-work")
+    git(work, "init", "-q", "-b", "main")
+    (work / "python").mkdir()
+    subprocess.run(["tar", "xzf", str(sglang_sdist), "--strip-components=1", "-C",
+                    str(work / "python")], check=True)
+    git(work, "add", "-A", "-f")
+    git(work, "commit", "-qm", "v0.5.9")
+    git(work, "tag", "v0.5.9")
+    readme = work / "python" / "README.md"
+    readme.write_text(readme.read_text() + "\nA later upstream change.\n")
+    git(work, "commit", "-qam", "later change")
+    git(work, "tag", "v0.5.9.1")
+    bare = tmp_path_factory.mktemp("upstream") / "sglang.git"
+    git(work, "clone", "-q", "--bare", str(work), str(bare))
+    return bare
+
+
+def sha_of(repo: Path, ref: str) -> str:
+    return git(repo, "rev-parse", f"{ref}^{{commit}}").strip()
+
+
+def snapshot(path: Path) -> dict[str, bytes | str]:
+    """Every file (including .git) under `path` with its bytes; symlinks by target."""
+    out: dict[str, bytes | str] = {}
+    if not path.exists():
+        return out
+    for p in sorted(path.rglob("*")):
+        rel = str(p.relative_to(path))
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_file():
+            out[rel] = p.read_bytes()
+        elif p.is_dir():
+            out[rel] = "dir"
+    return out
