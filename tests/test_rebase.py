@@ -1,0 +1,229 @@
+"""`patchkit rebase`: the real v0.5.9 series onto the real sglang 0.5.10 sdist, and synthetic
+git upstreams for `upstreamed` (patch-id and friends) and `conflict` + `--continue`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import patchkit, snapshot
+from rebase_fixtures import (  # noqa: F401 - fixtures
+    AUX_POST,
+    SGLANG_0510_SHA256,
+    SYMM_MEM,
+    cache_0510,
+    git_project,
+    git_upstream,
+    resolve_conflict_with_patch_side,
+    set_series,
+    sglang_0510,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# What upstream changed between the 0.5.9 and 0.5.10 sdists in the files each patch touches
+# (checked by unpacking both sdists and diffing), and the label that follows from it.
+EXPECTED_0510 = {
+    # communicator.py's fusion gate is unchanged (still SM90/SM100 only: the patch's gate hunk
+    # applies), but 0.5.10 moved RMSNorm.forward_with_allreduce_fusion's body into a new
+    # module-level _forward_with_allreduce_fusion() (AITER route added); its flashinfer
+    # fallback still skips the all-reduce and still adds post_residual_addition twice, so
+    # the fix is still needed and the 3-way merge of layernorm.py conflicts.
+    "sm120-flashinfer-allreduce-fusion.patch": "conflict",
+    # all_reduce_utils.py and torch_symm_mem.py are byte-identical in 0.5.10.
+    "sm120-torch-symm-mem-allreduce.patch": "clean",
+    # 0.5.10 added set_eagle3_layers_to_capture(), get_embed_and_head() and
+    # set_embed_and_head() to KimiK25ForConditionalGeneration itself (hasattr checks and its
+    # own error text): an equivalent implementation, not the same text, so only the
+    # definitions-present signal fires (text, reverse-apply and 3-way all differ).
+    "kimi-k25-eagle3-delegation.patch": "upstreamed",
+    # deepseek_v2.py was reworked (the a2a gather next to the capture point now calls
+    # get_attention_tp_group().all_gather), so the hunk's context moved; the 3-way merge on
+    # the recorded blobs is clean, and 0.5.10 still captures hidden_states + residual before
+    # any reduce (tensor_model_parallel_all_reduce is still imported): still needed.
+    "eagle3-aux-capture-post-allreduce.patch": "merged",
+    # model_runner.py / cuda_graph_runner.py changed around the hunks; 0.5.10 still has the
+    # argument-less set_eagle3_layers_to_capture() calls and no init_aux_hidden_state_capture()
+    # (that lands upstream in 0.5.12): 3-way merge without conflict.
+    "eagle3-aux-capture-before-cuda-graphs.patch": "merged",
+    # pyproject.toml: upstream rewrote the line next to the cuda-python pin (decord2 gained a
+    # platform marker) and moved to sglang-kernel 0.4.1 / flashinfer 0.6.7.post2; the pin
+    # change is adjacent to upstream's edit, so the merge conflicts (and the patch's message
+    # about sgl-kernel 0.3.21 needs a human anyway).
+    "cu130-packaging-pins.patch": "conflict",
+    # server_args.py changed a lot but the three insertion points merge cleanly; 0.5.10 has
+    # no speculative_disable_batch_threshold.
+    "speculative-disable-batch-threshold-arg.patch": "merged",
+    # 0.5.10 moved managers/scheduler_metrics_mixin.py to observability/: with an sdist base
+    # there is no rename history, so the patch cannot be carried (3-way impossible).
+    "speculative-dynamic-disable.patch": "conflict",
+}
+
+
+@pytest.fixture
+def classified(cache_0510, workspace):
+    from patchkit.rebase import classify_rebase, resolve_new_base
+    from patchkit.upstream import Mirror, acquire
+
+    target = workspace.target("sglang")
+    series = workspace.series("sglang")
+    old = acquire(target, None)
+    new, pin = resolve_new_base(target, "0.5.10")
+    return classify_rebase(Mirror(target).path, target, series, old, new,
+                           series_version=workspace.targets.series_version, ref="0.5.10",
+                           pin=pin)
+
+
+@pytest.mark.slow
+def test_real_series_onto_0_5_10_every_patch_classified(classified, workspace):
+    names = workspace.series("sglang").names
+    unknown = [n for n in names if n not in EXPECTED_0510]
+    assert not unknown, (f"patches without an expected 0.5.10 label: {unknown}; check by hand "
+                         "what 0.5.10 changed in their files and add them to EXPECTED_0510")
+    got = {o.name: o.label for o in classified.outcomes}
+    assert got == {n: EXPECTED_0510[n] for n in names}
+
+
+@pytest.mark.slow
+def test_real_0_5_10_evidence(classified):
+    by = {o.name: o for o in classified.outcomes}
+    assert classified.history is False  # sdist bases: no upstream range for patch-id
+    kimi = by["kimi-k25-eagle3-delegation.patch"]
+    signals = {s.name: s.fired for s in kimi.signals}
+    assert signals == {"patch-id": None, "reverse-apply": False,
+                       "reverse-apply-reduced-context": False, "empty-after-3way": False,
+                       "added-lines-present": False, "definitions-present": True}
+    assert "equivalent" in kimi.note
+    assert by["sm120-torch-symm-mem-allreduce.patch"].changed is False  # files untouched
+    merged = by["eagle3-aux-capture-post-allreduce.patch"]
+    assert merged.changed and merged.refreshed and b"_sglang_needs_allreduce_fusion" in \
+        merged.refreshed
+    assert by["sm120-flashinfer-allreduce-fusion.patch"].conflicts == [
+        "python/sglang/srt/layers/layernorm.py"]
+    assert by["cu130-packaging-pins.patch"].conflicts == ["python/pyproject.toml"]
+    if "speculative-dynamic-disable.patch" in by:
+        assert "observability/scheduler_metrics_mixin.py" in by[
+            "speculative-dynamic-disable.patch"].note
+
+
+@pytest.mark.slow
+def test_cli_dry_run_prints_tofu_and_leaves_patches_alone(project, cache_0510):
+    before = snapshot(project / "patches")
+    r = patchkit("rebase", "--target", "sglang@0.5.10")
+    assert r.returncode == 1, r.stderr  # patches in conflict
+    assert SGLANG_0510_SHA256 in r.stdout
+    assert "upstream commit: none recorded: relying on the sha256, trust on first use" in r.stdout
+    assert "evidence: definitions-present" in r.stdout
+    assert snapshot(project / "patches") == before
+    tree = project / "work" / "rebase" / "sglang"
+    text = (tree / "python/sglang/srt/layers/layernorm.py").read_text()
+    assert "<<<<<<< " in text and ">>>>>>> " in text
+    assert f"cd {tree}" in r.stdout and "--continue" in r.stdout
+    again = patchkit("rebase", "--target", "sglang@0.5.10")
+    assert again.returncode == 2 and "in progress" in again.stderr
+    assert patchkit("rebase", "--abort").returncode == 0
+    assert not tree.exists()
+
+
+@pytest.mark.slow
+def test_write_is_refused_while_a_patch_conflicts(project, cache_0510):
+    before = snapshot(project / "patches")
+    r = patchkit("rebase", "--target", "sglang@0.5.10", "--write", "--json")
+    assert r.returncode == 1
+    report = json.loads(r.stdout)
+    assert report["status"] == "conflict" and report["written"] == []
+    assert snapshot(project / "patches") == before
+
+
+@pytest.mark.slow
+def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
+    keep = ["sm120-torch-symm-mem-allreduce.patch", "kimi-k25-eagle3-delegation.patch",
+            "eagle3-aux-capture-post-allreduce.patch",
+            "eagle3-aux-capture-before-cuda-graphs.patch"]
+    set_series(project, "sglang", keep)
+    toml_before = (project / "patches/targets.toml").read_text()
+    symm_before = (project / "patches/sglang" / keep[0]).read_bytes()
+    r = patchkit("rebase", "--target", "sglang@0.5.10", "--write")
+    assert r.returncode == 0, r.stdout + r.stderr
+    series = (project / "patches/sglang/series").read_text().split()
+    assert "kimi-k25-eagle3-delegation.patch" not in series
+    assert not (project / "patches/sglang/kimi-k25-eagle3-delegation.patch").exists()
+    assert (project / "patches/sglang" / keep[0]).read_bytes() == symm_before  # clean: same
+    assert "Applied-Upstream: sglang 0.5.10 (kimi-k25-eagle3-delegation.patch)" in r.stdout
+    toml_text = (project / "patches/targets.toml").read_text()
+    data = tomllib.loads(toml_text)
+    assert data["series"]["version"] == "0.2.0"
+    assert data["targets"]["sglang"]["pin"] == "0.5.10"
+    release = data["targets"]["sglang"]["releases"][-1]
+    assert release["sdist"] == "sglang==0.5.10"
+    assert release["sdist_sha256"] == SGLANG_0510_SHA256
+    for line in toml_before.splitlines():  # comments and other entries kept
+        if line.startswith("#"):
+            assert line in toml_text
+    assert "trust on first use" in toml_text
+    # The refreshed series applies to the new pin and round-trips.
+    out = tmp_path / "tree"
+    r = patchkit("apply", "--target", "sglang", "--into", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = patchkit("lint", "--target", "sglang")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_git_upstream_patch_id_and_reverse_apply(git_project, git_upstream):
+    r = patchkit("rebase", "--target", "sglang@v0.5.9.2", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["history"] is True
+    by = {p["name"]: p for p in report["patches"]}
+    assert by[SYMM_MEM]["label"] == "upstreamed"
+    fired = {s["name"] for s in by[SYMM_MEM]["signals"] if s["fired"]}
+    assert {"patch-id", "reverse-apply", "empty-after-3way", "added-lines-present"} <= fired
+    assert by[AUX_POST]["label"] == "clean"
+
+
+def test_git_upstream_conflict_then_continue_write(git_project, git_upstream):
+    r = patchkit("rebase", "--target", "sglang@v0.5.9.3", "--write")
+    assert r.returncode == 1, r.stderr
+    assert "CONFLICT  " + AUX_POST in r.stdout
+    assert (git_project / "patches/sglang" / SYMM_MEM).exists()  # nothing written yet
+    tree = git_project / "work/rebase/sglang"
+    assert resolve_conflict_with_patch_side(tree) == ["python/sglang/srt/models/deepseek_v2.py"]
+    r = patchkit("rebase", "--continue")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resolved" in r.stdout and "Applied-Upstream: sglang 0.5.9.3" in r.stdout
+    series = (git_project / "patches/sglang/series").read_text().split()
+    assert series[-1:] == [AUX_POST] and SYMM_MEM not in series
+    refreshed = (git_project / "patches/sglang" / AUX_POST).read_text()
+    assert "i >= self.first_k_dense_replace" in refreshed
+    data = tomllib.loads((git_project / "patches/targets.toml").read_text())
+    assert data["targets"]["sglang"]["pin"] == "0.5.9.3"
+    assert data["targets"]["sglang"]["releases"][-1]["commit"] == git_upstream["v0.5.9.3"]
+    assert data["targets"]["sglang"]["releases"][-1]["tag"] == "v0.5.9.3"
+    assert not tree.exists()
+
+
+def test_continue_without_a_rebase_is_a_usage_error(project):
+    r = patchkit("rebase", "--continue")
+    assert r.returncode == 2 and "no rebase in progress" in r.stderr
+
+
+def test_render_targets_keeps_comments_and_validates():
+    from patchkit.rebase import NewPin, render_targets
+
+    text = ('# top comment\n[series]\nversion = "1.4.2"  # bumped by rebase\n\n'
+            '[targets.x]\ngit = "g"\npin = "1.0"\n\n[[targets.x.releases]]\nversion = "1.0"\n'
+            f'commit = "{"a" * 40}"\n\n[targets.y]\ngit = "h"\npin = "2"\n\n'
+            f'[[targets.y.releases]]\nversion = "2"\ncommit = "{"b" * 40}"\n')
+    pin = NewPin("1.1", "c" * 40, "v1.1", "x==1.1", "d" * 64, None, True, "tofu")
+    out = render_targets(text, "x", pin, "1.5.0")
+    data = tomllib.loads(out)
+    assert "# top comment" in out
+    assert data["series"]["version"] == "1.5.0"
+    assert data["targets"]["x"]["pin"] == "1.1"
+    assert [r["version"] for r in data["targets"]["x"]["releases"]] == ["1.0", "1.1"]
+    assert data["targets"]["y"]["pin"] == "2"
+    assert out.index("version = \"1.1\"") < out.index("[targets.y]")
