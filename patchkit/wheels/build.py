@@ -293,6 +293,24 @@ def _build_one(project_dir: Path, outdir: Path, runner, isolation: bool
 # --- one target --------------------------------------------------------------------------------
 
 
+def _check_submodules(tree: Path, target: Target, base: Base) -> None:
+    """Refuse a tree whose submodules under the build directory are empty (a git base holds
+    only their pointers)."""
+    gitmodules = tree / ".gitmodules"
+    if not gitmodules.is_file():
+        return
+    for path in re.findall(r"^\s*path\s*=\s*(\S+)\s*$", gitmodules.read_text(), re.M):
+        if target.subdir and not path.startswith(f"{target.subdir}/"):
+            continue  # outside the directory the wheel is built from
+        where = tree / path
+        if not where.is_dir() or not any(where.iterdir()):
+            raise BuildError(
+                f"{target.name}: the {base.source} base {base.commit[:12]} lacks the submodule "
+                f"{path}; its wheel would miss those files",
+                hint="build from the pinned sdist (a mirror without this git commit: "
+                     "a fresh PATCHKIT_CACHE)")
+
+
 def _sweep_later(work: Path) -> threading.Thread:
     """Move the previous build of this target aside and delete it while the new one builds.
 
@@ -349,6 +367,7 @@ def build_target(target: Target, series: Series, base: Base, *, series_version: 
         report = apply_series(mirror.path, base, series, tree, series_version=series_version,
                               progress=progress)
         epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
+        _check_submodules(tree, target, base)
         # Build as from an sdist: backends that ask git for versions or file lists would see
         # the patch commits, not upstream.
         shutil.rmtree(tree / ".git")
@@ -396,7 +415,11 @@ def build_wheels(workspace, specs: Sequence[RefSpec], *, profile: BuildProfile,
             report.skipped.append(SkippedTarget(spec.target, "its series is empty; upstream's "
                                                              "own wheel is the one to install"))
             continue
-        base = acquire(target, spec.ref, progress=progress, cache=cache)
+        release = target.release(spec.ref) if spec.ref else target.pinned
+        # A pinned sdist is the build's preferred base: hash-checked, the same on every
+        # machine, and it carries the submodules and generated files a git checkout lacks.
+        base = acquire(target, spec.ref, progress=progress, cache=cache,
+                       offline_git=True if release and release.sdist else None)
         if not base.pinned:
             raise ConfigError(f"{target.name}@{spec.ref}: not a pinned base")
         report.wheels.append(build_target(
