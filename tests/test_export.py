@@ -1,0 +1,87 @@
+"""`patchkit export`: apply then export reproduces the series byte for byte; edits made with
+ordinary git (commit --fixup + rebase --autosquash, new commits) export deterministically."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT, git, patchkit, snapshot
+
+from patchkit.export import slug, split_mbox, strip_patch_trailer
+
+
+@pytest.mark.parametrize("target", ["sglang", "flashinfer"])
+def test_apply_then_export_reproduces_the_real_series(tmp_path, cache, target):
+    tree = tmp_path / "tree"
+    r = patchkit("apply", "--target", target, "--into", str(tree))
+    assert r.returncode == 0, r.stdout + r.stderr
+    check = patchkit("export", str(tree), "--check")
+    assert check.returncode == 0, check.stdout
+    out = tmp_path / "out"
+    r = patchkit("export", str(tree), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    series = ROOT / "patches" / target
+    names = [ln for ln in (series / "series").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert sorted(p.name for p in out.glob("*.patch")) == sorted(names)
+    for name in names:
+        assert (out / name).read_bytes() == (series / name).read_bytes(), name
+    assert (out / "series").read_text().split() == [n for n in names]
+
+
+def test_fixup_edit_exports_only_that_patch(tmp_path, cache, project):
+    tree = tmp_path / "tree"
+    assert patchkit("apply", "--target", "sglang", "--into", str(tree)).returncode == 0
+    series_dir = project / "patches" / "sglang"
+    before = snapshot(series_dir)
+    path = tree / "python/sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+    path.write_text(path.read_text() + "# tuned later\n")
+    target_commit = git(tree, "log", "--format=%H", "--grep", "symmetric-memory", "-1").strip()
+    git(tree, "commit", "-qam", f"fixup! {target_commit}")
+    git(tree, "-c", "sequence.editor=true", "rebase", "-q", "-i", "--autosquash",
+        "refs/patchkit/sglang/base", env={"GIT_SEQUENCE_EDITOR": "true"})
+    check = patchkit("export", str(tree), "--check")
+    assert check.returncode == 1
+    assert "1 patch(es) need update" in check.stdout
+    r = patchkit("export", str(tree))
+    assert r.returncode == 0, r.stderr
+    after = snapshot(series_dir)
+    changed = sorted(k for k in before if before[k] != after.get(k))
+    assert changed == ["sm120-torch-symm-mem-allreduce.patch"]
+    text = after["sm120-torch-symm-mem-allreduce.patch"].decode()
+    assert "+# tuned later" in text and "Patchkit-Patch" not in text
+    assert text.startswith("From 0000000000000000000000000000000000000000 ")
+    assert "Forwarded: no\n" in text  # message and trailers kept
+
+
+def test_new_commit_is_named_from_its_subject_and_appended(tmp_path, cache, project):
+    tree = tmp_path / "tree"
+    assert patchkit("apply", "--target", "flashinfer", "--into", str(tree)).returncode == 0
+    (tree / "flashinfer" / "patchkit_note.py").write_text("NOTE = 1\n")
+    git(tree, "add", "flashinfer/patchkit_note.py")
+    git(tree, "commit", "-qm", "Add a note module (SM120)\n\nWhy.\n")
+    r = patchkit("export", str(tree))
+    assert r.returncode == 0, r.stderr
+    assert "named from the subject" in r.stdout
+    names = (project / "patches/flashinfer/series").read_text().split("\n")
+    assert names[0].startswith("#")  # the comment block is kept
+    assert [n for n in names if n and not n.startswith("#")][-1] == \
+        "add-a-note-module-sm120.patch"
+
+
+def test_strip_trailer_of_its_own_paragraph():
+    message = (b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+               b"From: a <a@b.c>\nSubject: x\n\nBody.\n\nPatchkit-Patch: x.patch\n\n"
+               b"diff --git a/f b/f\n")
+    name, raw = strip_patch_trailer(message)
+    assert name == "x.patch"
+    assert raw.endswith(b"Body.\n\ndiff --git a/f b/f\n")
+
+
+def test_split_mbox_drops_stdout_separators():
+    one = b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nA\n"
+    assert split_mbox(one + b"\n" + one) == [one, one]
+
+
+def test_slug():
+    assert slug("Fix the thing (SM120) -- now!") == "fix-the-thing-sm120-now.patch"
+    assert len(slug("x" * 200)) == 63 + len(".patch")
