@@ -255,6 +255,18 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
     tree.dists[dist.name] = dist
 
 
+def read_member(member: Member) -> bytes:
+    """A wheel member's bytes, refusing members larger than their header says."""
+    assert member.wheel is not None
+    with zipfile.ZipFile(member.wheel) as zf:
+        info = zf.getinfo(member.relpath)
+        with zf.open(info) as src:
+            data = src.read(info.file_size + 1)
+    if len(data) > info.file_size:
+        raise ValueError(f"member {member.relpath!r} is larger than its header says")
+    return data
+
+
 def extract_member(member: Member) -> str:
     """Write a wheel member under the scratch folder (never outside it) and return its path."""
     assert member.wheel is not None and member.scratch is not None
