@@ -1,0 +1,218 @@
+"""``--speculative-disable-batch-threshold``: CLI parsing and every validation rule.
+
+The arguments go through the real ``ServerArgs.add_cli_args`` parser and the real
+``ServerArgs._handle_speculative_decoding``; only ``__post_init__`` (GPU probing) is skipped.
+The target is a tiny Llama config written to a temporary directory (no weights are read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+
+import pytest
+
+pytestmark = pytest.mark.payload
+
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "torch_dtype": "bfloat16",
+}
+EAGLE3_TOPK1 = [
+    "--speculative-algorithm", "EAGLE3",
+    "--speculative-num-steps", "2",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "3",
+]  # fmt: skip
+THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    return tmp_path
+
+
+@pytest.fixture
+def resolve(sglang_tree, model_dir, monkeypatch):
+    """Parse a command line and run the speculative-decoding handling of ServerArgs."""
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.delenv("SGLANG_ENABLE_SPEC_V2", raising=False)
+
+    def _resolve(*argv: str, spec_v2: bool = False) -> ServerArgs:
+        if spec_v2:
+            monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "1")
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        cli = ["--model-path", str(model_dir)]
+        cli += ["--speculative-draft-model-path", str(model_dir), *argv]
+        namespace = parser.parse_args(cli)
+        args = object.__new__(ServerArgs)
+        for field in dataclasses.fields(ServerArgs):
+            if hasattr(namespace, field.name):
+                value = getattr(namespace, field.name)
+            elif field.default is not dataclasses.MISSING:
+                value = field.default
+            else:
+                value = field.default_factory()
+            setattr(args, field.name, value)
+        # Filled in by __post_init__ handlers that run before the speculative one.
+        args.page_size = args.page_size or 1
+        args._handle_speculative_decoding()
+        return args
+
+    return _resolve
+
+
+def test_cli_parses_thresholds(resolve):
+    args = resolve(
+        *EAGLE3_TOPK1,
+        THRESHOLD_FLAG, "32",
+        "--speculative-reenable-batch-threshold", "20",
+        "--max-running-requests", "128",
+    )  # fmt: skip
+    assert args.speculative_disable_batch_threshold == 32
+    assert args.speculative_reenable_batch_threshold == 20
+
+
+def test_reenable_defaults_to_three_quarters(resolve):
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "32", "--max-running-requests", "128")
+    assert args.speculative_reenable_batch_threshold == 24
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "1", "--max-running-requests", "128")
+    assert args.speculative_reenable_batch_threshold == 1
+
+
+def test_unset_threshold_changes_nothing(resolve):
+    args = resolve(*EAGLE3_TOPK1, "--max-running-requests", "128")
+    assert args.speculative_disable_batch_threshold is None
+    assert args.speculative_reenable_batch_threshold is None
+
+
+@pytest.mark.parametrize("value", ["0", "-4"])
+def test_threshold_must_be_positive(resolve, value):
+    with pytest.raises(ValueError, match=r"disable-batch-threshold must be >= 1"):
+        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, value)
+
+
+def test_algorithm_must_be_eagle(resolve):
+    with pytest.raises(ValueError, match=r"only the EAGLE and EAGLE3.*STANDALONE"):
+        resolve(
+            "--speculative-algorithm", "STANDALONE",
+            "--speculative-num-steps", "2",
+            "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", "3",
+            THRESHOLD_FLAG, "8",
+        )  # fmt: skip
+
+
+def test_threshold_without_speculation_refused(resolve):
+    with pytest.raises(ValueError, match=r"only the EAGLE and EAGLE3.*None"):
+        resolve(THRESHOLD_FLAG, "8")
+
+
+def test_eagle_and_eagle3_accepted(resolve):
+    for algorithm in ("EAGLE", "EAGLE3"):
+        argv = list(EAGLE3_TOPK1)
+        argv[1] = algorithm
+        args = resolve(*argv, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
+        assert args.speculative_disable_batch_threshold == 8
+
+
+def test_spec_v2_needs_topk_one(resolve):
+    # Llama auto-selects (steps, topk, draft tokens) = (5, 4, 8) when none is given.
+    with pytest.raises(ValueError, match=r"SGLANG_ENABLE_SPEC_V2 requires --speculative-eagle-topk 1, got 4"):
+        resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8", spec_v2=True)
+
+
+def test_spec_v2_topk_one_accepted(resolve):
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64", spec_v2=True)
+    assert args.disable_overlap_schedule is False
+    assert args.speculative_disable_batch_threshold == 8
+
+
+def test_v1_allows_topk_above_one(resolve):
+    args = resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8")
+    assert args.speculative_eagle_topk == 4
+
+
+@pytest.mark.parametrize(
+    ("flag", "field", "words"),
+    [
+        ("--enable-dp-attention", "enable_dp_attention", "--enable-dp-attention"),
+        (None, "enable_multi_layer_eagle", "multi-layer EAGLE"),
+        ("--enable-two-batch-overlap", "enable_two_batch_overlap", "--enable-two-batch-overlap"),
+        ("--enable-pdmux", "enable_pdmux", "--enable-pdmux"),
+    ],
+)
+def test_incompatible_modes_refused(resolve, flag, field, words, sglang_tree):
+    from sglang.srt.server_args import ServerArgs
+
+    argv = [*EAGLE3_TOPK1, THRESHOLD_FLAG, "8"]
+    if flag is None:
+        # Multi-layer EAGLE is switched on by the model adjustments, not by a flag.
+        args = resolve(*argv, "--max-running-requests", "64")
+        args.enable_multi_layer_eagle = True
+        with pytest.raises(ValueError, match=f"cannot be combined with {words}"):
+            ServerArgs._handle_speculative_disable_batch_threshold(args)
+        return
+    with pytest.raises(ValueError, match=f"cannot be combined with {words}"):
+        resolve(*argv, flag)
+
+
+@pytest.mark.parametrize("value", ["0", "9"])
+def test_reenable_must_lie_in_range(resolve, value):
+    with pytest.raises(ValueError, match=r"reenable-batch-threshold must be between 1 and"):
+        resolve(
+            *EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-reenable-batch-threshold", value
+        )
+
+
+def test_reenable_needs_threshold(resolve):
+    with pytest.raises(ValueError, match=r"reenable-batch-threshold requires"):
+        resolve(*EAGLE3_TOPK1, "--speculative-reenable-batch-threshold", "4")
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_warns_when_threshold_reaches_max_running_requests(resolve, caplog):
+    caplog.set_level(logging.WARNING)
+    resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "64", "--max-running-requests", "64")
+    assert any(
+        "disable-batch-threshold 64 >= --max-running-requests 64" in m
+        for m in _warnings(caplog)
+    )
+
+
+def test_no_warning_below_explicit_max_running_requests(resolve, caplog):
+    caplog.set_level(logging.WARNING)
+    resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "32", "--max-running-requests", "128")
+    assert not any("threshold" in m for m in _warnings(caplog))
+
+
+def test_warns_about_implicit_cap_of_48(resolve, caplog):
+    caplog.set_level(logging.WARNING)
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "64")
+    assert args.max_running_requests == 48
+    messages = [m for m in _warnings(caplog) if "capped at 48" in m]
+    assert messages and "threshold 64 can never be exceeded" in messages[0]
+    assert "--max-running-requests" in messages[0]
+
+
+def test_warns_about_implicit_cap_below_48_too(resolve, caplog):
+    caplog.set_level(logging.WARNING)
+    resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8")
+    messages = [m for m in _warnings(caplog) if "capped at 48" in m]
+    assert messages and "never be exceeded" not in messages[0]
