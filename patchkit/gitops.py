@@ -115,6 +115,12 @@ def init_bare(path: Path) -> None:
     run(path, "init", "--bare", "--quiet", str(path))
 
 
+def pack_objects(repo: Path, bare: bool = True) -> None:
+    """Pack loose objects without deltas: clones hard-link one file and checkouts read fast."""
+    run(repo, "repack", "-a", "-d", "-q", "--window=0", bare=bare)
+    run(repo, "prune-packed", bare=bare)
+
+
 def is_repository(path: Path) -> bool:
     return (path / ".git").exists() and ok(path, "rev-parse", "--git-dir")
 

@@ -424,6 +424,8 @@ def safe_extract_sdist(archive: Path, dest: Path) -> Path:
             name = PurePosixPath(member.name)
             if name.is_absolute() or ".." in name.parts:
                 raise FetchError(f"{archive.name}: member {member.name} escapes the archive")
+            if any(part.lower() == ".git" for part in name.parts):
+                raise FetchError(f"{archive.name}: member {member.name} is inside a .git directory")
             if not (member.isfile() or member.isdir()):
                 raise FetchError(f"{archive.name}: member {member.name} is a link or device")
             total += member.size
@@ -466,6 +468,7 @@ def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path
         )
         sha = gitops.import_directory(repo, layout, message, sdist_identity(archive))
     gitops.update_ref(repo, SDIST_REF.format(version=release.version), sha, bare=True)
+    gitops.pack_objects(repo)
     return sha
 
 
