@@ -49,7 +49,9 @@ class Browser:
                 raise RuntimeError("chromium did not start its DevTools endpoint")
             time.sleep(0.05)
         port, path = port_file.read_text().splitlines()[:2]
-        self.ws = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=20)
+        self._connection = connect(f"ws://127.0.0.1:{port}{path}", max_size=None,
+                                   open_timeout=20)
+        self.ws = self._connection.__enter__()
         self._ids = itertools.count(1)
         self.events: list[dict] = []
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -135,7 +137,7 @@ class Browser:
     def close(self) -> None:
         try:
             if getattr(self, "ws", None) is not None:
-                self.ws.close()
+                self._connection.__exit__(None, None, None)
         finally:
             if self.proc.poll() is None:
                 self.proc.terminate()
