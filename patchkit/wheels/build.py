@@ -331,7 +331,6 @@ def _sweep_later(work: Path) -> threading.Thread:
     return thread
 
 
-
 def _wheel_metadata(wheel: Path) -> tuple[str, str]:
     with zipfile.ZipFile(wheel) as zf:
         dist_info = dist_info_dir(zf.namelist())
