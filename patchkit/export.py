@@ -179,13 +179,23 @@ def write_series(directory: Path, target: str, patches: list[ExportedPatch], *,
 
 
 def render_series(series_path: Path, names: list[str]) -> str:
-    """The series file for `names`: the existing leading comment block, then one name a line."""
+    """The series file for `names`.
+
+    When the new order only drops entries and appends new ones (what a rebase or an added
+    commit does), the file is edited in place: comments stay where they were.  Otherwise the
+    leading comment block is kept and the names follow, one a line.
+    """
+    lines = series_path.read_text(encoding="utf-8").splitlines() if series_path.is_file() else []
+    old = [ln.split("#", 1)[0].strip() for ln in lines]
+    kept = [n for n in old if n and n in names]
+    if kept == names[: len(kept)]:
+        body = [ln for ln, n in zip(lines, old, strict=True) if not n or n in names]
+        return "\n".join([*body, *names[len(kept):]]) + "\n"
     header: list[str] = []
-    if series_path.is_file():
-        for line in series_path.read_text(encoding="utf-8").splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                break
-            header.append(line)
+    for line in lines:
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        header.append(line)
     return "\n".join([*header, *names]) + "\n"
 
 

@@ -753,9 +753,9 @@ def render_targets(text: str, target: str, pin: NewPin | None, series_version: s
             continue
         key = line.split("=", 1)[0].strip() if "=" in line else None
         if table == "series" and key == "version":
-            lines[i] = f"version = {tomli_w.dumps({'v': series_version})[4:]}"
+            lines[i] = _set_value(line, series_version)
         elif table == f"targets.{target}" and key == "pin" and pin is not None:
-            lines[i] = f"pin = {tomli_w.dumps({'v': pin.version})[4:]}"
+            lines[i] = _set_value(line, pin.version)
         if table == f"targets.{target}.releases" and line.strip():
             last_release_line = i
     if pin is not None and pin.new:
@@ -774,8 +774,8 @@ def render_targets(text: str, target: str, pin: NewPin | None, series_version: s
             + ("trust on first use of the index's sdist" if pin.sdist else "git commit") + ".\n",
         ]
         if pin.sdist and not pin.recorded_commit:
-            block.append("# The sdist records no upstream commit: `commit` is its deterministic "
-                         "import; the sha256 is what is verified.\n")
+            block.append("# No upstream commit recorded in the sdist: `commit` is its import; "
+                         "the sha256 is verified.\n")
         block.append(f"[[targets.{target}.releases]]\n")
         block.append(tomli_w.dumps(entry))
         at = (last_release_line + 1) if last_release_line is not None else len(lines)
@@ -783,6 +783,18 @@ def render_targets(text: str, target: str, pin: NewPin | None, series_version: s
             lines[-1] += "\n"
         lines[at:at] = block
     return "".join(lines)
+
+
+_VALUE_RE = re.compile(r"""^(\s*[A-Za-z0-9_-]+\s*=\s*)("[^"]*"|'[^']*'|[^#\s]+)(.*)$""", re.S)
+
+
+def _set_value(line: str, value: str) -> str:
+    """`key = "old"  # comment` -> `key = "new"  # comment`."""
+    encoded = tomli_w.dumps({"v": value})[4:].rstrip("\n")
+    match = _VALUE_RE.match(line)
+    if match is None:
+        return f"{line.split('=', 1)[0].rstrip()} = {encoded}\n"
+    return f"{match.group(1)}{encoded}{match.group(3)}"
 
 
 def commit_message(report: RebaseReport) -> str:
