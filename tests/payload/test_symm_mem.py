@@ -1,0 +1,87 @@
+"""sm120-torch-symm-mem-allreduce.patch: TorchSymmMemCommunicator on SM120 (PCIe, two-shot)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+pytestmark = pytest.mark.payload
+
+
+class FakeSymmetricMemory:
+    """Stands in for ``torch.distributed._symmetric_memory`` on a PCIe box without a GPU.
+
+    ``empty`` gives a CPU buffer and ``rendezvous`` a handle whose ``multicast_ptr`` is 0, as
+    on every PCIe system (no NVLink multicast).  Allocation and rendezvous are infrastructure;
+    the communicator's decisions are what is under test.
+    """
+
+    def __init__(self):
+        self.rendezvous_calls: list[str] = []
+
+    def empty(self, numel, device=None, dtype=None):
+        return torch.zeros(numel, dtype=dtype)
+
+    def rendezvous(self, buffer, group_name):
+        self.rendezvous_calls.append(group_name)
+        return SimpleNamespace(multicast_ptr=0, buffer_ptrs=[buffer.data_ptr()])
+
+
+@pytest.fixture
+def sm120_box(sglang_tree, monkeypatch):
+    """Spoof an SM120 device and fake the symmetric-memory rendezvous; return the module."""
+    from sglang.srt.distributed.device_communicators import torch_symm_mem
+
+    fake = FakeSymmetricMemory()
+    monkeypatch.setattr(torch_symm_mem, "torch_symm_mem_available", True)
+    monkeypatch.setattr(torch_symm_mem, "torch_symm_mem", fake, raising=False)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (12, 0))
+    return torch_symm_mem, fake
+
+
+def _communicator(module, monkeypatch, world_size: int):
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: world_size)
+    group = SimpleNamespace(group_name=f"tp{world_size}")
+    return module.TorchSymmMemCommunicator(group=group, device=0)
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+def test_symm_mem_sm120_two_shot(sm120_box, monkeypatch, world_size):
+    module, fake = sm120_box
+    comm = _communicator(module, monkeypatch, world_size)
+
+    assert not comm.disabled, "SM120 communicator disabled itself (multicast_ptr == 0 on PCIe)"
+    assert fake.rendezvous_calls == [f"tp{world_size}"]
+    assert comm.max_size == module.TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[12][world_size]
+    assert comm.use_multimem is False
+    small = torch.ones(4096, dtype=torch.bfloat16)
+    assert comm.should_torch_symm_mem_allreduce(small)
+    assert not comm.should_torch_symm_mem_allreduce(small.float())
+
+
+def test_symm_mem_sm120_all_reduce_uses_two_shot(sm120_box, monkeypatch):
+    module, _ = sm120_box
+    world_size = 4
+    comm = _communicator(module, monkeypatch, world_size)
+    calls = []
+
+    def two_shot(buffer, op, group_name):
+        # Every rank contributed the same tensor: the sum is world_size times it.
+        calls.append(("two_shot", op, group_name))
+        buffer.mul_(world_size)
+
+    def multimem(buffer, op, group_name):
+        calls.append(("multimem", op, group_name))
+
+    monkeypatch.setattr(torch.ops.symm_mem, "two_shot_all_reduce_", two_shot, raising=False)
+    monkeypatch.setattr(torch.ops.symm_mem, "multimem_all_reduce_", multimem, raising=False)
+
+    inp = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    out = comm.all_reduce(inp)
+
+    assert calls == [("two_shot", "sum", "tp4")]
+    torch.testing.assert_close(out, inp * world_size)
