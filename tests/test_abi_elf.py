@@ -20,20 +20,46 @@ def _readelf_needed(path: str) -> list[str]:
 
 
 def _nm_undefined(path: str) -> set[str]:
+    """Strong undefined dynamic symbols (nm's "U"; weak ones are "w"/"v")."""
     out = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True, text=True).stdout
-    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.split()[:1] == ["U"]}
 
 
 def test_elf_facts_match_readelf_and_nm(torch_dir):
     ext = builders.torch_extension("ok")
     info = read_elf(ext)
     assert info.needed == _readelf_needed(ext)
-    assert {s.name for s in info.undefined} == _nm_undefined(ext)
+    assert set(info.undefined) == _nm_undefined(ext)
     assert info.cxx11_abi == 1
     c10 = read_elf(f"{torch_dir}/lib/libc10.so")
     assert c10.soname == "libc10.so"
     assert "_ZN3c1010TensorImpl17release_resourcesEv" in c10.defined
     assert "GLIBCXX_3.4" in c10.verneed["libstdc++.so.6"]
+
+
+def test_elf_facts_match_pyelftools(torch_dir):
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    path = f"{torch_dir}/lib/libc10.so"
+    info = read_elf(path)
+    with open(path, "rb") as fh:
+        elf = ELFFile(fh)
+        dyn = next(s for s in elf.iter_sections() if isinstance(s, DynamicSection))
+        needed = [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+        symtab = elf.get_section_by_name(".dynsym")
+        defined = {
+            sym.name for sym in symtab.iter_symbols()
+            if sym["st_shndx"] != "SHN_UNDEF" and sym.name
+            and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE", "STB_LOOS")
+            and sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED")
+        }
+        vn = next(s for s in elf.iter_sections() if isinstance(s, GNUVerNeedSection))
+        verneed = {v.name: [a.name for a in auxes] for v, auxes in vn.iter_versions()}
+    assert info.needed == needed
+    assert info.defined == defined
+    assert info.verneed == verneed
 
 
 def test_abi0_build_is_detected(torch_dir):

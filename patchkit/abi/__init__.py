@@ -88,7 +88,7 @@ def verify(
             host_checks = wheelhouse is None
         driver = detect_driver() if host_checks else None
         source = os.path.abspath(wheelhouse if wheelhouse else (env or default_site_packages()))
-        key = _run_key(tree, prof, targets, environ, driver)
+        key = _run_key(tree, source, prof, targets, environ, driver)
         hit = cache.load("run:" + source, 0, key)
         if hit is not None:
             return VerifyReport(
@@ -117,8 +117,10 @@ def verify(
 _ENV_KEYS = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PATH", "FLASHINFER_CUDA_ARCH_LIST")
 
 
-def _run_key(tree: Tree, prof: Profile, targets, environ, driver) -> str:
+def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -> str:
     """Everything the findings depend on: files (path, size, mtime), metadata, profile, host."""
+    # A wheelhouse is unpacked into a fresh scratch folder each run: its name is no input.
+    env_root = tree.root if tree.kind == "env" else None
     try:
         ld = os.stat("/etc/ld.so.cache")
         ld_id = (ld.st_size, ld.st_mtime_ns)
@@ -130,7 +132,7 @@ def _run_key(tree: Tree, prof: Profile, targets, environ, driver) -> str:
     except OSError:
         prof_bytes = repr(prof).encode()
     return run_key([
-        tree.kind, tree.root, sorted((m.relpath, m.size, m.mtime) for m in tree.members.values()),
+        tree.kind, source, env_root, sorted((m.relpath, m.size, m.mtime) for m in tree.members.values()),
         sorted(tree.texts.items()), sorted((d.name, d.version, d.wheel, tuple(d.requires))
                                            for d in tree.dists.values()),
         tree.invalid, prof_bytes, prof.severity, [str(t) for t in targets],

@@ -13,7 +13,7 @@ import pickle
 import tempfile
 
 # Bump when FileReport or the analysis changes meaning.
-FORMAT = 4
+FORMAT = 5
 
 
 def cache_root() -> str:

@@ -399,33 +399,27 @@ def _bucket(name: str) -> str:
 
 def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     loader = ctx.loader
-    global_names: set[str] = set()
-    for obj in loader.global_scope:
-        if obj.report.elf:
-            global_names |= obj.report.elf.defined
-    pending: list[tuple[str, str, str]] = []  # (file, mangled, bucket)
+    global_sets = [obj.report.elf.defined for obj in loader.global_scope if obj.report.elf]
+    pending: list[tuple[str, str, str, int]] = []  # (file, mangled, bucket, count in file)
     for rel, rep in extensions.items():
         cl = ctx.closures.get(rel)
         if rep.elf is None or cl is None or cl.missing:
             continue  # ld.so stops at the missing library; check 7 said so
-        scope = set(global_names)
-        for obj in cl.objects[1:]:
-            if obj.report.elf:
-                scope |= obj.report.elf.defined
-        external = bool(cl.exempt)
+        # The extension's scope: the global scope, then its own NEEDED closure (dlopen order).
+        scope = global_sets + [o.report.elf.defined for o in cl.objects[1:] if o.report.elf]
+        driver_api = bool({"libcuda.so.1", "libcuda.so"} & cl.exempt)
         missing = []
-        for sym in rep.elf.undefined:
-            if sym.weak or sym.name in scope:
+        for name in rep.elf.undefined:
+            if any(name in defined for defined in scope):
                 continue
-            bucket = _bucket(sym.name)
-            if bucket == "python-abi" or (external and bucket in ("cuda-lib", "torch-abi")
-                                          and not ctx.torch.present and bucket == "torch-abi"):
-                continue
-            if external and bucket == "cuda-lib" and {"libcuda.so.1", "libcuda.so"} & cl.exempt:
-                continue
-            if not ctx.torch.present and bucket == "torch-abi":
-                continue
-            missing.append((sym.name, bucket))
+            bucket = _bucket(name)
+            if bucket == "python-abi":
+                continue  # the interpreter defines these
+            if bucket == "cuda-lib" and driver_api:
+                continue  # libcuda.so.1 comes with the driver, not with any wheel
+            if bucket == "torch-abi" and not ctx.torch.present:
+                continue  # torch-missing already says these cannot be checked
+            missing.append((name, bucket))
         for name, bucket in missing:
             pending.append((rep.origin, name, bucket, len(missing)))
     names = demangle([p[1] for p in pending])
@@ -468,8 +462,8 @@ def check_cxx11(ctx: Context, extensions: dict[str, FileReport]) -> None:
             continue
         if not any(n in TORCH_SONAMES for n in rep.elf.needed):
             continue
-        example = next((s.name for s in rep.elf.undefined if _bucket(s.name) == "torch-abi"
-                        and ("Ss" in s.name or "cxx11" in s.name)), "")
+        example = next((s for s in rep.elf.undefined if _bucket(s) == "torch-abi"
+                        and ("Ss" in s or "cxx11" in s)), "")
         shown = demangle([example]).get(example, example) if example else "std::string overloads"
         ctx.emit("cxx11-abi", rep.origin, x=rep.elf.cxx11_abi, y=y, example=shown)
 

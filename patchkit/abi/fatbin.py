@@ -85,6 +85,16 @@ class Fatbin:
     def archs(self) -> list[str]:
         return sorted({e.name for e in self.entries})
 
+    # Cached and sent between processes by the thousand: entries travel as plain tuples.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["entries"] = [tuple(e) for e in self.entries]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["entries"] = list(map(FatbinEntry._make, state["entries"]))
+        self.__dict__.update(state)
+
 
 def parse_fatbins(buf, start: int = 0, end: int | None = None) -> list[Fatbin]:
     """Walk the fatbins concatenated in ``buf[start:end]`` (8-aligned, zero padding allowed)."""
@@ -112,11 +122,13 @@ def parse_fatbins(buf, start: int = 0, end: int | None = None) -> list[Fatbin]:
     return out
 
 
+_ENTRY = struct.Struct("<HHIQIIHHI8xQ8xQ")  # the 0x40-byte entry header
+
+
 def _entries(buf, pos: int, end: int, base: int):
+    unpack = _ENTRY.unpack_from
     while pos + ENTRY_MIN_HEADER <= end:
-        kind, _, hsize, psize, csize, _ext, minor, major, arch = struct.unpack_from(
-            "<HHIQIIHHI", buf, pos
-        )
+        kind, _, hsize, psize, csize, _ext, minor, major, arch, flags, unc = unpack(buf, pos)
         if kind == 0 and hsize == 0:  # trailing padding
             break
         if kind not in (KIND_PTX, KIND_CUBIN):
@@ -126,10 +138,6 @@ def _entries(buf, pos: int, end: int, base: int):
                 f"fatbin entry at offset {pos - base:#x} (header {hsize:#x}, payload {psize:#x}) "
                 "runs past its fatbin"
             )
-        flags, = struct.unpack_from("<Q", buf, pos + 0x28)
-        unc = 0
-        if hsize >= 0x40:
-            unc, = struct.unpack_from("<Q", buf, pos + 0x38)
         compression = "zstd" if flags & FLAG_ZSTD else "lz4" if flags & FLAG_LZ4 else ""
         if compression and (csize > psize or unc > MAX_UNCOMPRESSED):
             raise MalformedFatbin(
@@ -138,11 +146,8 @@ def _entries(buf, pos: int, end: int, base: int):
             )
         variant = "a" if flags & FLAG_ARCH_A else "f" if flags & FLAG_ARCH_F else ""
         yield FatbinEntry(
-            kind="ptx" if kind == KIND_PTX else "cubin", arch=arch, variant=variant,
-            compression=compression, offset=pos - base, header_size=hsize, payload_size=psize,
-            compressed_size=csize if compression else 0,
-            uncompressed_size=unc if compression else psize,
-            version=(major, minor), flags=flags,
+            "ptx" if kind == KIND_PTX else "cubin", arch, variant, compression, pos - base, hsize,
+            psize, csize if compression else 0, unc if compression else psize, (major, minor), flags,
         )
         pos += hsize + psize
 

@@ -134,11 +134,12 @@ def read_env(site: str) -> Tree:
                     _read_dist_info(tree, entry.path)
                 elif name not in SKIP_DIRS and not name.startswith("."):
                     stack.append((relpath + "/", entry.path))
-            elif SO_NAME.search(name) and entry.is_file():
+            elif ".so" in name and SO_NAME.search(name) and entry.is_file():
                 st = entry.stat()
                 tree.members[relpath] = Member(
                     relpath=relpath, path=entry.path, size=st.st_size, mtime=st.st_mtime_ns,
-                    origin=entry.path, cache_key=os.path.realpath(entry.path),
+                    origin=entry.path,
+                    cache_key=os.path.realpath(entry.path) if entry.is_symlink() else entry.path,
                 )
                 tree.dirs.add(rel.rstrip("/"))
     for relpath in TEXT_FILES:
