@@ -129,13 +129,13 @@ def test_wheel_layout_is_normalized(sglang_wheel):
 
 @pytest.mark.slow
 def test_two_builds_from_clean_trees_are_byte_identical(sglang_wheel, rebuild_sglang,
-                                                        tmp_path):
+                                                        tmp_path, workspace):
     # another project directory, cache and work tree: nothing is shared with the first build
     result = rebuild_sglang(tmp_path)
     second = tmp_path / "dist" / sglang_wheel.path.name
     assert second.is_file()
     assert str(second) in result.stdout  # the wheel path and the series it carries
-    assert "sglang series 0.1.0" in result.stdout
+    assert f"sglang series {workspace.targets.series_version}" in result.stdout
     first_sha = sglang_wheel.report["wheels"][0]["sha256"]
     assert hashlib.sha256(second.read_bytes()).hexdigest() == first_sha
 
@@ -166,6 +166,29 @@ def test_installed_wheel_has_the_version_and_the_patched_lines(sglang_wheel, sgl
                         assert line.value in installed, f"{patch.name}: {path}: {line.value!r}"
                         checked += 1
     assert checked > 20
+
+
+@pytest.mark.slow
+def test_flashinfer_builds_a_pure_python_wheel_with_its_version_and_patch(build_flashinfer,
+                                                                          workspace):
+    series = workspace.series("flashinfer")
+    version = f"0.6.3+cu130.pk{series.hash()[:8]}"
+    wheel = build_flashinfer.path
+    assert wheel.name == f"flashinfer_python-{version}-py3-none-any.whl"
+    meta = _metadata(wheel)
+    assert (meta["Name"], meta["Version"]) == ("flashinfer-python", version)
+    build_meta = _read(wheel, "flashinfer/_build_meta.py").decode()
+    assert f'__version__ = "{version}"' in build_meta
+    assert f'__git_version__ = "{workspace.target("flashinfer").pinned.commit}"' in build_meta
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        comm = zf.read("flashinfer/jit/comm.py").decode()
+    assert not any(n.endswith((".so", ".cubin")) for n in names)  # nothing compiled
+    assert "flashinfer/data/include/flashinfer/comm/trtllm_allreduce.cuh" in names
+    assert "supported_major_versions=[9, 10, 12]" in comm
+    prov = json.loads(_read(wheel, ".dist-info/patchkit.json"))
+    assert [p["name"] for p in prov["series"]["patches"]] == series.names
+    assert validate_sbom(_read(wheel, ".dist-info/sboms/patchkit.cdx.json")) is None
 
 
 def test_an_empty_series_is_skipped_not_built(project, cache):

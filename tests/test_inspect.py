@@ -17,12 +17,13 @@ SERVER_ARGS = "sglang/srt/server_args.py"
 
 
 @pytest.mark.slow
-def test_inspect_installed_reports_the_series_and_exits_0(sglang_site, sglang_wheel):
+def test_inspect_installed_reports_the_series_and_exits_0(sglang_site, sglang_wheel,
+                                                          workspace):
     result = patchkit("inspect", "--installed", "sglang", "--path", str(sglang_site))
     assert result.returncode == 0, result.stdout + result.stderr
     version = sglang_wheel.report["wheels"][0]["version"]
     assert f"sglang {version} (installed: {sglang_site})" in result.stdout
-    assert "sglang series 0.1.0" in result.stdout
+    assert f"sglang series {workspace.targets.series_version}" in result.stdout
     for name in sglang_wheel.report["wheels"][0]["series"]["patches"]:
         assert name in result.stdout
     assert "all match" in result.stdout
@@ -67,10 +68,10 @@ def test_an_edited_installed_file_exits_1_and_is_named(sglang_site):
 
 
 @pytest.mark.slow
-def test_inspect_wheel_and_a_tampered_wheel(sglang_wheel, tmp_path):
+def test_inspect_wheel_and_a_tampered_wheel(sglang_wheel, tmp_path, workspace):
     result = patchkit("inspect", str(sglang_wheel.path))
     assert result.returncode == 0, result.stderr
-    assert "sglang series 0.1.0" in result.stdout
+    assert f"sglang series {workspace.targets.series_version}" in result.stdout
     assert "upstream  0.5.9 (commit bbe9c7eeb520b0a67e92d133dfc137a3688dc7f2" in result.stdout
 
     tampered = tmp_path / sglang_wheel.path.name

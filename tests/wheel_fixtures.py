@@ -46,13 +46,14 @@ def private_cache(warm: Path, dest: Path) -> Path:
     return dest
 
 
-def build_sglang(root: Path, warm: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """Run `patchkit build --target sglang` in a fresh project + cache under `root`."""
+def build_in_scratch(root: Path, warm: Path, target: str, *extra: str
+                     ) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run `patchkit build --target TARGET` in a fresh project + cache under `root`."""
     project = scratch_project(root / "project")
     env = {"PATCHKIT_PROJECT": str(project),
            "PATCHKIT_CACHE": str(private_cache(warm, root / "cache")),
            "PATCHKIT_OFFLINE_GIT": "1"}
-    result = patchkit("build", "--target", "sglang", "--out", str(root / "dist"), *extra,
+    result = patchkit("build", "--target", target, "--out", str(root / "dist"), *extra,
                       cwd=project, env=env)
     assert result.returncode == 0, result.stderr
     return result, env
@@ -62,10 +63,19 @@ def build_sglang(root: Path, warm: Path, *extra: str) -> tuple[subprocess.Comple
 def sglang_wheel(tmp_path_factory, warm_mirrors) -> BuiltWheel:
     """The patched sglang wheel, built once per session (`patchkit build --json`)."""
     root = tmp_path_factory.mktemp("build-a")
-    result, env = build_sglang(root, warm_mirrors, "--json")
+    result, env = build_in_scratch(root, warm_mirrors, "sglang", "--json")
     report = json.loads(result.stdout)
     [wheel] = report["wheels"]
     return BuiltWheel(Path(wheel["wheel"]), report, root / "project", env)
+
+
+@pytest.fixture
+def build_flashinfer(warm_mirrors, tmp_path) -> BuiltWheel:
+    """The patched flashinfer-python wheel (`patchkit build --target flashinfer --json`)."""
+    result, env = build_in_scratch(tmp_path, warm_mirrors, "flashinfer", "--json")
+    report = json.loads(result.stdout)
+    [wheel] = report["wheels"]
+    return BuiltWheel(Path(wheel["wheel"]), report, tmp_path / "project", env)
 
 
 @pytest.fixture
@@ -73,7 +83,7 @@ def rebuild_sglang(warm_mirrors):
     """Build the sglang wheel again from scratch under a given directory (text output)."""
 
     def rebuild(root: Path) -> subprocess.CompletedProcess:
-        return build_sglang(root, warm_mirrors)[0]
+        return build_in_scratch(root, warm_mirrors, "sglang")[0]
 
     return rebuild
 
