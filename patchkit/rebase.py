@@ -159,6 +159,7 @@ class RebaseReport:
     written: list[str] = field(default_factory=list)
     commit_message: str | None = None
     tip: str | None = None
+    write_requested: bool = False
 
     @property
     def conflicted(self) -> list[PatchOutcome]:
@@ -708,11 +709,15 @@ def abort_rebase(dest: Path) -> bool:
 
 def write_rebase(report: RebaseReport, series_dir: Path, targets_file: Path) -> None:
     """Refresh changed patches, drop upstreamed ones, move the pin, bump the series version."""
+    report.write_requested = True
     if report.conflicted:
         raise UsageError(
             f"{len(report.conflicted)} patch(es) in conflict; nothing was written",
             hint="resolve them in the scratch work tree and `patchkit rebase --continue --write`",
         )
+    if report.pin is None and not any(o.changed or o.label == "upstreamed"
+                                      for o in report.outcomes):
+        return  # already on this ref and every patch exports unchanged: nothing to record
     kept = [ExportedPatch(o.name, o.refreshed) for o in report.outcomes
             if o.label != "upstreamed" and o.refreshed is not None]
     new_toml = render_targets(targets_file.read_text(encoding="utf-8"), report.target,

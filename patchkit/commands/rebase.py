@@ -137,6 +137,8 @@ def render_rebase(report: RebaseReport) -> str:
         if report.conflict_tree:
             lines.append(f"  a scratch work tree stopped at the first conflict: "
                          f"{report.conflict_tree}")
+    elif report.write_requested:
+        lines.append("  nothing to write: the series already sits on this ref unchanged")
     else:
         lines.append(f"  dry run: nothing written (--write refreshes patches/, moves the pin, "
                      f"series {report.series_version} -> {report.next_series_version})")
