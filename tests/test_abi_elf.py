@@ -1,4 +1,4 @@
-"""ELF facts and the loader/symbol checks, on shared objects gcc builds against the installed torch."""
+"""ELF facts and the loader/symbol checks, on objects gcc builds against the installed torch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 from patchkit.abi import verify
 from patchkit.abi.elf import MalformedElf, read_elf
 from tests.abi import builders
-from tests.abi.fixtures import cache_dir, make_site, torch_dir  # noqa: F401
+from tests.abi.fixtures import make_site
+
+pytest_plugins = ["tests.abi.fixtures"]
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -21,8 +23,12 @@ def _readelf_needed(path: str) -> list[str]:
 
 def _nm_undefined(path: str) -> set[str]:
     """Strong undefined dynamic symbols (nm's "U"; weak ones are "w"/"v")."""
-    out = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True, text=True).stdout
-    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.split()[:1] == ["U"]}
+    out = subprocess.run(
+        ["nm", "-D", "--undefined-only", path], capture_output=True, text=True
+    ).stdout
+    return {
+        line.split()[-1].split("@")[0] for line in out.splitlines() if line.split()[:1] == ["U"]
+    }
 
 
 def test_elf_facts_match_readelf_and_nm(torch_dir):
@@ -50,8 +56,10 @@ def test_elf_facts_match_pyelftools(torch_dir):
         needed = [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
         symtab = elf.get_section_by_name(".dynsym")
         defined = {
-            sym.name for sym in symtab.iter_symbols()
-            if sym["st_shndx"] != "SHN_UNDEF" and sym.name
+            sym.name
+            for sym in symtab.iter_symbols()
+            if sym["st_shndx"] != "SHN_UNDEF"
+            and sym.name
             and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE", "STB_LOOS")
             and sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED")
         }
@@ -86,7 +94,9 @@ def test_resolvable_torch_symbols_give_no_finding(tmp_path, torch_dir, cache_dir
 
 
 def test_unresolvable_torch_symbol(tmp_path, torch_dir, cache_dir):
-    site = make_site(str(tmp_path), torch_dir, {"myext/_missing.so": builders.torch_extension("missing")})
+    site = make_site(
+        str(tmp_path), torch_dir, {"myext/_missing.so": builders.torch_extension("missing")}
+    )
     report = verify(env=site, cache_dir=cache_dir, host_checks=False)
     found = _findings(report, "myext")
     assert [f.check for f in found] == ["undefined-symbol"]
@@ -126,10 +136,14 @@ def test_needed_found_through_ld_library_path(tmp_path, torch_dir, cache_dir, mo
     monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
     cudart13 = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
     ext = builders.linking("needs-cudart13", [cudart13], "cudaGetLastError")
-    site = make_site(str(tmp_path), torch_dir, {
-        "cudalibs/libcudart.so.13": cudart13,
-        "sgl_kernel/common_ops.abi3.so": ext,
-    })
+    site = make_site(
+        str(tmp_path),
+        torch_dir,
+        {
+            "cudalibs/libcudart.so.13": cudart13,
+            "sgl_kernel/common_ops.abi3.so": ext,
+        },
+    )
     env = {"LD_LIBRARY_PATH": f"{site}/cudalibs"}
     report = verify(env=site, cache_dir=cache_dir, host_checks=False, environ=env)
     assert "needed-missing" not in {f.check for f in report.findings}

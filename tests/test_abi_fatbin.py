@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patchkit.abi.archs import CC, coverage, image_runs_on
+from patchkit.abi.checks import predict
 from patchkit.abi.fatbin import (
     FATBIN_MAGIC,
     MalformedFatbin,
@@ -17,15 +18,15 @@ from patchkit.abi.fatbin import (
     payload,
 )
 from patchkit.abi.scan import analyze_file
-from patchkit.abi.checks import predict
 from tests.abi import builders
-from tests.abi.fixtures import cuda_objects  # noqa: F401
+
+pytest_plugins = ["tests.abi.fixtures"]
 
 TARGETS = (CC(9, 0), CC(12, 0), CC(12, 1))
 
 
 @pytest.mark.parametrize("variant", sorted(builders.EXPECTED))
-def test_coverage_verdicts(cuda_objects, variant):  # noqa: F811
+def test_coverage_verdicts(cuda_objects, variant):
     report = analyze_file(cuda_objects[variant], variant, variant)
     assert report.error is None and report.fatbin_error is None
     # one kernel fatbin (the TU's); nvcc -shared also adds an empty device-link fatbin
@@ -34,7 +35,7 @@ def test_coverage_verdicts(cuda_objects, variant):  # noqa: F811
     assert got == builders.EXPECTED[variant]
 
 
-def test_entries_flags_and_compression(cuda_objects):  # noqa: F811
+def test_entries_flags_and_compression(cuda_objects):
     def entries(variant):
         report = analyze_file(cuda_objects[variant], variant, variant)
         return [e for f in report.kernel_fatbins for e in f.entries]
@@ -50,7 +51,7 @@ def test_entries_flags_and_compression(cuda_objects):  # noqa: F811
     assert z.compression in ("zstd", "lz4") and z.uncompressed_size > z.compressed_size
 
 
-def test_cubin_header_and_tkinfo(cuda_objects):  # noqa: F811
+def test_cubin_header_and_tkinfo(cuda_objects):
     from patchkit.abi.elf import open_mapped, read_elf
 
     path = cuda_objects["sm_120a-zstd"]
@@ -71,7 +72,7 @@ def test_cubin_header_and_tkinfo(cuda_objects):  # noqa: F811
     assert cubin.target and cubin.target.startswith("sm_120")
 
 
-def test_dlink_fatbin_has_no_kernels(cuda_objects):  # noqa: F811
+def test_dlink_fatbin_has_no_kernels(cuda_objects):
     report = analyze_file(cuda_objects["sm_100f+compute_80"], "x", "x")
     empty = [f for f in report.fatbins if f.has_kernels is False]
     assert empty and all(not any(e.kind == "ptx" for e in f.entries) for f in empty)
@@ -127,7 +128,12 @@ def test_synthetic_fatbin_roundtrip():
 @given(st.binary(max_size=512), st.integers(min_value=0, max_value=4096))
 def test_random_fatbin_bytes_never_crash(data, cut):
     blob = _fatbin([(2, 120, 0, b"x" * 80), (1, 90, 0x8000, b"y" * 48)])
-    for candidate in (data, blob[:cut], blob[:16] + data, struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, 1 << 60) + data):
+    for candidate in (
+        data,
+        blob[:cut],
+        blob[:16] + data,
+        struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, 1 << 60) + data,
+    ):
         try:
             fats = parse_fatbins(candidate)
         except MalformedFatbin:

@@ -4,7 +4,6 @@ and malformed inputs (property-based)."""
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
 import re
@@ -21,25 +20,30 @@ from patchkit.abi import verify
 from patchkit.abi.scan import analyze_file
 from patchkit.cli import main
 from tests.abi import builders
-from tests.abi.fixtures import cache_dir, make_site, torch_dir  # noqa: F401
+from tests.abi.fixtures import make_site
+
+pytest_plugins = ["tests.abi.fixtures"]
 
 LINE = re.compile(r"^(error|warning) +\S.*: .+ — .+$")
 
 
 def _wheel(path, name="demo", version="1.0", members=None, metadata_version=None, symlink=None):
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr(f"{name}-{version}.dist-info/METADATA",
-                    f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n\n")
+        zf.writestr(
+            f"{name}-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n\n",
+        )
         for arc, data in (members or {}).items():
             zf.writestr(arc, data)
         if symlink:
             info = zipfile.ZipInfo(symlink)
-            info.external_attr = (0o120777 << 16)
+            info.external_attr = 0o120777 << 16
             zf.writestr(info, "/etc/passwd")
     return path
 
 
 # ---------------------------------------------------------------- CLI contract
+
 
 def test_usage_errors_exit_2(tmp_path, capsys):
     assert main(["verify", "--env", str(tmp_path / "nope")]) == 2
@@ -65,12 +69,18 @@ def test_wheel_filename_version_mismatch(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
     house = tmp_path / "house"
     house.mkdir()
-    _wheel(house / "sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl",
-           name="sgl_kernel", version="0.3.21+cu130", metadata_version="0.3.21")
+    _wheel(
+        house / "sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl",
+        name="sgl_kernel",
+        version="0.3.21+cu130",
+        metadata_version="0.3.21",
+    )
     assert main(["verify", "--wheelhouse", str(house), "--profile", "cu130-sm90"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("error    sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl: "
-                             "filename version 0.3.21+cu130 != METADATA Version 0.3.21; pip will discard it")
+    assert out[0].startswith(
+        "error    sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl: "
+        "filename version 0.3.21+cu130 != METADATA Version 0.3.21; pip will discard it"
+    )
     assert re.match(r"^1 error\(s\), 1 warning\(s\) in 0 shared objects", out[-1])
 
 
@@ -103,6 +113,7 @@ def test_hostile_wheels_are_one_line(tmp_path, capsys, monkeypatch, kind):
 
 # ---------------------------------------------------------------- malformed shared objects
 
+
 def _mutations():
     return st.one_of(
         st.tuples(st.just("truncate"), st.integers(0, 20000), st.just(b"")),
@@ -117,9 +128,9 @@ def _mutate(data: bytes, op, at, blob) -> bytes:
     if op == "truncate":
         return data[:at]
     if op == "magic":
-        return data[:at] + bytes([data[at] ^ 0x55]) + data[at + 1:]
+        return data[:at] + bytes([data[at] ^ 0x55]) + data[at + 1 :]
     out = bytearray(data)
-    out[at:at + len(blob)] = blob
+    out[at : at + len(blob)] = blob
     return bytes(out)
 
 
@@ -135,10 +146,15 @@ def small_objects():
     return [open(p, "rb").read() for p in objs]
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(which=st.integers(0, 1), mutation=_mutations())
-def test_malformed_object_is_one_finding_never_a_traceback(tmp_path_factory, small_objects, which, mutation):
+def test_malformed_object_is_one_finding_never_a_traceback(
+    tmp_path_factory, small_objects, which, mutation
+):
     data = _mutate(small_objects[which % len(small_objects)], *mutation)
     folder = tmp_path_factory.mktemp("m")
     path = folder / "common_ops.abi3.so"
@@ -151,8 +167,14 @@ def test_malformed_object_is_one_finding_never_a_traceback(tmp_path_factory, sma
 def test_malformed_in_env_gives_one_line(tmp_path, capsys, monkeypatch, small_objects):
     monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
     bad = small_objects[-1][:3000]
-    site = make_site(str(tmp_path), None, {"sgl_kernel/common_ops.abi3.so": bad,
-                                           "sgl_kernel/spatial_ops.abi3.so": b"\x7fELF\x02\x01" + b"\xff" * 80})
+    site = make_site(
+        str(tmp_path),
+        None,
+        {
+            "sgl_kernel/common_ops.abi3.so": bad,
+            "sgl_kernel/spatial_ops.abi3.so": b"\x7fELF\x02\x01" + b"\xff" * 80,
+        },
+    )
     rc = main(["verify", "--env", site])
     out = capsys.readouterr().out.splitlines()
     mine = [ln for ln in out if "sgl_kernel/" in ln]
@@ -170,19 +192,35 @@ def _fetch_wheel() -> str:
     if found:
         return found[0]
     os.makedirs(folder, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "-d", folder, WHEEL_SPEC]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "-d",
+        folder,
+        WHEEL_SPEC,
+    ]
     if subprocess.run(cmd, capture_output=True, timeout=300).returncode:
         pytest.skip(f"cannot download {WHEEL_SPEC}")
     return glob.glob(os.path.join(folder, "torchao-0.14.1-*.whl"))[0]
 
 
 def _readelf(args: list[str], path: str) -> str:
-    return subprocess.run(["readelf", *args, path], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["readelf", *args, path], capture_output=True, text=True, check=True
+    ).stdout
 
 
 @pytest.mark.slow
-def test_real_cuda_extension_wheel(tmp_path, monkeypatch, cache_dir):  # noqa: F811
+def test_real_cuda_extension_wheel(tmp_path, monkeypatch, cache_dir):
     if shutil.which("readelf") is None:
         pytest.skip("needs readelf")
     wheel = _fetch_wheel()
@@ -202,26 +240,34 @@ def test_real_cuda_extension_wheel(tmp_path, monkeypatch, cache_dir):  # noqa: F
         zf.extractall(tmp_path / "x", members=sos)
     needs_cu12 = set()
     for so in sos:
-        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", _readelf(["-d"], str(tmp_path / "x" / so)))
+        needed = re.findall(
+            r"\(NEEDED\)\s+Shared library: \[(.+?)\]", _readelf(["-d"], str(tmp_path / "x" / so))
+        )
         if "libcudart.so.12" in needed:
             needs_cu12.add(so)
     assert needs_cu12, "torchao 0.14.1 links the CUDA 12 runtime"
     major = {f.file.split("!", 1)[1] for f in by_check["cuda-major"]}
     assert major == needs_cu12
-    assert all("needs libcudart.so.12 (CUDA 12) but torch is CUDA 13" in f.message for f in by_check["cuda-major"])
-    missing = {(f.file.split("!", 1)[1], f.message.split(":")[0]) for f in by_check["needed-missing"]}
+    assert all(
+        "needs libcudart.so.12 (CUDA 12) but torch is CUDA 13" in f.message
+        for f in by_check["cuda-major"]
+    )
+    missing = {
+        (f.file.split("!", 1)[1], f.message.split(":")[0]) for f in by_check["needed-missing"]
+    }
     assert missing == {(so, "libcudart.so.12") for so in needs_cu12}
     assert [f.check for f in by_check["torch-missing"]] == ["torch-missing"]
     # GLIBC: the newest GLIBC_ version readelf -V lists vs the manylinux_2_28 tag.
     need = max(
-        tuple(map(int, v)) for so in sos
+        tuple(map(int, v))
+        for so in sos
         for v in re.findall(r"GLIBC_(\d+)\.(\d+)", _readelf(["-V"], str(tmp_path / "x" / so)))
     )
     assert ("wheel-glibc-tag" in by_check) == (need > (2, 28))
 
 
 @pytest.mark.slow
-def test_real_wheel_over_env_symbols(tmp_path, cache_dir, torch_dir):  # noqa: F811
+def test_real_wheel_over_env_symbols(tmp_path, cache_dir, torch_dir):
     """Over the venv's torch, each undefined torch symbol the verifier reports is one that
     `nm -D` finds undefined in the extension and defined in none of torch's libraries."""
     wheel = _fetch_wheel()
@@ -230,19 +276,35 @@ def test_real_wheel_over_env_symbols(tmp_path, cache_dir, torch_dir):  # noqa: F
     shutil.copy(wheel, house)
     site = make_site(str(tmp_path), torch_dir)
     report = verify(env=site, wheelhouse=str(house), cache_dir=cache_dir, host_checks=False)
-    reported = {f.message.split()[2] for f in report.findings
-                if f.check == "undefined-symbol" and f.file.endswith("torchao/_C.abi3.so")}
+    reported = {
+        f.message.split()[2]
+        for f in report.findings
+        if f.check == "undefined-symbol" and f.file.endswith("torchao/_C.abi3.so")
+    }
     with zipfile.ZipFile(wheel) as zf:
         zf.extract("torchao/_C.abi3.so", tmp_path / "x")
     ext = str(tmp_path / "x" / "torchao" / "_C.abi3.so")
-    nm = subprocess.run(["nm", "-D", "--undefined-only", ext], capture_output=True, text=True).stdout
+    nm = subprocess.run(
+        ["nm", "-D", "--undefined-only", ext], capture_output=True, text=True
+    ).stdout
     undefined = {ln.split()[-1].split("@")[0] for ln in nm.splitlines() if " U " in ln}
     defined = set()
-    for lib in ("libc10.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libc10_cuda.so"):
-        out = subprocess.run(["nm", "-D", "--defined-only", f"{torch_dir}/lib/{lib}"],
-                             capture_output=True, text=True).stdout
+    for lib in (
+        "libc10.so",
+        "libtorch.so",
+        "libtorch_cpu.so",
+        "libtorch_cuda.so",
+        "libc10_cuda.so",
+    ):
+        out = subprocess.run(
+            ["nm", "-D", "--defined-only", f"{torch_dir}/lib/{lib}"], capture_output=True, text=True
+        ).stdout
         defined |= {ln.split()[-1].split("@")[0] for ln in out.splitlines() if ln.strip()}
-    torch_undefined = {s for s in undefined if s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch"))}
+    torch_undefined = {
+        s
+        for s in undefined
+        if s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch"))
+    }
     expected = torch_undefined - defined
-    assert reported == set(sorted(expected)[:len(reported)]) or reported <= expected
+    assert reported == set(sorted(expected)[: len(reported)]) or reported <= expected
     assert bool(reported) == bool(expected)

@@ -49,9 +49,14 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         return {
-            "profile": self.profile, "targets": self.targets, "source": self.source,
-            "files": self.files, "errors": self.errors, "warnings": self.warnings,
-            "seconds": round(self.seconds, 3), "findings": [f.to_dict() for f in self.findings],
+            "profile": self.profile,
+            "targets": self.targets,
+            "source": self.source,
+            "files": self.files,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "seconds": round(self.seconds, 3),
+            "findings": [f.to_dict() for f in self.findings],
         }
 
 
@@ -92,14 +97,23 @@ def verify(
         hit = cache.load("run:" + source, 0, key)
         if hit is not None:
             return VerifyReport(
-                profile=prof.name, targets=[str(t) for t in targets], source=source,
-                files=len(tree.members), findings=hit, seconds=time.perf_counter() - started,
+                profile=prof.name,
+                targets=[str(t) for t in targets],
+                source=source,
+                files=len(tree.members),
+                findings=hit,
+                seconds=time.perf_counter() - started,
                 cached=True,
             )
         reports = analyze_tree(tree, cache, jobs=jobs)
         ctx = Context(
-            tree=tree, reports=reports, profile=prof, targets=targets, cache=cache,
-            driver=driver, environ=environ,
+            tree=tree,
+            reports=reports,
+            profile=prof,
+            targets=targets,
+            cache=cache,
+            driver=driver,
+            environ=environ,
         )
         findings = run_checks(ctx)
         cache.store("run:" + source, 0, key, findings)
@@ -107,8 +121,12 @@ def verify(
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     return VerifyReport(
-        profile=prof.name, targets=[str(t) for t in targets], source=source,
-        files=len(reports), findings=findings, seconds=time.perf_counter() - started,
+        profile=prof.name,
+        targets=[str(t) for t in targets],
+        source=source,
+        files=len(reports),
+        findings=findings,
+        seconds=time.perf_counter() - started,
         reports=reports,
     )
 
@@ -131,10 +149,20 @@ def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -
             prof_bytes = fh.read()
     except OSError:
         prof_bytes = repr(prof).encode()
-    return run_key([
-        tree.kind, source, env_root, sorted((m.relpath, m.size, m.mtime) for m in tree.members.values()),
-        sorted(tree.texts.items()), sorted((d.name, d.version, d.wheel, tuple(d.requires))
-                                           for d in tree.dists.values()),
-        tree.invalid, prof_bytes, prof.severity, [str(t) for t in targets],
-        [(k, environ.get(k)) for k in _ENV_KEYS], driver.version if driver else None, ld_id,
-    ])
+    return run_key(
+        [
+            tree.kind,
+            source,
+            env_root,
+            sorted((m.relpath, m.size, m.mtime) for m in tree.members.values()),
+            sorted(tree.texts.items()),
+            sorted((d.name, d.version, d.wheel, tuple(d.requires)) for d in tree.dists.values()),
+            tree.invalid,
+            prof_bytes,
+            prof.severity,
+            [str(t) for t in targets],
+            [(k, environ.get(k)) for k in _ENV_KEYS],
+            driver.version if driver else None,
+            ld_id,
+        ]
+    )

@@ -3,7 +3,7 @@
 CUDA 13 rules:
 - ``sm_XY`` cubin: CC X.Z with Z >= Y, same major.
 - ``sm_XYa`` cubin: CC X.Y only (sm_120a runs on 12.0, not on 12.1).
-- ``sm_XYf`` cubin: the family, same major and Z >= Y (sm_120f -> 12.0, 12.1; sm_100f -> 10.0, 10.3).
+- ``sm_XYf`` cubin: its family, same major and Z >= Y (sm_120f: 12.0, 12.1; sm_100f: 10.0, 10.3).
 - ``compute_XY`` PTX: JIT on any CC >= X.Y (any major), if the driver knows the PTX ISA.
 - ``compute_XYa`` PTX: CC X.Y only; ``compute_XYf``: its family.
 """
@@ -74,7 +74,7 @@ class Coverage:
 
 
 def coverage(fat: Fatbin, cc: CC) -> Coverage:
-    """Pick what the driver would load for ``cc``: a matching cubin, else a PTX to JIT, else none."""
+    """What the driver loads for ``cc``: a matching cubin, else PTX to JIT, else nothing."""
     cubins = [e for e in fat.entries if e.kind == "cubin" and runs_on(e, cc)]
     if cubins:
         best = max(cubins, key=lambda e: (e.arch, e.variant == "a"))

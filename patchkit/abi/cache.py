@@ -1,4 +1,4 @@
-"""Per-file analysis results, keyed by path, size and mtime, so an unchanged environment re-verifies at once.
+"""Per-file analysis results keyed by path, size and mtime: an unchanged stack re-verifies at once.
 
 One pickle per file under ``$PATCHKIT_CACHE/verify`` (default ``~/.cache/patchkit``), named by a
 hash of the file's identity; each is written to a temporary name and renamed into place, so a

@@ -29,19 +29,42 @@ from patchkit.abi.scan import FileReport, analyze_file
 from patchkit.abi.sources import Tree
 
 TORCH_SONAMES = {
-    "libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so",
-    "libtorch_python.so", "libtorch_global_deps.so",
+    "libc10.so",
+    "libc10_cuda.so",
+    "libtorch.so",
+    "libtorch_cpu.so",
+    "libtorch_cuda.so",
+    "libtorch_python.so",
+    "libtorch_global_deps.so",
 }
-TORCH_PREFIXES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch",
-                  "_ZNR5torch", "THP", "_ZN4c10d", "_ZNK4c10d")
+TORCH_PREFIXES = (
+    "_ZN3c10",
+    "_ZNK3c10",
+    "_ZN2at",
+    "_ZNK2at",
+    "_ZN5torch",
+    "_ZNK5torch",
+    "_ZNR5torch",
+    "THP",
+    "_ZN4c10d",
+    "_ZNK4c10d",
+)
 CUDA_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
 ONE_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc)\.so\.(\d+)$")
 MAX_SYMBOLS_PER_FILE = 5
 # NVIDIA driver branch -> newest CUDA it runs (CUDA's release notes, table 3).
 DRIVER_CUDA = [
-    ((590, 0), (13, 1)), ((580, 0), (13, 0)), ((575, 0), (12, 9)), ((570, 0), (12, 8)),
-    ((560, 0), (12, 6)), ((555, 0), (12, 5)), ((550, 0), (12, 4)), ((545, 0), (12, 3)),
-    ((535, 0), (12, 2)), ((530, 0), (12, 1)), ((525, 0), (12, 0)),
+    ((590, 0), (13, 1)),
+    ((580, 0), (13, 0)),
+    ((575, 0), (12, 9)),
+    ((570, 0), (12, 8)),
+    ((560, 0), (12, 6)),
+    ((555, 0), (12, 5)),
+    ((550, 0), (12, 4)),
+    ((545, 0), (12, 3)),
+    ((535, 0), (12, 2)),
+    ((530, 0), (12, 1)),
+    ((525, 0), (12, 0)),
 ]
 
 
@@ -105,7 +128,9 @@ class DriverInfo:
         return (11, 8)
 
 
-def detect_driver(proc: str = "/proc/driver/nvidia/version", ld_cache: dict | None = None) -> DriverInfo:
+def detect_driver(
+    proc: str = "/proc/driver/nvidia/version", ld_cache: dict | None = None
+) -> DriverInfo:
     """The driver version from /proc, else from libcuda.so.1's real file name."""
     try:
         with open(proc, encoding="utf-8", errors="replace") as fh:
@@ -145,10 +170,16 @@ class Context:
         spec = self.catalogue[check]
         severity = self.profile.severity.get(check, spec.severity)
         values = _Fields(fields)
-        self.findings.append(Finding(
-            check, spec.number, severity, file,
-            spec.message.format_map(values), spec.hint.format_map(values),
-        ))
+        self.findings.append(
+            Finding(
+                check,
+                spec.number,
+                severity,
+                file,
+                spec.message.format_map(values),
+                spec.hint.format_map(values),
+            )
+        )
 
 
 class _Fields(dict):
@@ -169,6 +200,7 @@ def _same_public(a: str, b: str) -> bool:
 
 # ---------------------------------------------------------------- torch facts and subjects
 
+
 def read_torch(ctx: Context) -> None:
     text = ctx.tree.texts.get("torch/version.py")
     facts = TorchFacts()
@@ -178,7 +210,11 @@ def read_torch(ctx: Context) -> None:
         facts.version = m.group(1) if m else None
         m = re.search(r"^cuda(?::[^=]*)?=\s*(?:['\"]([^'\"]+)['\"]|None)", text, re.M)
         facts.cuda = m.group(1) if m and m.group(1) else None
-    for rel in ("torch/lib/libc10_cuda.so", "torch/lib/libtorch_global_deps.so", "torch/lib/libtorch_cuda.so"):
+    for rel in (
+        "torch/lib/libc10_cuda.so",
+        "torch/lib/libtorch_global_deps.so",
+        "torch/lib/libtorch_cuda.so",
+    ):
         rep = ctx.reports.get(rel)
         if rep and rep.elf:
             majors = [int(m.group(2)) for n in rep.elf.needed if (m := CUDA_RUNTIME.match(n))]
@@ -214,6 +250,7 @@ def extension_reports(ctx: Context) -> dict[str, FileReport]:
 
 # ---------------------------------------------------------------- checks 1-5: distributions
 
+
 def check_torch_variant(ctx: Context) -> None:
     t, p = ctx.torch, ctx.profile
     if not t.present:
@@ -224,8 +261,14 @@ def check_torch_variant(ctx: Context) -> None:
         return
     want_major = p.cuda_major
     if t.version != p.torch_version or int(t.cuda.split(".")[0]) != want_major:
-        ctx.emit("torch-variant", "torch/version.py", ver=t.version, cuda=t.cuda,
-                 expected=p.torch_version, index_url=p.index_url)
+        ctx.emit(
+            "torch-variant",
+            "torch/version.py",
+            ver=t.version,
+            cuda=t.cuda,
+            expected=p.torch_version,
+            index_url=p.index_url,
+        )
 
 
 def check_torch_dist(ctx: Context) -> None:
@@ -257,8 +300,13 @@ def check_cuda_wheels(ctx: Context) -> None:
         if have is None or not req.specifier:
             continue
         if not req.specifier.contains(have.version, prereleases=True):
-            ctx.emit("cuda-wheel-pin", have.wheel or have.name, req=str(req).split(";")[0].strip(),
-                     name=have.name, have=have.version)
+            ctx.emit(
+                "cuda-wheel-pin",
+                have.wheel or have.name,
+                req=str(req).split(";")[0].strip(),
+                name=have.name,
+                have=have.version,
+            )
     if ctx.torch.major != 13 and ctx.profile.cuda_major != 13:
         return
     if ctx.torch.major is not None and ctx.torch.major != 13:
@@ -294,7 +342,9 @@ def check_sgl_kernel(ctx: Context) -> None:
     owners = [d for name, d in sorted(dists.items()) if d.owns("sgl_kernel/")]
     if len(owners) > 1:
         a, b = owners[0], owners[1]
-        ctx.emit("sgl-kernel-owner", "sgl_kernel/", a=f"{a.name} {a.version}", b=f"{b.name} {b.version}")
+        ctx.emit(
+            "sgl-kernel-owner", "sgl_kernel/", a=f"{a.name} {a.version}", b=f"{b.name} {b.version}"
+        )
     sglang = dists.get("sglang")
     if sglang is None:
         return
@@ -303,12 +353,20 @@ def check_sgl_kernel(ctx: Context) -> None:
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        if req.name.lower() not in ("sgl-kernel", "sglang-kernel") or (req.marker and "extra" in str(req.marker)):
+        if req.name.lower() not in ("sgl-kernel", "sglang-kernel") or (
+            req.marker and "extra" in str(req.marker)
+        ):
             continue
         pins = [s.version for s in req.specifier if s.operator == "=="]
         have = dists.get(req.name.lower()) or (owners[0] if owners else None)
         if pins and have and not _same_public(pins[0], have.version):
-            ctx.emit("sgl-kernel-pin", have.wheel or "sgl_kernel/", v=sglang.version, x=pins[0], y=have.version)
+            ctx.emit(
+                "sgl-kernel-pin",
+                have.wheel or "sgl_kernel/",
+                v=sglang.version,
+                x=pins[0],
+                y=have.version,
+            )
 
 
 def check_wheel_filenames(ctx: Context) -> None:
@@ -326,9 +384,10 @@ def check_wheel_filenames(ctx: Context) -> None:
 
 # ---------------------------------------------------------------- checks 6-11: loading
 
+
 def check_cuda_major(ctx: Context, extensions: dict[str, FileReport]) -> None:
     t = ctx.torch.major or ctx.profile.cuda_major
-    for rel, rep in extensions.items():
+    for rep in extensions.values():
         if rep.elf is None:
             continue
         for name in rep.elf.needed:
@@ -352,11 +411,15 @@ def build_loader(ctx: Context) -> Loader:
             cache.store(path, st.st_size, st.st_mtime_ns, hit)
         return hit
 
-    external = set() if ctx.torch.present else set(TORCH_SONAMES) | {
-        f"libcudart.so.{ctx.profile.cuda_major}"}
+    external = (
+        set()
+        if ctx.torch.present
+        else set(TORCH_SONAMES) | {f"libcudart.so.{ctx.profile.cuda_major}"}
+    )
     lib_path = [p for p in ctx.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
-    loader = Loader(ctx.reports, host_report, lib_path, ctx.ld_cache, tree_root=ctx.tree.root,
-                    external=external)
+    loader = Loader(
+        ctx.reports, host_report, lib_path, ctx.ld_cache, tree_root=ctx.tree.root, external=external
+    )
     local = [rel for rel in ctx.reports if re.fullmatch(r"torch/_C\..*so", rel)]
     global_ = [rel for rel in ("torch/lib/libtorch_global_deps.so",) if rel in ctx.reports]
     for cl in loader.preload(local[:1], global_):
@@ -368,7 +431,7 @@ def build_loader(ctx: Context) -> Loader:
 def check_needed(ctx: Context, extensions: dict[str, FileReport]) -> None:
     loader = ctx.loader
     seen = set()
-    for key, cl in list(ctx.closures.items()):
+    for cl in list(ctx.closures.values()):
         _report_missing(ctx, cl, seen)
     for rel, rep in extensions.items():
         if rep.elf is None:
@@ -392,7 +455,19 @@ def _bucket(name: str) -> str:
         return "cuda-lib"
     if name.startswith(("Py", "_Py")):
         return "python-abi"
-    if name.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZTISt", "_ZTVSt", "_ZNSs", "_ZNKSs", "__cxa", "_ZTVN10__cxxabiv")):
+    if name.startswith(
+        (
+            "_ZNSt",
+            "_ZNKSt",
+            "_ZSt",
+            "_ZTISt",
+            "_ZTVSt",
+            "_ZNSs",
+            "_ZNKSs",
+            "__cxa",
+            "_ZTVN10__cxxabiv",
+        )
+    ):
         return "libstdc++"
     return "other"
 
@@ -432,10 +507,17 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
         if per_file[origin] == MAX_SYMBOLS_PER_FILE and total > MAX_SYMBOLS_PER_FILE:
             demangled += f"; and {total - MAX_SYMBOLS_PER_FILE} more undefined symbols"
         if bucket == "torch-abi":
-            ctx.emit("undefined-symbol", origin, mangled=name, demangled=demangled,
-                     torch_ver=ctx.torch.version or ctx.profile.torch_version)
+            ctx.emit(
+                "undefined-symbol",
+                origin,
+                mangled=name,
+                demangled=demangled,
+                torch_ver=ctx.torch.version or ctx.profile.torch_version,
+            )
         else:
-            ctx.emit("undefined-symbol-other", origin, mangled=name, demangled=demangled, bucket=bucket)
+            ctx.emit(
+                "undefined-symbol-other", origin, mangled=name, demangled=demangled, bucket=bucket
+            )
 
 
 def demangle(names: list[str]) -> dict[str, str]:
@@ -446,24 +528,31 @@ def demangle(names: list[str]) -> dict[str, str]:
     if tool is None:
         return {}
     try:
-        out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True,
-                             timeout=30, check=False).stdout.splitlines()
+        out = subprocess.run(
+            [tool], input="\n".join(names), capture_output=True, text=True, timeout=30, check=False
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return {}
-    return dict(zip(names, out)) if len(out) == len(names) else {}
+    return dict(zip(names, out, strict=True)) if len(out) == len(names) else {}
 
 
 def check_cxx11(ctx: Context, extensions: dict[str, FileReport]) -> None:
     y = ctx.torch.cxx11_abi
     if y is None:
         return
-    for rel, rep in extensions.items():
+    for rep in extensions.values():
         if rep.elf is None or rep.elf.cxx11_abi is None or rep.elf.cxx11_abi == y:
             continue
         if not any(n in TORCH_SONAMES for n in rep.elf.needed):
             continue
-        example = next((s for s in rep.elf.undefined if _bucket(s) == "torch-abi"
-                        and ("Ss" in s or "cxx11" in s)), "")
+        example = next(
+            (
+                s
+                for s in rep.elf.undefined
+                if _bucket(s) == "torch-abi" and ("Ss" in s or "cxx11" in s)
+            ),
+            "",
+        )
         shown = demangle([example]).get(example, example) if example else "std::string overloads"
         ctx.emit("cxx11-abi", rep.origin, x=rep.elf.cxx11_abi, y=y, example=shown)
 
@@ -510,27 +599,41 @@ def _check_glibc_tags(ctx: Context) -> None:
                     if m:
                         need = max(need, (int(m.group(1)), int(m.group(2))))
         if need > tag:
-            ctx.emit("wheel-glibc-tag", dist.wheel, tag=f"manylinux_{tag[0]}_{tag[1]}", x=f"{need[0]}.{need[1]}")
+            ctx.emit(
+                "wheel-glibc-tag",
+                dist.wheel,
+                tag=f"manylinux_{tag[0]}_{tag[1]}",
+                x=f"{need[0]}.{need[1]}",
+            )
 
 
 def check_one_runtime(ctx: Context) -> None:
     preload = [o for o in (ctx.loader.preloaded.values() if ctx.loader else [])]
-    for key, cl in ctx.closures.items():
+    for cl in ctx.closures.values():
         families: dict[str, dict[str, Loaded]] = defaultdict(dict)
         for obj in list(cl.objects) + preload:
-            name = (obj.report.elf.soname if obj.report.elf else None) or posixpath.basename(obj.key)
+            name = (obj.report.elf.soname if obj.report.elf else None) or posixpath.basename(
+                obj.key
+            )
             m = ONE_RUNTIME.match(name)
             if m:
                 families[m.group(1)][name] = obj
-        for fam, names in families.items():
+        for names in families.values():
             if len(names) > 1:
                 (a, oa), (b, ob) = sorted(names.items())[:2]
-                ctx.emit("one-runtime", cl.objects[0].report.origin, a=a, b=b,
-                         so_a=oa.report.origin, so_b=ob.report.origin)
+                ctx.emit(
+                    "one-runtime",
+                    cl.objects[0].report.origin,
+                    a=a,
+                    b=b,
+                    so_a=oa.report.origin,
+                    so_b=ob.report.origin,
+                )
                 break
 
 
 # ---------------------------------------------------------------- checks 12-17: running
+
 
 def check_loader_hardcode(ctx: Context) -> None:
     text = ctx.tree.texts.get("sgl_kernel/load_utils.py")
@@ -553,8 +656,14 @@ def check_driver(ctx: Context) -> None:
         want = tuple(int(p) for p in minimum.split("."))
         too_old = too_old or ctx.driver.tuple < want
     if too_old:
-        ctx.emit("driver", "host", v=ctx.driver.version, x=f"{cuda[0]}.{cuda[1]}" if cuda else "?",
-                 need=need, min=minimum or f"{need}.0")
+        ctx.emit(
+            "driver",
+            "host",
+            v=ctx.driver.version,
+            x=f"{cuda[0]}.{cuda[1]}" if cuda else "?",
+            need=need,
+            min=minimum or f"{need}.0",
+        )
 
 
 def _variant(profile: Profile, cc: CC) -> str:
@@ -613,7 +722,15 @@ def predict(rep: FileReport, cc: CC) -> dict:
         counts[cov.verdict] += 1
         if cov.image:
             images[cov.image] = cov.ptx_version
-    verdict = "none" if counts["none"] else "jit" if counts["jit"] else "sass" if counts["sass"] else "no-kernels"
+    verdict = (
+        "none"
+        if counts["none"]
+        else "jit"
+        if counts["jit"]
+        else "sass"
+        if counts["sass"]
+        else "no-kernels"
+    )
     return {"verdict": verdict, "counts": counts, "images": sorted(images)}
 
 
@@ -639,21 +756,37 @@ def check_coverage(ctx: Context) -> None:
                 note = family_hint(archs, cc)
                 check = "arch-coverage-optional" if kind == "optional" else "arch-coverage"
                 extra = "a" if cc.major >= 9 and any(a.endswith("a") for a in archs) else ""
-                ctx.emit(check, rep.origin, k=none, n=len(kernel_fats), cc=cc.sm,
-                         archs=" ".join(archs), extra=extra)
+                ctx.emit(
+                    check,
+                    rep.origin,
+                    k=none,
+                    n=len(kernel_fats),
+                    cc=cc.sm,
+                    archs=" ".join(archs),
+                    extra=extra,
+                )
                 if note:
                     f = ctx.findings[-1]
-                    ctx.findings[-1] = Finding(f.check, f.number, f.severity, f.file,
-                                               f.message + f"; {note}", f.hint)
+                    ctx.findings[-1] = Finding(
+                        f.check, f.number, f.severity, f.file, f.message + f"; {note}", f.hint
+                    )
                 continue
             jit = [c for c in covs if c.verdict == "jit"]
             if jit:
                 isa = max(c.ptx_version for c in jit)
                 if max_isa is not None and isa > max_isa:
-                    ctx.emit("ptx-isa", rep.origin, n=len(jit), cc=cc.sm, isa=f"{isa[0]}.{isa[1]}",
-                             v=ctx.driver.version)
+                    ctx.emit(
+                        "ptx-isa",
+                        rep.origin,
+                        n=len(jit),
+                        cc=cc.sm,
+                        isa=f"{isa[0]}.{isa[1]}",
+                        v=ctx.driver.version,
+                    )
                 else:
-                    ctx.emit("arch-jit", rep.origin, cc=cc.sm, ptx=jit[0].image, isa=f"{isa[0]}.{isa[1]}")
+                    ctx.emit(
+                        "arch-jit", rep.origin, cc=cc.sm, ptx=jit[0].image, isa=f"{isa[0]}.{isa[1]}"
+                    )
 
 
 def _arch_key(name: str):
@@ -662,7 +795,7 @@ def _arch_key(name: str):
 
 
 def check_device_toolkit(ctx: Context, extensions: dict[str, FileReport]) -> None:
-    for rel, rep in extensions.items():
+    for rep in extensions.values():
         tk = next((f.toolkit for f in rep.fatbins if f.toolkit), None)
         if not tk or rep.elf is None:
             continue
@@ -691,6 +824,7 @@ def check_torch_archs(ctx: Context) -> None:
 
 # ---------------------------------------------------------------- checks 18-20: JIT stack
 
+
 def check_flashinfer(ctx: Context) -> None:
     dists = ctx.tree.dists
     fi = dists.get("flashinfer-python")
@@ -698,15 +832,23 @@ def check_flashinfer(ctx: Context) -> None:
         return
     cubin = dists.get("flashinfer-cubin")
     if cubin and cubin.version != fi.version:
-        ctx.emit("flashinfer-cubin", cubin.wheel or "flashinfer_cubin", x=cubin.version, y=fi.version)
+        ctx.emit(
+            "flashinfer-cubin", cubin.wheel or "flashinfer_cubin", x=cubin.version, y=fi.version
+        )
     jit = dists.get("flashinfer-jit-cache")
     cuda = ctx.torch.cuda or ctx.profile.torch_cuda
     want = "cu" + cuda.replace(".", "")
     if jit:
         local = jit.version.split("+", 1)[1] if "+" in jit.version else ""
         if not jit.version.startswith(fi.version) or local != want:
-            ctx.emit("flashinfer-jit-cache", jit.wheel or "flashinfer_jit_cache", v=jit.version,
-                     cu=local or "an unknown CUDA", want=want, y=fi.version)
+            ctx.emit(
+                "flashinfer-jit-cache",
+                jit.wheel or "flashinfer_jit_cache",
+                v=jit.version,
+                cu=local or "an unknown CUDA",
+                want=want,
+                y=fi.version,
+            )
 
 
 def nvcc_version(environ: dict[str, str]) -> tuple[str | None, str | None]:
@@ -723,8 +865,13 @@ def nvcc_version(environ: dict[str, str]) -> tuple[str | None, str | None]:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        out = subprocess.run([os.path.join(home, "bin", "nvcc"), "--version"], capture_output=True,
-                             text=True, timeout=20, check=False).stdout
+        out = subprocess.run(
+            [os.path.join(home, "bin", "nvcc"), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None, home
     m = re.search(r"release (\d+\.\d+)", out)
@@ -768,6 +915,7 @@ def check_cuda_python(ctx: Context) -> None:
 
 # ---------------------------------------------------------------- driver
 
+
 def check_malformed(ctx: Context) -> None:
     for wheel, reason in ctx.tree.invalid:
         ctx.emit("invalid-archive", wheel, reason=reason)
@@ -775,8 +923,10 @@ def check_malformed(ctx: Context) -> None:
         if rep.error:
             if rep.error.startswith("invalid archive"):
                 ctx.emit("invalid-archive", rep.origin, reason=rep.error)
-            elif "wrong magic" not in rep.error or _top(rel) == "torch" or any(
-                fnmatch.fnmatch(_top(rel), p) for p in ctx.profile.extension_packages
+            elif (
+                "wrong magic" not in rep.error
+                or _top(rel) == "torch"
+                or any(fnmatch.fnmatch(_top(rel), p) for p in ctx.profile.extension_packages)
             ):
                 ctx.emit("malformed-elf", rep.origin, reason=rep.error)
         elif rep.fatbin_error:

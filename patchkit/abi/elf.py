@@ -14,7 +14,6 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
 STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE = 1, 2, 10
@@ -87,8 +86,17 @@ def read_elf(path: str, data: mmap.mmap | bytes | None = None) -> ElfInfo:
         return _parse(path, buf)
     except MalformedElf:
         raise
-    except (struct.error, ValueError, IndexError, KeyError,
-            AttributeError, TypeError, OverflowError, UnicodeDecodeError, RecursionError) as exc:
+    except (
+        struct.error,
+        ValueError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        TypeError,
+        OverflowError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:
         raise MalformedElf(f"{type(exc).__name__}: {exc}".strip()) from None
     finally:
         if own:
@@ -97,7 +105,9 @@ def read_elf(path: str, data: mmap.mmap | bytes | None = None) -> ElfInfo:
 
 def _check_range(size: int, offset: int, length: int, what: str) -> None:
     if offset < 0 or length < 0 or offset + length > size:
-        raise MalformedElf(f"{what} at {offset:#x}+{length:#x} is past the end of the file ({size:#x})")
+        raise MalformedElf(
+            f"{what} at {offset:#x}+{length:#x} is past the end of the file ({size:#x})"
+        )
 
 
 def _parse(path: str, buf) -> ElfInfo:
@@ -106,11 +116,13 @@ def _parse(path: str, buf) -> ElfInfo:
         raise MalformedElf("not an ELF file (wrong magic)")
     if buf[4] != 2 or buf[5] != 1:
         raise MalformedElf("not a 64-bit little-endian ELF object")
-    machine, = struct.unpack_from("<H", buf, 0x12)
-    shoff, = struct.unpack_from("<Q", buf, 0x28)
+    (machine,) = struct.unpack_from("<H", buf, 0x12)
+    (shoff,) = struct.unpack_from("<Q", buf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", buf, 0x3A)
     if shnum and (shentsize != 64 or shoff + shnum * 64 > size):
-        raise MalformedElf(f"section table at {shoff:#x} ({shnum} entries) is past the end of the file")
+        raise MalformedElf(
+            f"section table at {shoff:#x} ({shnum} entries) is past the end of the file"
+        )
     if shnum and shstrndx >= shnum:
         raise MalformedElf(f"section-name table index {shstrndx} >= {shnum} sections")
     raw = [struct.unpack_from("<IIQQQQIIQQ", buf, shoff + i * 64) for i in range(shnum)]
@@ -118,7 +130,7 @@ def _parse(path: str, buf) -> ElfInfo:
     if shnum:
         str_off, str_size = raw[shstrndx][4], raw[shstrndx][5]
         _check_range(size, str_off, str_size, "section-name table")
-        names = bytes(buf[str_off:str_off + str_size])
+        names = bytes(buf[str_off : str_off + str_size])
     sections: dict[str, tuple[int, int, int]] = {}
     by_type: dict[int, tuple] = {}
     for index, sec in enumerate(raw):
@@ -134,7 +146,7 @@ def _parse(path: str, buf) -> ElfInfo:
         link = sec[6]
         if link >= shnum:
             raise MalformedElf(f"section link {link} >= {shnum} sections")
-        return bytes(buf[raw[link][4]:raw[link][4] + raw[link][5]])
+        return bytes(buf[raw[link][4] : raw[link][4] + raw[link][5]])
 
     def cstr(table: bytes, off: int) -> str:
         end = table.find(b"\0", off)
@@ -146,7 +158,9 @@ def _parse(path: str, buf) -> ElfInfo:
     dyn = by_type.get(SHT_DYNAMIC)
     if dyn is not None:
         table = strings(dyn)
-        for tag, value in struct.iter_unpack("<qQ", bytes(buf[dyn[4]:dyn[4] + dyn[5] // 16 * 16])):
+        for tag, value in struct.iter_unpack(
+            "<qQ", bytes(buf[dyn[4] : dyn[4] + dyn[5] // 16 * 16])
+        ):
             if tag == DT_NULL:
                 break
             if tag == DT_NEEDED:
@@ -162,7 +176,7 @@ def _parse(path: str, buf) -> ElfInfo:
     vn = by_type.get(SHT_GNU_VERNEED)
     if vn is not None:
         table = strings(vn)
-        data = bytes(buf[vn[4]:vn[4] + vn[5]])
+        data = bytes(buf[vn[4] : vn[4] + vn[5]])
         pos, seen = 0, 0
         while pos + 16 <= len(data) and seen < 4096:
             _ver, cnt, file_off, aux, nxt = struct.unpack_from("<HHIII", data, pos)
@@ -184,12 +198,12 @@ def _parse(path: str, buf) -> ElfInfo:
     vd = by_type.get(SHT_GNU_VERDEF)
     if vd is not None:
         table = strings(vd)
-        data = bytes(buf[vd[4]:vd[4] + vd[5]])
+        data = bytes(buf[vd[4] : vd[4] + vd[5]])
         pos, seen = 0, 0
         while pos + 20 <= len(data) and seen < 4096:
             _ver, flags, _ndx, cnt, _hash, aux, nxt = struct.unpack_from("<HHHHIII", data, pos)
             if cnt and not flags & VER_FLG_BASE and pos + aux + 8 <= len(data):
-                name_off, = struct.unpack_from("<I", data, pos + aux)
+                (name_off,) = struct.unpack_from("<I", data, pos + aux)
                 verdef.append(cstr(table, name_off))
             seen += 1
             if not nxt:
@@ -198,9 +212,18 @@ def _parse(path: str, buf) -> ElfInfo:
 
     defined, undefined, cxx11 = _symbols(buf, sections)
     return ElfInfo(
-        path=path, machine=str(machine), soname=soname, needed=needed, rpath=rpath,
-        runpath=runpath, defined=defined, undefined=undefined, verneed=verneed, verdef=verdef,
-        cxx11_abi=cxx11, sections=sections,
+        path=path,
+        machine=str(machine),
+        soname=soname,
+        needed=needed,
+        rpath=rpath,
+        runpath=runpath,
+        defined=defined,
+        undefined=undefined,
+        verneed=verneed,
+        verdef=verdef,
+        cxx11_abi=cxx11,
+        sections=sections,
     )
 
 
@@ -212,11 +235,11 @@ def _symbols(buf, sections):
     soff, ssize, _ = sym
     toff, tsize, _ = strs
     count = ssize // 24
-    table = bytes(buf[toff:toff + tsize])
+    table = bytes(buf[toff : toff + tsize])
     defined: set[str] = set()
     undefined: list[str] = []
     find = table.find
-    raw = bytes(buf[soff:soff + count * 24])
+    raw = bytes(buf[soff : soff + count * 24])
     exported = (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
     for name_off, info, other, shndx in struct.iter_unpack("<IBBH16x", raw):
         if not name_off or (info >> 4) not in exported:
@@ -236,5 +259,3 @@ def _symbols(buf, sections):
     elif any(ns in table for ns in _TORCH_NAMESPACES) and _OLD_ABI_STRING.search(table):
         cxx11 = 0
     return frozenset(defined), tuple(undefined), cxx11
-
-

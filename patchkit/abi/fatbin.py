@@ -1,4 +1,4 @@
-"""The CUDA fatbin container (``.nv_fatbin``): fatbins, their cubin/PTX entries, and what each holds.
+"""The CUDA fatbin container (``.nv_fatbin``): fatbins, their cubin/PTX entries, what each holds.
 
 The container is small and regular (layout in the project's CUDA ABI notes): a 16-byte header
 (magic 0xBA55ED50, version, header size, payload size) followed by entries, each with its own
@@ -146,8 +146,17 @@ def _entries(buf, pos: int, end: int, base: int):
             )
         variant = "a" if flags & FLAG_ARCH_A else "f" if flags & FLAG_ARCH_F else ""
         yield FatbinEntry(
-            "ptx" if kind == KIND_PTX else "cubin", arch, variant, compression, pos - base, hsize,
-            psize, csize if compression else 0, unc if compression else psize, (major, minor), flags,
+            "ptx" if kind == KIND_PTX else "cubin",
+            arch,
+            variant,
+            compression,
+            pos - base,
+            hsize,
+            psize,
+            csize if compression else 0,
+            unc if compression else psize,
+            (major, minor),
+            flags,
         )
         pos += hsize + psize
 
@@ -166,8 +175,8 @@ def payload(buf, entry: FatbinEntry, base: int = 0) -> bytes:
     """The entry's image, decompressed (raises CompressionUnavailable / MalformedFatbin)."""
     start = base + entry.payload_offset
     if not entry.compression:
-        return bytes(buf[start:start + entry.payload_size])
-    raw = bytes(buf[start:start + entry.compressed_size])
+        return bytes(buf[start : start + entry.payload_size])
+    raw = bytes(buf[start : start + entry.compressed_size])
     try:
         if entry.compression == "zstd":
             try:
@@ -185,7 +194,9 @@ def payload(buf, entry: FatbinEntry, base: int = 0) -> bytes:
     except CompressionUnavailable:
         raise
     except Exception as exc:  # each library raises its own error type on corrupt input
-        raise MalformedFatbin(f"{entry.name}: {entry.compression} payload does not decompress: {exc}") from None
+        raise MalformedFatbin(
+            f"{entry.name}: {entry.compression} payload does not decompress: {exc}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -205,29 +216,29 @@ def cubin_info(image: bytes) -> CubinInfo:
     if len(image) < 64 or image[:4] != b"\x7fELF":
         raise MalformedFatbin("cubin does not start with the ELF magic")
     osabi, abiver = image[7], image[8]
-    machine, = struct.unpack_from("<H", image, 0x12)
+    (machine,) = struct.unpack_from("<H", image, 0x12)
     if machine != EM_CUDA:
         raise MalformedFatbin(f"cubin machine is {machine}, not EM_CUDA")
-    eflags, = struct.unpack_from("<I", image, 0x30)
+    (eflags,) = struct.unpack_from("<I", image, 0x30)
     if osabi == 0x41 or abiver >= 8:
         sm, arch_a = (eflags >> 8) & 0xFF, False
     else:
         sm, arch_a = eflags & 0xFF, bool(eflags & 0x800)
     kernels = 0
     toolkit = target = None
-    shoff, = struct.unpack_from("<Q", image, 0x28)
+    (shoff,) = struct.unpack_from("<Q", image, 0x28)
     shnum, shstrndx = struct.unpack_from("<HH", image, 0x3C)
     if shoff + shnum * 64 <= len(image) and shstrndx < shnum:
         secs = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * 64) for i in range(shnum)]
         stroff, strsize = secs[shstrndx][4], secs[shstrndx][5]
-        names = image[stroff:stroff + strsize]
+        names = image[stroff : stroff + strsize]
         for name_off, stype, _f, _a, off, size, *_ in secs:
             end = names.find(b"\0", name_off)
-            name = names[name_off:end if end >= 0 else None]
+            name = names[name_off : end if end >= 0 else None]
             if name.startswith(b".text."):
                 kernels += 1
             elif stype == 7 and name == b".note.nv.tkinfo":
-                toolkit, target = _tkinfo(image[off:off + size])
+                toolkit, target = _tkinfo(image[off : off + size])
     return CubinInfo(sm, arch_a, abiver, kernels, toolkit, target)
 
 
@@ -255,14 +266,29 @@ def ptx_kernels(text: bytes) -> int:
 
 # PTX ISA major.minor -> the CUDA release that introduced it (data from the PTX ISA manual).
 PTX_ISA_TO_CUDA = {
-    (7, 8): (12, 0), (8, 0): (12, 0), (8, 1): (12, 1), (8, 2): (12, 2), (8, 3): (12, 3),
-    (8, 4): (12, 4), (8, 5): (12, 5), (8, 6): (12, 7), (8, 7): (12, 8), (8, 8): (12, 9),
-    (9, 0): (13, 0), (9, 1): (13, 1),
+    (7, 8): (12, 0),
+    (8, 0): (12, 0),
+    (8, 1): (12, 1),
+    (8, 2): (12, 2),
+    (8, 3): (12, 3),
+    (8, 4): (12, 4),
+    (8, 5): (12, 5),
+    (8, 6): (12, 7),
+    (8, 7): (12, 8),
+    (8, 8): (12, 9),
+    (9, 0): (13, 0),
+    (9, 1): (13, 1),
 }
 
 
-def describe(buf, start: int, end: int, segment: bytes | None = None, section_addr: int = 0,
-             open_images: int = 1) -> list[Fatbin]:
+def describe(
+    buf,
+    start: int,
+    end: int,
+    segment: bytes | None = None,
+    section_addr: int = 0,
+    open_images: int = 1,
+) -> list[Fatbin]:
     """Parse the fatbins in ``buf[start:end]`` and decide for each whether it holds kernels.
 
     A fatbin with no kernels (the device-link fatbin ``nvcc -shared`` always adds) cannot cause

@@ -21,7 +21,12 @@ from patchkit.abi.scan import FileReport
 LD_SO_CACHE = "/etc/ld.so.cache"
 CACHE_MAGIC = b"glibc-ld.so.cache1.1"
 DEFAULT_DIRS = (
-    "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
 )
 # Driver libraries come with the NVIDIA driver, not with any wheel.
 EXEMPT = ("libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so")
@@ -38,7 +43,7 @@ def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, str]:
     start = data.find(CACHE_MAGIC)
     if start < 0 or start + 48 > len(data):
         return {}
-    nlibs, = struct.unpack_from("<I", data, start + 20)
+    (nlibs,) = struct.unpack_from("<I", data, start + 20)
     out: dict[str, str] = {}
     for i in range(nlibs):
         off = start + 48 + i * 24
@@ -130,8 +135,14 @@ class Loader:
         report = self.host_report(os.path.realpath(path))
         return Loaded("host:" + os.path.realpath(path), report) if report else None
 
-    def find(self, name: str, requester: str, rpaths: list[str], runpath: list[str],
-             loaded: dict[str, Loaded]) -> Loaded | None:
+    def find(
+        self,
+        name: str,
+        requester: str,
+        rpaths: list[str],
+        runpath: list[str],
+        loaded: dict[str, Loaded],
+    ) -> Loaded | None:
         """Resolve one DT_NEEDED ``name`` needed by tree path ``requester``."""
         if name in loaded:
             return loaded[name]
@@ -161,7 +172,9 @@ class Loader:
                 return hit
         return None
 
-    def closure(self, key: str, report: FileReport, loaded: dict[str, Loaded] | None = None) -> Closure:
+    def closure(
+        self, key: str, report: FileReport, loaded: dict[str, Loaded] | None = None
+    ) -> Closure:
         """Breadth-first NEEDED closure, names first matched against ``loaded`` SONAMEs."""
         loaded = dict(self.preloaded if loaded is None else loaded)
         out = Closure()
@@ -203,8 +216,10 @@ class Loader:
             cl = self.closure(key, report, self.preloaded)
             closures.append(cl)
             for obj in cl.objects:
-                for name in {obj.report.elf.soname if obj.report.elf else None,
-                             posixpath.basename(obj.key)} - {None}:
+                for name in {
+                    obj.report.elf.soname if obj.report.elf else None,
+                    posixpath.basename(obj.key),
+                } - {None}:
                     self.preloaded.setdefault(name, obj)
                 if is_global:
                     self.global_scope.append(obj)

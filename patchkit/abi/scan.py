@@ -1,4 +1,4 @@
-"""Per-file analysis: ELF dynamic facts + fatbin summary of each shared object, cached and parallel."""
+"""Per-file analysis: ELF dynamic facts and fatbin summary of each shared object, cached."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class FileReport:
 
 
 def analyze_file(path: str, relpath: str, origin: str) -> FileReport:
-    """Read one file; malformed ELF or fatbin data becomes ``error`` / ``fatbin_error``, never raises."""
+    """Read one file; malformed ELF or fatbin data becomes ``error``/``fatbin_error``, no raise."""
     try:
         buf = open_mapped(path)
     except MalformedElf as exc:
@@ -70,10 +70,11 @@ def analyze_buffer(buf, relpath: str, origin: str) -> FileReport:
     sec = elf.section(".nv_fatbin")
     if sec is not None:
         seg = elf.section(".nvFatBinSegment")
-        segment = bytes(buf[seg[0]:seg[0] + seg[1]]) if seg and seg[1] < (1 << 24) else None
+        segment = bytes(buf[seg[0] : seg[0] + seg[1]]) if seg and seg[1] < (1 << 24) else None
         try:
-            report.fatbins = describe(buf, sec[0], sec[0] + sec[1], segment, sec[2],
-                                      open_images=OPEN_ALL_BELOW)
+            report.fatbins = describe(
+                buf, sec[0], sec[0] + sec[1], segment, sec[2], open_images=OPEN_ALL_BELOW
+            )
         except MalformedFatbin as exc:
             report.fatbin_error = str(exc)
         except (ValueError, IndexError, OverflowError, MemoryError, struct.error) as exc:
@@ -92,7 +93,9 @@ def _analyze_member(member: Member) -> FileReport:
             if member.size <= IN_MEMORY_BYTES:
                 return analyze_buffer(read_member(member), member.relpath, member.origin)
             path = extract_member(member)
-        except Exception as exc:  # zipfile raises BadZipFile, zlib.error, EOFError ... on corrupt members
+        except (
+            Exception
+        ) as exc:  # zipfile raises BadZipFile, zlib.error, EOFError ... on corrupt members
             return FileReport(member.relpath, member.origin, error=f"invalid archive: {exc}")
         try:
             return analyze_file(path, member.relpath, member.origin)
@@ -106,7 +109,7 @@ def _worker(member: Member) -> FileReport:
 
 
 def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dict[str, FileReport]:
-    """A FileReport for every shared object in ``tree``: from the cache, else computed (in parallel)."""
+    """A FileReport per shared object in ``tree``: from the cache, else computed in parallel."""
     reports: dict[str, FileReport] = {}
     todo: list[Member] = []
     for member in tree.members.values():
@@ -126,7 +129,7 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
             results = list(pool.map(_worker, todo, chunksize=1))
     else:
         results = [_analyze_member(m) for m in todo]
-    for member, report in zip(todo, results):
+    for member, report in zip(todo, results, strict=True):
         reports[member.relpath] = report
         if not (report.error or "").startswith("invalid archive"):
             cache.store(member.cache_key, member.size, member.mtime, report)

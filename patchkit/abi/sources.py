@@ -1,4 +1,4 @@
-"""What is being verified: an installed site-packages folder, or a folder of wheels read via zipfile.
+"""What is verified: an installed site-packages folder, or a folder of wheels read via zipfile.
 
 Both become a ``Tree``: the shared objects (by path relative to site-packages, as they are or
 would be installed), a few text files the checks read (``torch/version.py``,
@@ -137,7 +137,10 @@ def read_env(site: str) -> Tree:
             elif ".so" in name and SO_NAME.search(name) and entry.is_file():
                 st = entry.stat()
                 tree.members[relpath] = Member(
-                    relpath=relpath, path=entry.path, size=st.st_size, mtime=st.st_mtime_ns,
+                    relpath=relpath,
+                    path=entry.path,
+                    size=st.st_size,
+                    mtime=st.st_mtime_ns,
                     origin=entry.path,
                     cache_key=os.path.realpath(entry.path) if entry.is_symlink() else entry.path,
                 )
@@ -187,7 +190,8 @@ def _member_problem(info: zipfile.ZipInfo, seen: set[str]) -> str | None:
     if info.file_size > MAX_MEMBER_BYTES:
         return f"member {name!r} claims {info.file_size} bytes uncompressed"
     if info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-        return f"member {name!r} expands {info.file_size // max(info.compress_size, 1)}x (a decompression bomb)"
+        ratio = info.file_size // max(info.compress_size, 1)
+        return f"member {name!r} expands {ratio}x (a decompression bomb)"
     return None
 
 
@@ -237,9 +241,14 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
             tree.texts[name] = zf.read(info).decode("utf-8", "replace")
         elif SO_NAME.search(name) and not info.is_dir():
             tree.members[name] = Member(
-                relpath=name, path=None, size=info.file_size,
-                mtime=st.st_mtime_ns ^ info.CRC, origin=f"{wheel}!{name}",
-                cache_key=f"{os.path.realpath(path)}!{name}", wheel=path, scratch=scratch,
+                relpath=name,
+                path=None,
+                size=info.file_size,
+                mtime=st.st_mtime_ns ^ info.CRC,
+                origin=f"{wheel}!{name}",
+                cache_key=f"{os.path.realpath(path)}!{name}",
+                wheel=path,
+                scratch=scratch,
             )
             tree.dirs.add(os.path.dirname(name))
     zf.close()
@@ -249,9 +258,12 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
     dname, version, requires = _parse_metadata(metadata)
     names = {i.filename for i in infos}
     dist = Dist(
-        canonicalize_name(dname), version, requires,
+        canonicalize_name(dname),
+        version,
+        requires,
         owns=lambda prefix, names=names: any(n.startswith(prefix) for n in names),
-        wheel=wheel, filename_version=m.group("ver") if m else None,
+        wheel=wheel,
+        filename_version=m.group("ver") if m else None,
     )
     tree.dists[dist.name] = dist
 

@@ -10,14 +10,35 @@ from patchkit.errors import VerifyInputError
 
 
 @click.command("verify")
-@click.option("--env", "env", is_flag=False, flag_value="", default=None, metavar="[PATH]",
-              help="Verify a site-packages folder (default: this interpreter's).")
-@click.option("--wheelhouse", type=str, default=None, metavar="DIR",
-              help="Verify a folder of .whl files without installing them.")
-@click.option("--profile", default=None, metavar="NAME",
-              help="Profile from build/profiles/ (or a path to one); default cu130-sm120.")
-@click.option("--gpu", "gpus", multiple=True, metavar="CC",
-              help="Target compute capability (e.g. 12.0); repeatable; replaces the profile's.")
+@click.option(
+    "--env",
+    "env",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[PATH]",
+    help="Verify a site-packages folder (default: this interpreter's).",
+)
+@click.option(
+    "--wheelhouse",
+    type=str,
+    default=None,
+    metavar="DIR",
+    help="Verify a folder of .whl files without installing them.",
+)
+@click.option(
+    "--profile",
+    default=None,
+    metavar="NAME",
+    help="Profile from build/profiles/ (or a path to one); default cu130-sm120.",
+)
+@click.option(
+    "--gpu",
+    "gpus",
+    multiple=True,
+    metavar="CC",
+    help="Target compute capability (e.g. 12.0); repeatable; replaces the profile's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the per-file cache.")
 def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
@@ -33,13 +54,20 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
         env = ""
     env_path = (env or default_site_packages()) if env is not None else None
     try:
-        report = verify(env=env_path, wheelhouse=wheelhouse, profile=profile,
-                        gpus=list(gpus) or None, use_cache=not no_cache)
+        report = verify(
+            env=env_path,
+            wheelhouse=wheelhouse,
+            profile=profile,
+            gpus=list(gpus) or None,
+            use_cache=not no_cache,
+        )
     except ProfileError as exc:
         raise VerifyInputError(str(exc), "list build/profiles/ for the available names") from None
     except FileNotFoundError as exc:
-        raise VerifyInputError(f"no such folder: {exc.filename or exc}",
-                               "pass an existing site-packages folder or wheelhouse") from None
+        raise VerifyInputError(
+            f"no such folder: {exc.filename or exc}",
+            "pass an existing site-packages folder or wheelhouse",
+        ) from None
     except NotADirectoryError as exc:
         raise VerifyInputError(f"not a folder: {exc.filename or exc}") from None
     except ValueError as exc:

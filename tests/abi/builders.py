@@ -1,7 +1,7 @@
-"""Real binaries for the verify tests: gcc-built torch extensions and nvcc-built CUDA objects.
+"""Real binaries for the verify tests: gcc-built torch extensions, nvcc-built CUDA objects.
 
-Everything is compiled once and cached under ``tests/artifacts/abi`` (or ``$PATCHKIT_TEST_ARTIFACTS``),
-keyed by a hash of the source and the command line.
+Everything is compiled once and cached under ``tests/artifacts/abi`` (or
+``$PATCHKIT_TEST_ARTIFACTS``), keyed by a hash of the source and the command line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import sysconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-ARTIFACTS = os.environ.get("PATCHKIT_TEST_ARTIFACTS") or os.path.join(REPO, "tests", "artifacts", "abi")
+ARTIFACTS = os.environ.get("PATCHKIT_TEST_ARTIFACTS") or os.path.join(
+    REPO, "tests", "artifacts", "abi"
+)
 
 
 def torch_dir() -> str | None:
@@ -89,8 +91,21 @@ def torch_extension(variant: str = "ok") -> str:
         src = out + ".cpp"
         with open(src, "w") as fh:
             fh.write(EXT_SOURCE)
-        _run(["g++", "-shared", "-fPIC", "-O1", *flags, src, "-o", out,
-              f"-L{tdir}/lib", "-lc10", "-Wl,--no-as-needed"])
+        _run(
+            [
+                "g++",
+                "-shared",
+                "-fPIC",
+                "-O1",
+                *flags,
+                src,
+                "-o",
+                out,
+                f"-L{tdir}/lib",
+                "-lc10",
+                "-Wl,--no-as-needed",
+            ]
+        )
         os.unlink(src)
 
     return _cached(f"ext-{variant}", EXT_SOURCE + " ".join(flags), build)
@@ -114,7 +129,11 @@ def stub_library(soname: str, symbols: tuple[str, ...] = ()) -> str:
 
 def linking(name: str, libs: list[str], call: str = "") -> str:
     """A library NEEDing each of ``libs`` (paths), optionally calling ``call``."""
-    source = f"extern int {call}(void);\nint entry(void) {{ return {call}(); }}\n" if call else "int entry(void){return 0;}\n"
+    source = (
+        f"extern int {call}(void);\nint entry(void) {{ return {call}(); }}\n"
+        if call
+        else "int entry(void){return 0;}\n"
+    )
 
     def build(out: str) -> None:
         src = out + ".c"
@@ -164,9 +183,18 @@ CUDA_VARIANTS = {
     "sm_120+compute_120": ["-gencode", "arch=compute_120,code=[sm_120,compute_120]"],
     "sm_90-zstd": ["-gencode", "arch=compute_90,code=sm_90", "-Xfatbin", "-compress-all"],
     "sm_120a-zstd": ["-gencode", "arch=compute_120a,code=sm_120a", "-Xfatbin", "-compress-all"],
-    "sm_100f+compute_80": ["-gencode", "arch=compute_100f,code=sm_100f",
-                           "-gencode", "arch=compute_80,code=compute_80"],
-    "sm_86+sm_89": ["-gencode", "arch=compute_86,code=sm_86", "-gencode", "arch=compute_89,code=sm_89"],
+    "sm_100f+compute_80": [
+        "-gencode",
+        "arch=compute_100f,code=sm_100f",
+        "-gencode",
+        "arch=compute_80,code=compute_80",
+    ],
+    "sm_86+sm_89": [
+        "-gencode",
+        "arch=compute_86,code=sm_86",
+        "-gencode",
+        "arch=compute_89,code=sm_89",
+    ],
 }
 
 # Expected launch verdicts (CUDA 13 rules) for targets 9.0, 12.0, 12.1.

@@ -26,7 +26,13 @@ def cuda_objects() -> dict[str, str]:
     if builders.nvcc() is None:
         pytest.skip("needs nvcc (CUDA 13)")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        paths = dict(zip(builders.CUDA_VARIANTS, pool.map(builders.cuda_object, builders.CUDA_VARIANTS)))
+        paths = dict(
+            zip(
+                builders.CUDA_VARIANTS,
+                pool.map(builders.cuda_object, builders.CUDA_VARIANTS),
+                strict=True,
+            )
+        )
     return paths
 
 
@@ -45,7 +51,9 @@ def make_site(root: str, torch_dir: str | None, extras: dict[str, str] | None = 
     if torch_dir:
         real_site = os.path.dirname(torch_dir)
         os.makedirs(os.path.join(site, "torch", "lib"), exist_ok=True)
-        shutil.copy(os.path.join(torch_dir, "version.py"), os.path.join(site, "torch", "version.py"))
+        shutil.copy(
+            os.path.join(torch_dir, "version.py"), os.path.join(site, "torch", "version.py")
+        )
         for lib in glob.glob(os.path.join(torch_dir, "lib", "*.so*")):
             os.symlink(lib, os.path.join(site, "torch", "lib", os.path.basename(lib)))
         for lib in glob.glob(os.path.join(torch_dir, "_C*.so")):

@@ -23,16 +23,16 @@ from tests.abi import builders
 pytestmark = pytest.mark.gpu
 
 NO_KERNEL_IMAGE = 209
-LAUNCH = (
-    "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); print(lib.pk_launch(4096))"
-)
+LAUNCH = "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); print(lib.pk_launch(4096))"
 
 
 def _local_cc() -> CC | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return None
@@ -56,8 +56,9 @@ def _launch(path: str) -> int:
     env["LD_LIBRARY_PATH"] = ":".join(
         [os.path.join(home, "lib64"), os.path.join(home, "lib"), env.get("LD_LIBRARY_PATH", "")]
     )
-    proc = subprocess.run([sys.executable, "-c", LAUNCH, path], capture_output=True, text=True,
-                          timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCH, path], capture_output=True, text=True, timeout=300, env=env
+    )
     if proc.returncode:
         raise RuntimeError(f"launcher failed for {path}: {proc.stderr[-1000:]}")
     return int(proc.stdout.strip().splitlines()[-1])
@@ -66,7 +67,7 @@ def _launch(path: str) -> int:
 def test_predictions_match_launches(gpu_cc):
     variants = sorted(builders.CUDA_VARIANTS)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        paths = dict(zip(variants, pool.map(builders.cuda_object, variants)))
+        paths = dict(zip(variants, pool.map(builders.cuda_object, variants), strict=True))
     rows = []
     for variant in variants:
         report = analyze_file(paths[variant], variant, paths[variant])
@@ -75,8 +76,16 @@ def test_predictions_match_launches(gpu_cc):
         rc = _launch(paths[variant])
         ran = rc == 0
         archs = " ".join(sorted({a for f in report.kernel_fatbins for a in f.archs}))
-        rows.append((variant, archs, pred["verdict"], "launches" if will_run else "no kernel image",
-                     "ran" if ran else f"error {rc}", will_run == ran and rc in (0, NO_KERNEL_IMAGE)))
+        rows.append(
+            (
+                variant,
+                archs,
+                pred["verdict"],
+                "launches" if will_run else "no kernel image",
+                "ran" if ran else f"error {rc}",
+                will_run == ran and rc in (0, NO_KERNEL_IMAGE),
+            )
+        )
     table = [
         f"| object | fatbin images | verdict for sm_{gpu_cc.sm} | predicted | launched | match |",
         "|---|---|---|---|---|---|",
