@@ -127,6 +127,22 @@ def stub_library(soname: str, symbols: tuple[str, ...] = ()) -> str:
     return _cached(f"stub-{soname}", source + soname, build)
 
 
+def string_library(soname: str, text: str) -> str:
+    """A library with SONAME ``soname`` whose read-only data holds ``text``."""
+    if shutil.which("gcc") is None:
+        raise FileNotFoundError("gcc")
+    source = f'const char pk_text[] = "{text}";\n'
+
+    def build(out: str) -> None:
+        src = out + ".c"
+        with open(src, "w") as fh:
+            fh.write(source)
+        _run(["gcc", "-shared", "-fPIC", src, "-o", out, f"-Wl,-soname,{soname}"])
+        os.unlink(src)
+
+    return _cached(f"text-{soname}", source + soname, build)
+
+
 def linking(name: str, libs: list[str], call: str = "") -> str:
     """A library NEEDing each of ``libs`` (paths), optionally calling ``call``."""
     source = (
