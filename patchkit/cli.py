@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except PatchkitError as exc:
         if debug:
             raise
-        click.echo(f"patchkit: error: {exc.message}", err=True)
+        click.echo(f"patchkit: error: {_one_line(exc.message)}", err=True)
         if exc.hint:
-            click.echo(f"patchkit: next: {exc.hint}", err=True)
+            click.echo(f"patchkit: next: {_one_line(exc.hint)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -100,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
                    err=True)
         return 70
     return rv if isinstance(rv, int) else 0
+
+
+def _one_line(text: str) -> str:
+    """Errors are one line each, whatever the message carries (git's stderr, nested causes)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def _first_line(text: str) -> str:

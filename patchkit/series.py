@@ -247,8 +247,11 @@ def safe_repo_path(name: str, path: str) -> str:
     parts = PurePosixPath(path).parts
     if ".." in parts:
         raise PatchFormatError(f"{name}: path {path} climbs out of the tree ('..')")
-    if parts and parts[0] == ".git":
-        raise PatchFormatError(f"{name}: path {path} writes into .git/")
+    if any(part.lower() == ".git" for part in parts):
+        raise PatchFormatError(f"{name}: path {path} writes into a .git directory")
+    if len(path.encode()) > MAX_PATH_BYTES or any(
+            len(part.encode()) > MAX_NAME_BYTES for part in parts):
+        raise PatchFormatError(f"{name}: path {path[:60]}... is longer than a file system allows")
     return path
 
 
@@ -259,6 +262,66 @@ def _strip_prefix(path: str | None) -> str | None:
         if path.startswith(prefix):
             return path[len(prefix) :]
     return path
+
+
+HUNK_RE = re.compile(r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@")
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+
+
+def _check_hunks(name: str, diff: str) -> None:
+    """Every hunk has a well-formed header, follows its file's ---/+++ lines and holds exactly
+    the number of old and new lines its header promises (truncation, miscounts, stray lines)."""
+    lines = diff.split("\n")
+    i, headers_seen = 0, False
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            headers_seen = False
+        elif line.startswith("+++ ") and i > 0 and lines[i - 1].startswith("--- "):
+            headers_seen = True
+        elif line == "-- ":
+            return  # format-patch's signature: the diff ended
+        elif line.startswith("@@"):
+            match = HUNK_RE.match(line)
+            if match is None:
+                raise PatchFormatError(f"{name}:{line[:40]!r}: malformed hunk header")
+            if not headers_seen:
+                raise PatchFormatError(f"{name}: hunk {line[:40]!r} comes before its ---/+++ lines")
+            old = int(match.group(2)) if match.group(2) is not None else 1
+            new = int(match.group(4)) if match.group(4) is not None else 1
+            i = _consume_hunk(name, lines, i + 1, old, new, line)
+            continue
+        i += 1
+
+
+def _consume_hunk(name: str, lines: list[str], i: int, old: int, new: int, header: str) -> int:
+    while old > 0 or new > 0:
+        if i >= len(lines):
+            raise PatchFormatError(f"{name}: hunk {header[:40]!r} is truncated")
+        line = lines[i]
+        if line.startswith("\\"):
+            i += 1
+            continue
+        tag = line[:1]
+        if tag in (" ", ""):
+            old, new = old - 1, new - 1
+        elif tag == "-":
+            old -= 1
+        elif tag == "+":
+            new -= 1
+        else:
+            raise PatchFormatError(
+                f"{name}: hunk {header[:40]!r} has fewer lines than its header says")
+        if old < 0 or new < 0:
+            raise PatchFormatError(f"{name}: hunk {header[:40]!r} does not match its line counts")
+        i += 1
+    while i < len(lines) and lines[i].startswith("\\"):
+        i += 1
+    following = lines[i] if i < len(lines) else ""
+    if following and not following.startswith(("@@", "diff --git ", "-- ")):
+        raise PatchFormatError(f"{name}: hunk {header[:40]!r} has more lines than its header says")
+    return i
 
 
 EXTENDED_PATH_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$", re.M)
@@ -276,6 +339,7 @@ def _diff_files(name: str, diff: str) -> list[FileChange]:
     for mode in re.findall(r"^new (?:file )?mode (\d+)$", diff, re.M):
         if mode == "120000":
             raise PatchFormatError(f"{name}: creates a symlink; patches may not create symlinks")
+    _check_hunks(name, diff)
     try:
         patchset = PatchSet(diff)
     except UnidiffParseError as exc:

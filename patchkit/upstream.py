@@ -6,6 +6,7 @@ every machine; its message records the sdist hash and the upstream commit the sd
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -157,7 +159,8 @@ def acquire(
         if want_sha is None and not HEX_RE.match(ref):
             known = ", ".join(r.tag or r.version for r in target.releases)
             raise PinError(
-                f"cannot resolve {target.name}@{ref}: not a pinned release or tag (pinned: {known})",
+                f"cannot resolve {target.name}@{ref}: not a pinned release or tag "
+                f"(pinned: {known})",
                 hint=f"use a pinned ref, or `patchkit rebase --target {target.name}@{ref} --write` "
                 "to add a pin",
             )
@@ -189,7 +192,8 @@ def acquire(
         )
     if not base.pinned and not allow_unpinned:
         raise PinError(
-            f"{target.name}@{ref} resolves to {base.commit[:12]}, which no pin in targets.toml names",
+            f"{target.name}@{ref} resolves to {base.commit[:12]}, which no pin in targets.toml "
+            "names",
             hint="pass --allow-unpinned to use it unverified, or rebase --write to pin it",
         )
     return base
@@ -415,7 +419,18 @@ def release_commit_id(tree: Path, target: Target) -> str | None:
 
 
 def safe_extract_sdist(archive: Path, dest: Path) -> Path:
-    """Extract a .tar.gz refusing links, devices, absolute and climbing names; returns its top dir."""
+    """Extract a .tar.gz refusing links, devices, absolute and climbing names; returns its top
+    directory."""
+    try:
+        return _extract_checked(archive, dest)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        cause = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
+        raise FetchError(f"{archive.name}: not a readable .tar.gz ({cause})",
+                         hint="the file is damaged or is not an sdist; nothing was imported",
+                         ) from None
+
+
+def _extract_checked(archive: Path, dest: Path) -> Path:
     with tarfile.open(archive, "r:*") as tar:
         members = tar.getmembers()
         tops = set()
@@ -430,7 +445,8 @@ def safe_extract_sdist(archive: Path, dest: Path) -> Path:
                 raise FetchError(f"{archive.name}: member {member.name} is a link or device")
             total += member.size
             if total > 4 * MAX_SDIST_BYTES:
-                raise FetchError(f"{archive.name}: unpacks to more than {4 * MAX_SDIST_BYTES >> 20} MiB")
+                raise FetchError(
+                    f"{archive.name}: unpacks to more than {4 * MAX_SDIST_BYTES >> 20} MiB")
             tops.add(name.parts[0])
         if len(tops) != 1:
             raise FetchError(f"{archive.name}: expected one top-level directory, found {len(tops)}")

@@ -49,7 +49,8 @@ import os, random, signal, subprocess, sys
 from patchkit import cli, gitops
 def partial(repo, branch, sha):
     rng = random.Random(int(os.environ["KILL_SEED"]))
-    changed = gitops.run(repo, "diff", "--no-renames", "--name-status", "-z", "HEAD", sha).split("\\0")
+    changed = gitops.run(repo, "diff", "--no-renames", "--name-status", "-z", "HEAD", sha)
+    changed = changed.split("\\0")
     pairs = [(changed[i], changed[i + 1]) for i in range(0, len(changed) - 1, 2)]
     for status, path in pairs:
         if rng.random() < 0.5:
@@ -233,8 +234,9 @@ def test_kill_inside_in_place_checkout(tmp_path, tallies):
     for _ in range(count):
         shutil.rmtree(into, ignore_errors=True)
         shutil.copytree(pristine, into, symlinks=True)
+        seed = str(rng.randrange(1 << 30))
         killed = subprocess.run([sys.executable, "-c", MID_CHECKOUT, *args], cwd=ROOT,
-                                env={**os.environ, **toy.env, "KILL_SEED": str(rng.randrange(1 << 30))},
+                                env={**os.environ, **toy.env, "KILL_SEED": seed},
                                 capture_output=True, text=True)
         tally.kills += 1
         if killed.returncode != -signal.SIGKILL:
