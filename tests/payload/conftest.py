@@ -198,5 +198,6 @@ def server_args(sglang_tree: Path):
             setattr(args, field.name, field.default)
         elif field.default_factory is not dataclasses.MISSING:
             setattr(args, field.name, field.default_factory())
+    args.model_path = "patchkit/payload-test-model"
     server_args_module.set_global_server_args_for_scheduler(args)
     return args

@@ -1,0 +1,245 @@
+"""EAGLE-3 aux hidden-state capture on DeepSeek-V2/V3 (Kimi-K2.5's language model).
+
+eagle3-aux-capture-post-allreduce.patch: captured states are the TP-reduced sums even when the
+previous layer deferred its all-reduce to the next layer's fused all-reduce + RMSNorm.
+eagle3-aux-capture-before-cuda-graphs.patch: the draft's configured layer ids are selected
+before CUDA graphs are captured, and graph capture / warm-up no longer reset them to defaults.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tiny_models import NUM_LAYERS, tiny_deepseek_v3
+from torch import nn
+
+pytestmark = pytest.mark.payload
+
+HIDDEN = 16
+VOCAB = 32
+TP = 2
+CAPTURE = [1, 3, 5]  # draft ids; the model captures in front of layers 2, 4, 6
+
+
+class ThreadGroup:
+    """A TP group of ranks run as threads: ``all_reduce`` sums every rank's tensor.
+
+    Stands in for the NCCL/custom all-reduce (infrastructure, not the code under test) and
+    counts the calls of each rank.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.local = threading.local()
+        self.barrier = threading.Barrier(size)
+        self.slots: list[torch.Tensor | None] = [None] * size
+        self.calls = [0] * size
+
+    @property
+    def rank(self) -> int:
+        return self.local.rank
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls[self.rank] += 1
+        self.slots[self.rank] = x.clone()
+        self.barrier.wait()
+        total = torch.stack(self.slots).sum(0)
+        self.barrier.wait()
+        return total
+
+    def run(self, fn):
+        results: list = [None] * self.size
+        errors: list = []
+
+        def body(rank: int) -> None:
+            self.local.rank = rank
+            try:
+                results[rank] = fn(rank)
+            except BaseException as exc:  # re-raised in the main thread
+                errors.append(exc)
+                self.barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(r,)) for r in range(self.size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        if errors:
+            raise errors[0]
+        return results
+
+
+class ShardedDecoderLayer(nn.Module):
+    """Stands in for ``DeepseekV2DecoderLayer`` on one TP rank (the layer is not under test).
+
+    It keeps the layer's communication contract: a hidden state flagged
+    ``_sglang_needs_allreduce_fusion`` is a partial sum that the input side all-reduces
+    (LayerCommunicator.prepare_attn's fused path) before adding the residual; the MLP output is
+    this rank's partial sum, either all-reduced here or, with fusion, flagged for the next layer.
+    """
+
+    def __init__(self, layer_id: int, rank: int, group: ThreadGroup, fuse_next: bool):
+        super().__init__()
+        self.layer_id, self.rank, self.group, self.fuse_next = layer_id, rank, group, fuse_next
+
+    def forward(self, positions, hidden_states, forward_batch, residual, *args):
+        if residual is None:
+            residual = hidden_states
+        else:
+            if getattr(hidden_states, "_sglang_needs_allreduce_fusion", False):
+                hidden_states = self.group.all_reduce(hidden_states)
+            residual = hidden_states + residual
+        partial = torch.tanh(residual) * (0.5 + 0.1 * self.layer_id + 0.3 * self.rank)
+        if self.fuse_next:
+            partial._sglang_needs_allreduce_fusion = True
+            return partial, residual
+        return self.group.all_reduce(partial), residual
+
+
+def tiny_deepseek_model(rank: int, group: ThreadGroup, fused: bool):
+    """The real ``DeepseekV2Model.forward`` over tiny sharded layers (built without weights)."""
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.models.deepseek_v2 import DeepseekV2Model
+
+    model = object.__new__(DeepseekV2Model)
+    nn.Module.__init__(model)
+    # Same embedding on every rank (ranks are threads: no shared global RNG).
+    model.embed_tokens = nn.Embedding.from_pretrained(
+        torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(0))
+    )
+    model.layers = nn.ModuleList(
+        ShardedDecoderLayer(i, rank, group, fuse_next=fused and i < NUM_LAYERS - 1)
+        for i in range(NUM_LAYERS)
+    )
+    model.norm = RMSNorm(HIDDEN)
+    model.pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True)
+    model.start_layer, model.end_layer = 0, NUM_LAYERS
+    model.first_k_dense_replace = 1
+    model.enable_a2a_moe = False
+    model.llama_4_scaling_config = None
+    model.layers_to_capture = [i + 1 for i in CAPTURE]
+    return model
+
+
+def _forward_all_ranks(fused: bool, monkeypatch):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.models import deepseek_v2
+
+    group = ThreadGroup(TP)
+    monkeypatch.setattr(deepseek_v2, "tensor_model_parallel_all_reduce", group.all_reduce)
+    batch = SimpleNamespace(can_run_tbo=False, nsa_cp_metadata=None, forward_mode=ForwardMode.DECODE)
+    input_ids = torch.tensor([3, 7, 11])
+    positions = torch.arange(3)
+
+    def rank_forward(rank: int):
+        model = tiny_deepseek_model(rank, group, fused)
+        with torch.no_grad():
+            return model(input_ids, positions, batch)
+
+    return group, group.run(rank_forward)
+
+
+def test_aux_capture_is_post_reduce(sglang_tree, server_args, monkeypatch):
+    _, unfused = _forward_all_ranks(False, monkeypatch)
+    group, fused = _forward_all_ranks(True, monkeypatch)
+
+    for rank in range(TP):
+        hidden, aux = fused[rank]
+        ref_hidden, ref_aux = unfused[rank]
+        assert len(aux) == len(CAPTURE)
+        for got, want in zip(aux, ref_aux, strict=True):
+            torch.testing.assert_close(got, want, msg="aux state is a per-rank partial sum")
+        torch.testing.assert_close(hidden, ref_hidden)
+    # Every layer's MLP output is reduced exactly once, fused, captured or not.
+    assert group.calls == [NUM_LAYERS] * TP
+
+
+def aux_recording_runner(monkeypatch):
+    """A ``ModelRunner`` object (no ``__init__``) for a DeepSeek-V3 target and an EAGLE-3 draft."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner = object.__new__(ModelRunner)
+    runner.model = tiny_deepseek_v3(monkeypatch)
+    runner.spec_algorithm = SpeculativeAlgorithm.EAGLE3
+    runner.is_draft_worker = False
+    runner.eagle_use_aux_hidden_state = True
+    runner.eagle_aux_hidden_state_layer_ids = list(CAPTURE)
+    runner.device = "cpu"
+    runner.model_config = SimpleNamespace(
+        is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32
+    )
+    return runner
+
+
+def configured_layers() -> list[int]:
+    return [i + 1 for i in CAPTURE]
+
+
+def test_aux_layers_selected_by_model_runner(sglang_tree, server_args, monkeypatch):
+    runner = aux_recording_runner(monkeypatch)
+
+    runner.init_aux_hidden_state_capture()
+
+    assert runner.model.model.layers_to_capture == configured_layers()
+    assert runner.model.capture_aux_hidden_states is True
+
+
+class _Captured(Exception):
+    """Raised by the stand-in graph capture to stop once the layer choice is observable."""
+
+
+def test_cuda_graph_capture_keeps_configured_aux_layers(sglang_tree, server_args, monkeypatch):
+    from sglang.srt.model_executor import cuda_graph_runner
+
+    runner = aux_recording_runner(monkeypatch)
+    runner.model.set_eagle3_layers_to_capture(runner.eagle_aux_hidden_state_layer_ids)
+    monkeypatch.setattr(server_args, "speculative_algorithm", "EAGLE3")
+    monkeypatch.setattr(server_args, "speculative_num_draft_tokens", 4)
+    runner.server_args = server_args
+    runner.attn_backend = SimpleNamespace(
+        init_cuda_graph_state=lambda max_bs, max_num_token: None,
+        get_cuda_graph_seq_len_fill_value=lambda: 1,
+    )
+    seen = {}
+
+    def capture(self):
+        seen["layers"] = list(self.model_runner.model.model.layers_to_capture)
+        raise _Captured
+
+    # Parallel groups, buffer allocation and the capture itself need CUDA; stand in for them.
+    monkeypatch.setattr(cuda_graph_runner, "get_attention_tp_size", lambda: 1)
+    monkeypatch.setattr(cuda_graph_runner, "get_attention_tp_rank", lambda: 0)
+    monkeypatch.setattr(cuda_graph_runner, "get_batch_sizes_to_capture", lambda mr, n: ([1], []))
+    monkeypatch.setattr(cuda_graph_runner.GraphInputBuffers, "create", lambda **kw: None)
+    monkeypatch.setattr(cuda_graph_runner.CudaGraphRunner, "capture", capture)
+
+    with pytest.raises(_Captured):
+        cuda_graph_runner.CudaGraphRunner(runner)
+
+    assert seen["layers"] == configured_layers(), "graphs captured the default aux layers"
+
+
+def test_dummy_run_keeps_configured_aux_layers(sglang_tree, server_args, monkeypatch):
+    from sglang.srt.model_executor import model_runner
+
+    runner = aux_recording_runner(monkeypatch)
+    runner.model.set_eagle3_layers_to_capture(runner.eagle_aux_hidden_state_layer_ids)
+    monkeypatch.setattr(server_args, "speculative_num_draft_tokens", 4)
+    runner.server_args = server_args
+    runner.is_generation = True
+    runner.attn_backend = SimpleNamespace(get_cuda_graph_seq_len_fill_value=lambda: 1)
+
+    def stop(**kwargs):
+        raise _Captured
+
+    # The warm-up forward itself needs CUDA; stop where its buffers would be allocated.
+    monkeypatch.setattr(model_runner.GraphInputBuffers, "create", stop)
+
+    with pytest.raises(_Captured):
+        runner._dummy_run(batch_size=1)
+
+    assert runner.model.model.layers_to_capture == configured_layers()
