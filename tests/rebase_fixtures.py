@@ -21,6 +21,9 @@ SYMM_MEM = "sm120-torch-symm-mem-allreduce.patch"
 AUX_POST = "eagle3-aux-capture-post-allreduce.patch"
 DEEPSEEK = "python/sglang/srt/models/deepseek_v2.py"
 A2A_LINE = "if self.enable_a2a_moe and i > self.first_k_dense_replace:"
+SYMM_SIZES = "python/sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+SIZE_LINE = "        6: 128 * MiB,  # 128 MB\n"
+SIZE_LINE_EDITED = "        6: 96 * MiB,  # 96 MB\n"
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +65,8 @@ def set_series(project: Path, target: str, names: list[str]) -> None:
 @pytest.fixture(scope="session")
 def git_upstream(tmp_path_factory, upstream_remote) -> dict[str, object]:
     """A bare repository with v0.5.9 -> v0.5.9.2 (symm-mem upstreamed) -> v0.5.9.3 (the a2a
-    line next to the aux-capture patch rewritten); returns path and commit ids."""
+    line next to the aux-capture patch rewritten), and v0.5.9.4 on a branch from v0.5.9 (lines
+    moved; symm-mem merged after a nearby edit); returns path and commit ids."""
     work = tmp_path_factory.mktemp("git-upstream-work") / "sglang"
     git(work.parent, "clone", "-q", str(upstream_remote), str(work))
     git(work, "checkout", "-q", "-B", "main", "v0.5.9")
@@ -77,10 +81,24 @@ def git_upstream(tmp_path_factory, upstream_remote) -> dict[str, object]:
     path.write_text(text.replace(A2A_LINE, A2A_LINE.replace(" > ", " >= ")))
     git(work, "commit", "-qam", "Gather aux states from the first MoE layer on")
     git(work, "tag", "v0.5.9.3")
+    # v0.5.9.4, from v0.5.9: three lines on top of deepseek_v2.py (the aux-capture patch only
+    # moves: offset), an unrelated edit in the first context line of the symm-mem hunk, then
+    # the symm-mem change itself (git's "merged after a nearby edit" case).
+    git(work, "checkout", "-q", "-B", "edited", "v0.5.9")
+    path.write_text("# upstream header\n# one\n# two\n" + text)
+    sizes = work / SYMM_SIZES
+    sizes_text = sizes.read_text()
+    assert sizes_text.count(SIZE_LINE) == 2
+    sizes.write_text(sizes_text[::-1].replace(SIZE_LINE[::-1], SIZE_LINE_EDITED[::-1], 1)[::-1])
+    git(work, "commit", "-qam", "Tune the SM100 symm-mem sizes; header")
+    git(work, "apply", "--index", "-C1", str(patch))
+    git(work, "commit", "-qm", "Support SM120 in the torch symmetric-memory all-reduce")
+    git(work, "tag", "v0.5.9.4")
     bare = tmp_path_factory.mktemp("git-upstream") / "sglang.git"
     git(work, "clone", "-q", "--bare", str(work), str(bare))
     return {"path": bare, "base": base, "v0.5.9.2": git(work, "rev-parse", "v0.5.9.2").strip(),
-            "v0.5.9.3": git(work, "rev-parse", "v0.5.9.3").strip()}
+            "v0.5.9.3": git(work, "rev-parse", "v0.5.9.3").strip(),
+            "v0.5.9.4": git(work, "rev-parse", "v0.5.9.4").strip()}
 
 
 @pytest.fixture

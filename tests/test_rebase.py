@@ -65,7 +65,7 @@ EXPECTED_0510 = {
 
 
 @pytest.fixture
-def classified(cache_0510, workspace):
+def classified(cache_0510, workspace):  # noqa: F811
     from patchkit.rebase import classify_rebase, resolve_new_base
     from patchkit.upstream import Mirror, acquire
 
@@ -111,7 +111,7 @@ def test_real_0_5_10_evidence(classified):
 
 
 @pytest.mark.slow
-def test_cli_dry_run_prints_tofu_and_leaves_patches_alone(project, cache_0510):
+def test_cli_dry_run_prints_tofu_and_leaves_patches_alone(project, cache_0510):  # noqa: F811
     before = snapshot(project / "patches")
     r = patchkit("rebase", "--target", "sglang@0.5.10")
     assert r.returncode == 1, r.stderr  # patches in conflict
@@ -130,7 +130,7 @@ def test_cli_dry_run_prints_tofu_and_leaves_patches_alone(project, cache_0510):
 
 
 @pytest.mark.slow
-def test_write_is_refused_while_a_patch_conflicts(project, cache_0510):
+def test_write_is_refused_while_a_patch_conflicts(project, cache_0510):  # noqa: F811
     before = snapshot(project / "patches")
     r = patchkit("rebase", "--target", "sglang@0.5.10", "--write", "--json")
     assert r.returncode == 1
@@ -140,7 +140,7 @@ def test_write_is_refused_while_a_patch_conflicts(project, cache_0510):
 
 
 @pytest.mark.slow
-def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
+def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):  # noqa: F811
     keep = ["sm120-torch-symm-mem-allreduce.patch", "kimi-k25-eagle3-delegation.patch",
             "eagle3-aux-capture-post-allreduce.patch",
             "eagle3-aux-capture-before-cuda-graphs.patch"]
@@ -173,7 +173,7 @@ def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_git_upstream_patch_id_and_reverse_apply(git_project, git_upstream):
+def test_git_upstream_patch_id_and_reverse_apply(git_project, git_upstream):  # noqa: F811
     r = patchkit("rebase", "--target", "sglang@v0.5.9.2", "--json")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
@@ -185,7 +185,19 @@ def test_git_upstream_patch_id_and_reverse_apply(git_project, git_upstream):
     assert by[AUX_POST]["label"] == "clean"
 
 
-def test_git_upstream_conflict_then_continue_write(git_project, git_upstream):
+def test_git_upstream_offset_and_change_merged_after_a_nearby_edit(git_project):  # noqa: F811
+    r = patchkit("rebase", "--target", "sglang@v0.5.9.4", "--json")
+    assert r.returncode == 0, r.stderr
+    by = {p["name"]: p for p in json.loads(r.stdout)["patches"]}
+    assert by[AUX_POST]["label"] == "offset" and by[AUX_POST]["changed"]
+    symm = {s["name"]: s["fired"] for s in by[SYMM_MEM]["signals"]}
+    assert by[SYMM_MEM]["label"] == "upstreamed"
+    # patch-id and the full-context reverse check miss it; -C1 and the added lines see it
+    assert symm["patch-id"] is False and symm["reverse-apply"] is False
+    assert symm["reverse-apply-reduced-context"] and symm["added-lines-present"]
+
+
+def test_git_upstream_conflict_then_continue_write(git_project, git_upstream):  # noqa: F811
     r = patchkit("rebase", "--target", "sglang@v0.5.9.3", "--write")
     assert r.returncode == 1, r.stderr
     assert "CONFLICT  " + AUX_POST in r.stdout
