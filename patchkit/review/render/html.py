@@ -8,10 +8,14 @@ from string import Template
 
 from patchkit.review.model import PatchRow, RangeEntry, Review, TargetReview
 
-
-STATUS_WORDS = {"applied-upstream": "applied upstream", "forwarded": "forwarded",
-                "backport": "backport", "not-needed": "not needed", "not-forwarded": "not forwarded",
-                "unknown": "unknown"}
+STATUS_WORDS = {
+    "applied-upstream": "applied upstream",
+    "forwarded": "forwarded",
+    "backport": "backport",
+    "not-needed": "not needed",
+    "not-forwarded": "not forwarded",
+    "unknown": "unknown",
+}
 
 
 def _asset(name: str) -> str:
