@@ -161,8 +161,8 @@ def acquire(
             raise PinError(
                 f"cannot resolve {target.name}@{ref}: not a pinned release or tag "
                 f"(pinned: {known})",
-                hint=f"use a pinned ref, or `patchkit rebase --target {target.name}@{ref} --write` "
-                "to add a pin",
+                hint=f"use a pinned ref, pass --allow-unpinned to use it unverified, or "
+                f"`patchkit rebase --target {target.name}@{ref} --write` to add a pin",
             )
     attempts: list[Attempt] = []
     with locked(mirror.lock_path, f"the {target.name} mirror"):
