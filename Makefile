@@ -23,12 +23,17 @@ $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
 	$(VENV)/bin/pip install $(PIP_FLAGS) -r build/constraints/payload-test.txt
 	touch $@
 
+# Debian's chromium for the review page's browser test (skips cleanly where it cannot install).
+$(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
+	bash tests/browser/ensure-chromium.sh
+	touch $@
+
 ## wheels: patched, versioned wheels with provenance in dist/
 wheels: $(BVENV)/.stamp
 	$(BVENV)/bin/patchkit build --target all --profile $(PROFILE) --out dist $(ARGS)
 
 ## test: the CPU tier (manager tests and the payload tests of every patched path)
-test: $(VENV)/.stamp-payload
+test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser
 	$(VENV)/bin/patchkit lint
 	$(VENV)/bin/python -m pytest -m "not gpu" $(ARGS)
 
