@@ -1,0 +1,87 @@
+"""Two and four simultaneous `apply` runs on one cache (cold, so they race on the fetch or the
+sdist import too), into separate directories and into the same one: no corrupted outcome;
+a process that has to wait says so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from reliability_support import (
+    ROOT,
+    cache_problems,
+    checkout_problems,
+    leftovers,
+    make_toy,
+    record,
+    rev,
+    start_cli,
+)
+
+SECTION = "concurrency (tests/reliability/test_concurrency.py)"
+
+
+def _run_all(arg_lists, env):
+    procs = [start_cli(*args, env=env) for args in arg_lists]
+    return [(p.wait(timeout=600), *p.communicate()) for p in procs]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_simultaneous_applies_one_cache(tmp_path, n):
+    toy = make_toy(tmp_path / "toy")
+    dirs = [tmp_path / f"wt{i}" for i in range(n)]
+    results = _run_all([("apply", "--target", "toy", "--into", str(d)) for d in dirs], toy.env)
+    heads = {rev(d, "HEAD") for d in dirs}
+    corrupted = 0
+    problems = []
+    for d, (rc, _out, err) in zip(dirs, results, strict=True):
+        issues = checkout_problems(d, heads) + leftovers(tmp_path, d.name, toy.cache)
+        if rc != 0 or issues or not d.exists():
+            corrupted += 1
+            problems.append(f"{d.name}: rc={rc} {issues} {err[-300:]!r}")
+    cache_issues = cache_problems(toy.cache)
+    corrupted += bool(cache_issues)
+    if len(heads) != 1:
+        problems.append(f"different results: {heads}")
+    record(SECTION, f"{n} simultaneous applies, one cold cache, separate directories: "
+                    f"{corrupted} corrupted outcomes (goal 0)")
+    assert corrupted == 0 and len(heads) == 1, problems + cache_issues
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_simultaneous_applies_one_target(tmp_path, n):
+    toy = make_toy(tmp_path / "toy")
+    into = tmp_path / "wt"
+    results = _run_all([("apply", "--target", "toy", "--into", str(into))] * n, toy.env)
+    codes = sorted(rc for rc, _, _ in results)
+    waited = sum("waiting for another patchkit process" in err for _, _, err in results)
+    head = rev(into, "HEAD")
+    issues = (checkout_problems(into, {head}) + cache_problems(toy.cache)
+              + leftovers(tmp_path, "wt", toy.cache))
+    # One applies (0); the rest waited for it and found nothing to do (3).
+    corrupted = int(bool(issues)) + sum(rc not in (0, 3) for rc in codes)
+    record(SECTION, f"{n} simultaneous applies into the same directory: exit codes {codes}, "
+                    f"{waited} said they were waiting, {corrupted} corrupted outcomes (goal 0)")
+    assert corrupted == 0 and codes.count(0) == 1, (codes, issues, [e for _, _, e in results])
+
+
+def test_two_applies_racing_on_the_real_sglang_import(tmp_path, sglang_sdist):
+    cache = tmp_path / "cache"
+    (cache / "sdists").mkdir(parents=True)
+    os.link(sglang_sdist, cache / "sdists" / sglang_sdist.name)
+    env = {"PATCHKIT_PROJECT": str(ROOT), "PATCHKIT_CACHE": str(cache),
+           "PATCHKIT_OFFLINE_GIT": "1", "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple"}
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    results = _run_all([("apply", "--target", "sglang", "--into", str(d)) for d in dirs], env)
+    heads = {rev(d, "HEAD") for d in dirs}
+    waited = sum("waiting for another patchkit process" in err for _, _, err in results)
+    issues = [f"rc={rc} {err[-300:]!r}" for rc, _, err in results if rc != 0]
+    issues += cache_problems(cache) + [str(p) for p in (cache / "tmp").iterdir()]
+    if len(heads) != 1 or None in heads:
+        issues.append(f"results differ: {heads}")
+    record(SECTION, f"2 simultaneous applies of sglang racing on the sdist import: "
+                    f"{waited} waited for the mirror, {len(issues)} corrupted outcomes (goal 0)")
+    assert not issues
+    for d in dirs:
+        shutil.rmtree(d)
