@@ -118,7 +118,8 @@ def _patched_sglang_present() -> str | None:
             return f"{module} is not installed"
     probe = (
         "from sglang.srt.server_args import ServerArgs; "
-        "import sys; sys.exit(0 if hasattr(ServerArgs, 'speculative_disable_batch_threshold') else 3)"
+        "import sys; "
+        "sys.exit(0 if hasattr(ServerArgs, 'speculative_disable_batch_threshold') else 3)"
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=600)
     if proc.returncode == 3:
@@ -293,7 +294,7 @@ def test_threshold_sweep_matches_no_spec(models, reference, spec_v2, tmp_path):
     server = Server(_base_args(target) + _spec_args(draft), env, tmp_path / "server.log")
     try:
         outputs = _sweep(server)
-        for i, (got, want) in enumerate(zip(outputs, reference)):
+        for i, (got, want) in enumerate(zip(outputs, reference, strict=True)):
             assert got == want, f"request {i}: speculative output differs from no-spec"
         deadline = time.time() + 60
         while server.used_tokens() != 0 and time.time() < deadline:

@@ -21,9 +21,7 @@ What stands in (SGLang's model runner and CUDA/Triton kernels cannot run on a CP
 
 from __future__ import annotations
 
-import math
 import types
-from typing import Dict, List, Optional
 
 import torch
 
@@ -71,7 +69,7 @@ class TinyTarget:
         )
         return hidden @ self.wo, self.aux(hidden)
 
-    def greedy(self, prompt: List[int], num_tokens: int) -> List[int]:
+    def greedy(self, prompt: list[int], num_tokens: int) -> list[int]:
         """Reference: dense greedy decoding with no KV pool at all."""
         tokens = list(prompt)
         kvs = [self.token_kv(torch.tensor(t)) for t in tokens]
@@ -108,9 +106,7 @@ class TinyDraft:
             [
                 x[t]
                 + 0.5
-                * self.kv[
-                    req_to_token[int(rows[t]), : int(positions[t]) + 1].long()
-                ].mean(dim=0)
+                * self.kv[req_to_token[int(rows[t]), : int(positions[t]) + 1].long()].mean(dim=0)
                 for t in range(len(input_ids))
             ]
         )
@@ -126,7 +122,7 @@ class StandInAttnBackend:
 
     def __init__(self, name: str):
         self.name = name
-        self.planned_modes: List[str] = []
+        self.planned_modes: list[str] = []
 
     def init_forward_metadata(self, forward_batch):
         self.planned_modes.append(forward_batch.forward_mode.name)
@@ -146,7 +142,7 @@ class StandInModelRunner:
         self.model_is_mrope = False
         self.is_draft = is_draft
         self.tp_group = None
-        self.calls: List[Dict] = []
+        self.calls: list[dict] = []
 
     def _rows(self, fb) -> torch.Tensor:
         mode = fb.forward_mode
@@ -229,10 +225,10 @@ def model_config_standin():
     )
 
 
-def acceptance(candidates: torch.Tensor, target_predict: torch.Tensor) -> List[int]:
+def acceptance(candidates: torch.Tensor, target_predict: torch.Tensor) -> list[int]:
     """Greedy chain acceptance: drafts accepted while they equal the target's tokens."""
     accept = []
-    for cand, pred in zip(candidates.tolist(), target_predict.tolist()):
+    for cand, pred in zip(candidates.tolist(), target_predict.tolist(), strict=True):
         n = 0
         while n < STEPS and cand[n + 1] == pred[n]:
             n += 1
@@ -249,11 +245,3 @@ def chain_draft_tokens(draft: TinyDraft, draft_input) -> torch.Tensor:
         hidden = draft.mix_input(tokens[-1], hidden)
         tokens.append(nxt)
     return torch.stack(tokens, dim=1)
-
-
-def math_isclose(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-
-
-def optional_int(value) -> Optional[int]:
-    return None if value is None else int(value)

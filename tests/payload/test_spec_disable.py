@@ -15,7 +15,6 @@ import types
 
 import pytest
 import torch
-
 from spec_fixtures import (
     CONTEXT,
     HIDDEN,
@@ -87,14 +86,13 @@ class Harness:
     """Pools, models, the worker under test and a scheduler loop for one spec version."""
 
     def __init__(self, server_args, spec_v2: bool, monkeypatch):
+        from sglang.srt.distributed import parallel_state
         from sglang.srt.managers.overlap_utils import FutureMap
         from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.chunk_cache import ChunkCache
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-        from sglang.srt.distributed import parallel_state
 
         # single process: the expert-parallel group ForwardBatch asks about has one rank
         monkeypatch.setattr(parallel_state, "_MOE_EP", types.SimpleNamespace(world_size=1))
@@ -193,9 +191,7 @@ class Harness:
             )
             worker = object.__new__(EAGLEWorkerV2)
             vars(worker).update(common)
-            vars(worker).update(
-                _target_worker=self.target_worker, _draft_worker=draft_worker
-            )
+            vars(worker).update(_target_worker=self.target_worker, _draft_worker=draft_worker)
             monkeypatch.setattr(draft_worker, "draft", self._standin_draft_v2, raising=False)
             monkeypatch.setattr(worker, "verify", self._standin_verify_v2, raising=False)
             self.worker_for_scheduler = draft_worker
@@ -207,9 +203,7 @@ class Harness:
             vars(worker).update(
                 target_worker=self.target_worker,
                 _model_runner=self.draft_runner,
-                model_config=types.SimpleNamespace(
-                    hidden_size=3 * HIDDEN, dtype=torch.float32
-                ),
+                model_config=types.SimpleNamespace(hidden_size=3 * HIDDEN, dtype=torch.float32),
                 draft_tp_context=empty_context,
                 cuda_graph_runner=None,
                 cuda_graph_runner_for_draft_extend=None,
@@ -259,7 +253,7 @@ class Harness:
         )  # fmt: skip
         self.req_to_token_pool.alloc(reqs)
         table = self.req_to_token_pool.req_to_token
-        first_tokens, aux_last, draft_hidden, topk = [], [], [], []
+        first_tokens, draft_hidden, topk = [], [], []
         for req in reqs:
             n = len(req.prompt)
             slots = self.allocator.alloc(n)
@@ -612,9 +606,9 @@ def test_draft_state_after_no_spec_step_equals_draft_extend(server_args, monkeyp
         assert torch.allclose(state.topk_p.view(-1), expect_p, atol=1e-6)
         assert torch.allclose(state.hidden_states, expect_hidden.float(), atol=1e-5)
         # the draft KV of position seq_len is the extend's, and nothing below it moved
-        assert torch.allclose(draft_kv_after[slots], torch.tanh(
-            h.draft.mix_input(new_tokens, aux) @ h.draft.wk
-        ))
+        assert torch.allclose(
+            draft_kv_after[slots], torch.tanh(h.draft.mix_input(new_tokens, aux) @ h.draft.wk)
+        )
         for i, req in enumerate(batch.reqs):
             prompt_slots = table[req.req_pool_idx, : int(before[i])].long()
             assert torch.equal(draft_kv_after[prompt_slots], draft_kv_before[prompt_slots])

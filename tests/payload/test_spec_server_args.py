@@ -131,7 +131,9 @@ def test_eagle_and_eagle3_accepted(resolve):
 
 def test_spec_v2_needs_topk_one(resolve):
     # Llama auto-selects (steps, topk, draft tokens) = (5, 4, 8) when none is given.
-    with pytest.raises(ValueError, match=r"SGLANG_ENABLE_SPEC_V2 requires --speculative-eagle-topk 1, got 4"):
+    with pytest.raises(
+        ValueError, match=r"SGLANG_ENABLE_SPEC_V2 requires --speculative-eagle-topk 1, got 4"
+    ):
         resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8", spec_v2=True)
 
 
@@ -173,9 +175,7 @@ def test_incompatible_modes_refused(resolve, flag, field, words, sglang_tree):
 @pytest.mark.parametrize("value", ["0", "9"])
 def test_reenable_must_lie_in_range(resolve, value):
     with pytest.raises(ValueError, match=r"reenable-batch-threshold must be between 1 and"):
-        resolve(
-            *EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-reenable-batch-threshold", value
-        )
+        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-reenable-batch-threshold", value)
 
 
 def test_reenable_needs_threshold(resolve):
@@ -191,8 +191,7 @@ def test_warns_when_threshold_reaches_max_running_requests(resolve, caplog):
     caplog.set_level(logging.WARNING)
     resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "64", "--max-running-requests", "64")
     assert any(
-        "disable-batch-threshold 64 >= --max-running-requests 64" in m
-        for m in _warnings(caplog)
+        "disable-batch-threshold 64 >= --max-running-requests 64" in m for m in _warnings(caplog)
     )
 
 
