@@ -32,15 +32,27 @@ from patchkit.rebase import classify_rebase, resolve_new_base  # noqa: E402
 from patchkit.upstream import Mirror, acquire  # noqa: E402
 from patchkit.workspace import Workspace  # noqa: E402
 
-GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@patchkit.invalid",
-           "GIT_EDITOR": "true", "LC_ALL": "C"}
+GIT_ENV = {
+    **os.environ,
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@patchkit.invalid",
+    "GIT_EDITOR": "true",
+    "LC_ALL": "C",
+}
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     # The baseline is git itself, so it is run directly (patchkit's own git goes via gitops).
-    return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd,
-                          env=GIT_ENV, capture_output=True, text=True, check=check)
+    return subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", *args],
+        cwd=cwd,
+        env=GIT_ENV,
+        capture_output=True,
+        text=True,
+        check=check,
+    )
 
 
 def git_rebase(mirror: Path, old: str, new: str, tip: str) -> dict[str, float | int]:
@@ -79,9 +91,16 @@ def main() -> int:
     classify_times, report = [], None
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        report = classify_rebase(mirror, target, series, old, new,
-                                 series_version=ws.targets.series_version, ref=args.onto,
-                                 pin=pin)
+        report = classify_rebase(
+            mirror,
+            target,
+            series,
+            old,
+            new,
+            series_version=ws.targets.series_version,
+            ref=args.onto,
+            pin=pin,
+        )
         classify_times.append(time.perf_counter() - t0)
     git_runs = [git_rebase(mirror, old.commit, new.commit, old_tip) for _ in range(args.repeat)]
 
@@ -107,17 +126,25 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.target}: {result['patches']} patches onto {args.onto} "
-              f"({', '.join(f'{n} {k}' for k, n in result['labels'].items())})")
-        print(f"  patchkit classify (median of {args.repeat}): {classify:.3f} s "
-              f"(min {min(classify_times):.3f} s; goal < 3 s: "
-              f"{'met' if result['goal_met'] else 'NOT met'})")
-        print(f"  git rebase --onto (median):       {rebase:.3f} s "
-              f"(+ {checkout:.3f} s clone/checkout of a work tree; "
-              f"{result['git_rebase_skipped_conflicts']} conflict(s) skipped)")
-        print(f"  ratio classify / git rebase:      {result['ratio_classify_over_git_rebase']}"
-              f"  (vs rebase + checkout: "
-              f"{result['ratio_classify_over_git_checkout_plus_rebase']})")
+        print(
+            f"{args.target}: {result['patches']} patches onto {args.onto} "
+            f"({', '.join(f'{n} {k}' for k, n in result['labels'].items())})"
+        )
+        print(
+            f"  patchkit classify (median of {args.repeat}): {classify:.3f} s "
+            f"(min {min(classify_times):.3f} s; goal < 3 s: "
+            f"{'met' if result['goal_met'] else 'NOT met'})"
+        )
+        print(
+            f"  git rebase --onto (median):       {rebase:.3f} s "
+            f"(+ {checkout:.3f} s clone/checkout of a work tree; "
+            f"{result['git_rebase_skipped_conflicts']} conflict(s) skipped)"
+        )
+        print(
+            f"  ratio classify / git rebase:      {result['ratio_classify_over_git_rebase']}"
+            f"  (vs rebase + checkout: "
+            f"{result['ratio_classify_over_git_checkout_plus_rebase']})"
+        )
     return 0
 
 

@@ -57,8 +57,9 @@ class ExportReport:
             "target": self.target,
             "directory": str(self.directory),
             "dry_run": self.dry_run,
-            "patches": [{"name": p.name, "commit": p.commit, "named_by": p.named_by}
-                        for p in self.patches],
+            "patches": [
+                {"name": p.name, "commit": p.commit, "named_by": p.named_by} for p in self.patches
+            ],
             "written": self.written,
             "unchanged": self.unchanged,
             "removed": self.removed,
@@ -78,8 +79,10 @@ def split_mbox(stream: bytes) -> list[bytes]:
     starts = [m.start() for m in _FROM_RE.finditer(stream)]
     messages = [stream[a:b] for a, b in zip(starts, starts[1:] + [len(stream)], strict=True)]
     # --stdout separates messages with one blank line that the per-file output does not have.
-    return [m[:-1] if i < len(messages) - 1 and m.endswith(b"\n\n") else m
-            for i, m in enumerate(messages)]
+    return [
+        m[:-1] if i < len(messages) - 1 and m.endswith(b"\n\n") else m
+        for i, m in enumerate(messages)
+    ]
 
 
 def strip_patch_trailer(message: bytes) -> tuple[str | None, bytes]:
@@ -139,16 +142,21 @@ def worktree_range(worktree: Path, target: str) -> tuple[str, str]:
     base = gitops.resolve(worktree, BASE_REF.format(target=target))
     head = gitops.head(worktree)
     if base is None or head is None:
-        raise UsageError(f"{worktree} has no {BASE_REF.format(target=target)} ref",
-                         hint="export a work tree made by `patchkit apply`")
+        raise UsageError(
+            f"{worktree} has no {BASE_REF.format(target=target)} ref",
+            hint="export a work tree made by `patchkit apply`",
+        )
     if not gitops.is_ancestor(worktree, base, head):
-        raise UsageError(f"{worktree}: HEAD does not descend from the {target} base {base[:12]}",
-                         hint="rebase the branch onto refs/patchkit/<target>/base first")
+        raise UsageError(
+            f"{worktree}: HEAD does not descend from the {target} base {base[:12]}",
+            hint="rebase the branch onto refs/patchkit/<target>/base first",
+        )
     return base, head
 
 
-def write_series(directory: Path, target: str, patches: list[ExportedPatch], *,
-                 dry_run: bool = False) -> ExportReport:
+def write_series(
+    directory: Path, target: str, patches: list[ExportedPatch], *, dry_run: bool = False
+) -> ExportReport:
     """Make `directory` hold exactly `patches` (and a series file listing them, in order).
 
     Unchanged files are not rewritten; the series file keeps its comments when the order is
@@ -190,7 +198,7 @@ def render_series(series_path: Path, names: list[str]) -> str:
     kept = [n for n in old if n and n in names]
     if kept == names[: len(kept)]:
         body = [ln for ln, n in zip(lines, old, strict=True) if not n or n in names]
-        return "\n".join([*body, *names[len(kept):]]) + "\n"
+        return "\n".join([*body, *names[len(kept) :]]) + "\n"
     header: list[str] = []
     for line in lines:
         if line.strip() and not line.lstrip().startswith("#"):
@@ -211,8 +219,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
 
 
-def export_worktree(worktree: Path, target: str, directory: Path, *,
-                    dry_run: bool = False) -> ExportReport:
+def export_worktree(
+    worktree: Path, target: str, directory: Path, *, dry_run: bool = False
+) -> ExportReport:
     """Regenerate `directory` (a target's series) from the commits of an `apply` work tree."""
     base, head = worktree_range(worktree, target)
     return write_series(directory, target, export_commits(worktree, base, head), dry_run=dry_run)

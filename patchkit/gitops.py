@@ -428,12 +428,6 @@ def unmerged_paths(repo: Path, env: dict[str, str], bare: bool = False) -> list[
     return paths
 
 
-def diff_tree_patch(repo: Path, a: str, b: str, bare: bool = False) -> bytes:
-    """The full-index patch from tree-ish a to tree-ish b (empty when they are equal)."""
-    return bytes(run(repo, "diff-tree", "-p", "--full-index", "--no-color", "--no-renames", a, b,
-                     binary=True, bare=bare))
-
-
 def patch_ids_in_range(repo: Path, base: str, tip: str, paths: list[str],
                        bare: bool = False) -> dict[str, str]:
     """patch-id -> commit for the non-merge commits of base..tip that touch `paths`."""
@@ -498,29 +492,24 @@ def _committer_env(who: Identity) -> dict[str, str]:
             "GIT_COMMITTER_DATE": who.date}
 
 
-def git_rebase_bare_copy(mirror: Path, scratch: Path, onto: str, upstream: str,
-                         tip: str, who: Identity) -> tuple[bool, str]:
-    """Plain `git rebase --onto` of upstream..tip in a fresh shared clone (for benchmarks)."""
-    run(scratch.parent, "clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(scratch))
-    return rebase_onto(scratch, onto, upstream, tip, "bench", who)
-
-
 def project_file_at(repo: Path, rev: str, path: str) -> bytes | None:
     """A file of this project's own repository at `rev` (None when absent)."""
     return show_file(repo, rev, path)
 
 
-def project_ls(repo: Path, rev: str, directory: str) -> list[str]:
-    """File names directly under `directory` in this project's repository at `rev`."""
-    try:
-        out = str(run(repo, "ls-tree", "--name-only", "-z", f"{rev}:{directory}"))
-    except GitError:
-        return []
+def resolve_project_rev(repo: Path, rev: str) -> str | None:
+    return resolve(repo, rev)
+
+
+def tree_paths(repo: Path, treeish: str, bare: bool = False) -> list[str]:
+    """Every file path in a tree."""
+    out = str(run(repo, "ls-tree", "-r", "-z", "--name-only", treeish, bare=bare))
     return [p for p in out.split("\0") if p]
 
 
-def resolve_project_rev(repo: Path, rev: str) -> str | None:
-    return resolve(repo, rev)
+def read_tree_into(repo: Path, env: dict[str, str], treeish: str, bare: bool = False) -> None:
+    """Reset a scratch index (from scratch_index) to `treeish`."""
+    run(repo, "read-tree", treeish, env=env, bare=bare)
 
 
 # --- integrity checks -----------------------------------------------------------------------
@@ -610,14 +599,3 @@ def remote_tag(source: str, tag: str) -> str | None:
         sha, _, name = line.partition("\t")
         found[name] = sha
     return found.get(f"refs/tags/{tag}^{{}}") or found.get(f"refs/tags/{tag}")
-
-
-def tree_paths(repo: Path, treeish: str, bare: bool = False) -> list[str]:
-    """Every file path in a tree."""
-    out = str(run(repo, "ls-tree", "-r", "-z", "--name-only", treeish, bare=bare))
-    return [p for p in out.split("\0") if p]
-
-
-def read_tree_into(repo: Path, env: dict[str, str], treeish: str, bare: bool = False) -> None:
-    """Reset a scratch index (from scratch_index) to `treeish`."""
-    run(repo, "read-tree", treeish, env=env, bare=bare)

@@ -53,8 +53,14 @@ class Finding:
         return RULES[self.rule][0]
 
     def to_json(self) -> dict:
-        return {"rule": self.rule, "severity": self.severity, "target": self.target,
-                "patch": self.patch, "line": self.line, "message": self.message}
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "target": self.target,
+            "patch": self.patch,
+            "line": self.line,
+            "message": self.message,
+        }
 
 
 @dataclass
@@ -71,16 +77,26 @@ class LintReport:
         return [f for f in self.findings if f.severity == "warning"]
 
     def to_json(self) -> dict:
-        return {"errors": len(self.errors), "warnings": len(self.warnings),
-                "checked": self.checked, "findings": [f.to_json() for f in self.findings]}
+        return {
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "checked": self.checked,
+            "findings": [f.to_json() for f in self.findings],
+        }
 
 
 # A function that returns the re-exported bytes of a target's series (name -> bytes), or raises.
 Reexport = Callable[[str], dict[str, bytes]]
 
 
-def lint_target(target: str, directory: Path, subdir: str = "", *,
-                reexport: Reexport | None = None, today: dt.date | None = None) -> LintReport:
+def lint_target(
+    target: str,
+    directory: Path,
+    subdir: str = "",
+    *,
+    reexport: Reexport | None = None,
+    today: dt.date | None = None,
+) -> LintReport:
     """Lint one target's series directory."""
     report = LintReport()
     add = report.findings.append
@@ -94,8 +110,15 @@ def lint_target(target: str, directory: Path, subdir: str = "", *,
     for name, line in entries:
         path = directory / name
         if not path.is_file() or path.is_symlink():
-            add(Finding("series-missing", target, name,
-                        f"series line {line} names {name}, which is not a file", line))
+            add(
+                Finding(
+                    "series-missing",
+                    target,
+                    name,
+                    f"series line {line} names {name}, which is not a file",
+                    line,
+                )
+            )
             continue
         raw = path.read_bytes()
         _check_paths(target, name, raw, subdir, add)
@@ -126,12 +149,26 @@ def _series_entries(directory: Path, target: str, add) -> list[tuple[str, int]]:
         if not name:
             continue
         if not PATCH_NAME_RE.match(name) or "/" in name:
-            add(Finding("series-name", target, name, f"series line {number}: '{name}' is not "
-                        "a patch file name", number))
+            add(
+                Finding(
+                    "series-name",
+                    target,
+                    name,
+                    f"series line {number}: '{name}' is not a patch file name",
+                    number,
+                )
+            )
             continue
         if name in seen:
-            add(Finding("series-duplicate", target, name, f"series line {number} repeats "
-                        f"{name} (first on line {seen[name]})", number))
+            add(
+                Finding(
+                    "series-duplicate",
+                    target,
+                    name,
+                    f"series line {number} repeats {name} (first on line {seen[name]})",
+                    number,
+                )
+            )
             continue
         seen[name] = number
         entries.append((name, number))
@@ -143,7 +180,7 @@ def _diff_part(raw: bytes) -> tuple[str, int]:
     match = re.search(r"^diff --git ", text, re.M)
     if match is None:
         return "", 0
-    return text[match.start():], text[: match.start()].count("\n")
+    return text[match.start() :], text[: match.start()].count("\n")
 
 
 def _check_paths(target: str, name: str, raw: bytes, subdir: str, add) -> None:
@@ -152,8 +189,9 @@ def _check_paths(target: str, name: str, raw: bytes, subdir: str, add) -> None:
     for number, line in enumerate(diff.split("\n"), offset + 1):
         paths = []
         if line.startswith("diff --git "):
-            paths = [p[2:] for p in line[len("diff --git "):].split(" ")
-                     if p.startswith(("a/", "b/"))]
+            paths = [
+                p[2:] for p in line[len("diff --git ") :].split(" ") if p.startswith(("a/", "b/"))
+            ]
         elif line.startswith(("--- ", "+++ ")) and not line.endswith("/dev/null"):
             value = line[4:].split("\t")[0]
             paths = [value[2:] if value.startswith(("a/", "b/")) else value]
@@ -166,9 +204,15 @@ def _check_paths(target: str, name: str, raw: bytes, subdir: str, add) -> None:
                 add(Finding("path-escape", target, name, exc.message, number))
                 continue
             if prefix and not path.startswith(prefix):
-                add(Finding("path-outside-subdir", target, name,
-                            f"{path} is outside {prefix} (an sdist base has nothing there)",
-                            number))
+                add(
+                    Finding(
+                        "path-outside-subdir",
+                        target,
+                        name,
+                        f"{path} is outside {prefix} (an sdist base has nothing there)",
+                        number,
+                    )
+                )
 
 
 def _check_added_lines(target: str, name: str, raw: bytes, add) -> None:
@@ -179,8 +223,15 @@ def _check_added_lines(target: str, name: str, raw: bytes, add) -> None:
         if line.endswith("\r"):
             add(Finding("crlf", target, name, f"line {number} adds a CRLF line ending", number))
         elif line[1:] != line[1:].rstrip():
-            add(Finding("trailing-whitespace", target, name,
-                        f"line {number} adds trailing whitespace: {line[:60]!r}", number))
+            add(
+                Finding(
+                    "trailing-whitespace",
+                    target,
+                    name,
+                    f"line {number} adds trailing whitespace: {line[:60]!r}",
+                    number,
+                )
+            )
 
 
 def _check_metadata(target: str, patch: Patch, add, today: dt.date) -> None:
@@ -191,9 +242,14 @@ def _check_metadata(target: str, patch: Patch, add, today: dt.date) -> None:
     for key, value in patch.trailers:
         description = description.replace(f"{key}: {value}", "")
     if not description.strip():
-        add(Finding("description-missing", target, patch.name,
-                    "the message has no description: say why the patch exists and when it "
-                    "can go"))
+        add(
+            Finding(
+                "description-missing",
+                target,
+                patch.name,
+                "the message has no description: say why the patch exists and when it can go",
+            )
+        )
     for key in REQUIRED:
         if patch.trailer(key) is None:
             add(Finding("metadata-missing", target, patch.name, f"no {key}: trailer"))
@@ -203,7 +259,8 @@ def _check_metadata(target: str, patch: Patch, add, today: dt.date) -> None:
         if match is None:
             bad(f"Origin: '{origin}' is not 'upstream|backport|vendor|other[, <where>]'")
         elif match.group(1) in ("upstream", "backport") and not (
-                match.group(2) and URL_OR_COMMIT_RE.match(match.group(2))):
+            match.group(2) and URL_OR_COMMIT_RE.match(match.group(2))
+        ):
             bad(f"Origin: {match.group(1)} needs a URL or commit:<sha> after the comma")
     forwarded = patch.trailer("Forwarded")
     if forwarded is not None and not FORWARDED_RE.match(forwarded):
@@ -238,27 +295,38 @@ def _check_overlaps(target: str, patches: list[Patch], add) -> None:
     for patch in patches:
         for change in patch.files:
             path = change.source or change.path
-            mine = [(start, start + max(length, 1) - 1)
-                    for start, length, _, _ in change.hunks]
+            mine = [(start, start + max(length, 1) - 1) for start, length, _, _ in change.hunks]
             for other, lo, hi in seen.get(path, []):
                 for a, b in mine:
                     if a <= hi and lo <= b:
-                        add(Finding("overlap", target, patch.name,
-                                    f"{path}:{a}-{b} overlaps lines {lo}-{hi} changed by "
-                                    f"{other}: the two patches must be rebased together"))
+                        add(
+                            Finding(
+                                "overlap",
+                                target,
+                                patch.name,
+                                f"{path}:{a}-{b} overlaps lines {lo}-{hi} changed by "
+                                f"{other}: the two patches must be rebased together",
+                            )
+                        )
                         break
             targets = seen.setdefault(change.path, [])
-            targets += [(patch.name, start, start + max(length, 1) - 1)
-                        for _, _, start, length in change.hunks]
+            targets += [
+                (patch.name, start, start + max(length, 1) - 1)
+                for _, _, start, length in change.hunks
+            ]
 
 
-def _check_reexport(target: str, directory: Path, patches: list[Patch], reexport: Reexport,
-                    add) -> None:
+def _check_reexport(
+    target: str, directory: Path, patches: list[Patch], reexport: Reexport, add
+) -> None:
     try:
         exported = reexport(target)
     except ApplyError as exc:
-        add(Finding("reexport", target, None, f"the series does not apply to its pin: "
-                    f"{exc.message}"))
+        add(
+            Finding(
+                "reexport", target, None, f"the series does not apply to its pin: {exc.message}"
+            )
+        )
         return
     except PatchkitError as exc:
         add(Finding("reexport-skipped", target, None, f"re-export not checked: {exc.message}"))
@@ -266,13 +334,25 @@ def _check_reexport(target: str, directory: Path, patches: list[Patch], reexport
     for patch in patches:
         again = exported.get(patch.name)
         if again is None:
-            add(Finding("reexport", target, patch.name,
-                        "apply + export does not produce this file (named differently?)"))
+            add(
+                Finding(
+                    "reexport",
+                    target,
+                    patch.name,
+                    "apply + export does not produce this file (named differently?)",
+                )
+            )
         elif again != patch.raw:
-            add(Finding("reexport", target, patch.name,
-                        "apply + export gives different bytes "
-                        f"({_first_difference(patch.raw, again)}); regenerate it with "
-                        "`patchkit apply` + `patchkit export`"))
+            add(
+                Finding(
+                    "reexport",
+                    target,
+                    patch.name,
+                    "apply + export gives different bytes "
+                    f"({_first_difference(patch.raw, again)}); regenerate it with "
+                    "`patchkit apply` + `patchkit export`",
+                )
+            )
 
 
 def _first_difference(a: bytes, b: bytes) -> str:
@@ -281,4 +361,3 @@ def _first_difference(a: bytes, b: bytes) -> str:
         if x != y:
             return f"line {i}: {x[:50]!r} vs {y[:50]!r}"
     return f"length {len(la)} vs {len(lb)} lines"
-

@@ -211,9 +211,14 @@ def _base_json(base: Base) -> dict:
 # --- the new base ----------------------------------------------------------------------------
 
 
-def resolve_new_base(target: Target, ref: str, *, upstream: str | None = None,
-                     cache: Path | None = None, progress: Progress = _quiet
-                     ) -> tuple[Base, NewPin | None]:
+def resolve_new_base(
+    target: Target,
+    ref: str,
+    *,
+    upstream: str | None = None,
+    cache: Path | None = None,
+    progress: Progress = _quiet,
+) -> tuple[Base, NewPin | None]:
     """The commit `target@ref` names, and the pin `--write` would record (None: no change).
 
     A pinned release is acquired as `apply` does.  Otherwise git is tried (a tag or commit,
@@ -225,20 +230,35 @@ def resolve_new_base(target: Target, ref: str, *, upstream: str | None = None,
         base = acquire(target, ref, upstream=upstream, cache=cache, progress=progress)
         if release.version == target.pin:
             return base, None
-        return base, NewPin(release.version, release.commit, release.tag, release.sdist,
-                            release.sdist_sha256, base.upstream_commit, new=False,
-                            trust="already pinned in targets.toml")
+        return base, NewPin(
+            release.version,
+            release.commit,
+            release.tag,
+            release.sdist,
+            release.sdist_sha256,
+            base.upstream_commit,
+            new=False,
+            trust="already pinned in targets.toml",
+        )
     git_error: PatchkitError | None = None
     try:
-        base = acquire(target, ref, upstream=upstream, allow_unpinned=True, cache=cache,
-                       progress=progress)
+        base = acquire(
+            target, ref, upstream=upstream, allow_unpinned=True, cache=cache, progress=progress
+        )
     except (FetchError, PinError) as exc:
         git_error = exc
     else:
         version = _version_of(ref) or f"{target.pin}+g{base.commit[:12]}"
         tag = None if re.fullmatch(r"[0-9a-f]{4,40}", ref.lower()) else ref
-        return base, NewPin(version, base.commit, tag, None, None, base.commit,
-                            trust=f"git commit {base.commit} from {base.source}")
+        return base, NewPin(
+            version,
+            base.commit,
+            tag,
+            None,
+            None,
+            base.commit,
+            trust=f"git commit {base.commit} from {base.source}",
+        )
     version = _version_of(ref)
     if version is None or not target.pinned.sdist_name:
         raise git_error
@@ -252,8 +272,9 @@ def _version_of(ref: str) -> str | None:
         return None
 
 
-def _sdist_base_tofu(target: Target, version: str, *, cache: Path | None,
-                     progress: Progress) -> tuple[Base, NewPin]:
+def _sdist_base_tofu(
+    target: Target, version: str, *, cache: Path | None, progress: Progress
+) -> tuple[Base, NewPin]:
     name = target.pinned.sdist_name
     requirement = f"{name}=={version}"
     mirror = Mirror(target, cache) if cache else Mirror(target)
@@ -269,27 +290,45 @@ def _sdist_base_tofu(target: Target, version: str, *, cache: Path | None,
                     f"{requirement} records upstream commit {recorded}, an abbreviated id; "
                     "pinning needs the full commit",
                     hint=f"pass --upstream with a clone that has it, or rebase onto "
-                         f"{target.name}@<full sha>",
+                    f"{target.name}@<full sha>",
                 )
             provisional = dataclasses.replace(provisional, commit=recorded or "0" * 40)
             progress(f"importing {archive.name} into the {target.name} mirror")
             sha = import_sdist(mirror, target, provisional, archive)
-    fields = dict(re.findall(r"^(Patchkit-[A-Za-z0-9-]+): (.*)$",
-                             gitops.commit_message(mirror.path, sha, bare=True), re.M))
+    fields = dict(
+        re.findall(
+            r"^(Patchkit-[A-Za-z0-9-]+): (.*)$",
+            gitops.commit_message(mirror.path, sha, bare=True),
+            re.M,
+        )
+    )
     sha256 = fields.get("Patchkit-Sdist-Sha256")
     recorded = fields.get("Patchkit-Sdist-Commit-Id")
     recorded = None if recorded in (None, "none") else recorded
-    release = Release(version=version, commit=recorded or sha, sdist=requirement,
-                      sdist_sha256=sha256)
+    release = Release(
+        version=version, commit=recorded or sha, sdist=requirement, sdist_sha256=sha256
+    )
     if recorded:
-        trust = (f"trust on first use: sdist sha256 {sha256} as served by the package index; "
-                 f"it records upstream commit {recorded}")
+        trust = (
+            f"trust on first use: sdist sha256 {sha256} as served by the package index; "
+            f"it records upstream commit {recorded}"
+        )
     else:
-        trust = (f"trust on first use: sdist sha256 {sha256} as served by the package index; "
-                 "the sdist records no upstream commit (none recorded: relying on the sha256), "
-                 f"so the pin's commit is its deterministic import {sha}")
-    base = Base(target.name, sha, "sdist", release, recorded, sdist_sha256=sha256, pinned=False,
-                notes=(trust,))
+        trust = (
+            f"trust on first use: sdist sha256 {sha256} as served by the package index; "
+            "the sdist records no upstream commit (none recorded: relying on the sha256), "
+            f"so the pin's commit is its deterministic import {sha}"
+        )
+    base = Base(
+        target.name,
+        sha,
+        "sdist",
+        release,
+        recorded,
+        sdist_sha256=sha256,
+        pinned=False,
+        notes=(trust,),
+    )
     return base, NewPin(version, release.commit, None, requirement, sha256, recorded, True, trust)
 
 
@@ -330,27 +369,40 @@ def classify_rebase(
 
     Works in the bare mirror with scratch indexes; no work tree, no refs moved.
     """
-    report = RebaseReport(target.name, ref, old_base, new_base, series_version,
-                          bump_version(series_version, "minor"), pin=pin)
+    report = RebaseReport(
+        target.name,
+        ref,
+        old_base,
+        new_base,
+        series_version,
+        bump_version(series_version, "minor"),
+        pin=pin,
+    )
     report.history = _has_history(mirror, old_base, new_base)
     range_ids: dict[str, str] | None = None
     if report.history:
-        paths = sorted({f.path for p in series.patches for f in p.files}
-                       | {f.source for p in series.patches for f in p.files if f.source})
-        range_ids = gitops.patch_ids_in_range(mirror, old_base.commit, new_base.commit, paths,
-                                              bare=True)
+        paths = sorted(
+            {f.path for p in series.patches for f in p.files}
+            | {f.source for p in series.patches for f in p.files if f.source}
+        )
+        range_ids = gitops.patch_ids_in_range(
+            mirror, old_base.commit, new_base.commit, paths, bare=True
+        )
     tip = new_base.commit
     left_out: list[str] = []
     # One scratch index for the whole carry: after a carried patch it already holds the new
     # tip, so it is only re-read when a 3-way attempt left it elsewhere.
-    with tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp, \
-            gitops.scratch_index(mirror, tip, bare=True) as env:
+    with (
+        tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp,
+        gitops.scratch_index(mirror, tip, bare=True) as env,
+    ):
         for patch in series.patches:
             progress(f"carrying {patch.name}")
             patch_file = Path(tmp) / patch.name
             patch_file.write_bytes(patch.raw)
-            outcome = _carry_one(mirror, env, tip, old_base.commit, patch, patch_file,
-                                 range_ids, report.history)
+            outcome = _carry_one(
+                mirror, env, tip, old_base.commit, patch, patch_file, range_ids, report.history
+            )
             if outcome.label in ("upstreamed", "conflict"):
                 gitops.read_tree_into(mirror, env, tip, bare=True)
             if outcome.label in ("clean", "offset", "merged"):
@@ -363,7 +415,8 @@ def classify_rebase(
             if left_out:
                 outcome.provisional = True
                 outcome.note = (outcome.note + "; " if outcome.note else "") + (
-                    f"classified without {', '.join(left_out)} (in conflict)")
+                    f"classified without {', '.join(left_out)} (in conflict)"
+                )
             if outcome.label == "conflict":
                 left_out.append(patch.name)
             report.outcomes.append(outcome)
@@ -381,9 +434,16 @@ def _parent(mirror: Path, commit: str) -> str:
     return gitops.commit_parents(mirror, commit, bare=True)[0]
 
 
-def _carry_one(mirror: Path, env: dict[str, str], tip: str, old_base: str, patch: Patch,
-               patch_file: Path, range_ids: dict[str, str] | None, history: bool
-               ) -> PatchOutcome:
+def _carry_one(
+    mirror: Path,
+    env: dict[str, str],
+    tip: str,
+    old_base: str,
+    patch: Patch,
+    patch_file: Path,
+    range_ids: dict[str, str] | None,
+    history: bool,
+) -> PatchOutcome:
     """Classify one patch against the index `env` (holding `tip`); `git apply` is atomic, so
     a failed forward apply leaves the index as it was for the signals."""
     outcome = PatchOutcome(patch.name, "clean")
@@ -391,8 +451,9 @@ def _carry_one(mirror: Path, env: dict[str, str], tip: str, old_base: str, patch
     if applied:
         outcome.tree = gitops.write_tree(mirror, env, bare=True)
         return outcome
-    signals, merged_tree, conflicts = _upstream_signals(mirror, env, tip, old_base, patch,
-                                                        patch_file, range_ids, history)
+    signals, merged_tree, conflicts = _upstream_signals(
+        mirror, env, tip, old_base, patch, patch_file, range_ids, history
+    )
     outcome.signals = signals
     by_name = {s.name: s for s in signals}
     strong = any(s.fired for s in signals if s.strong)
@@ -403,8 +464,10 @@ def _carry_one(mirror: Path, env: dict[str, str], tip: str, old_base: str, patch
         outcome.note = "the new base already contains this change"
     elif equivalent:
         outcome.label = "upstreamed"
-        outcome.note = ("the new base has an equivalent implementation (not the same text): "
-                        "read it before dropping the patch")
+        outcome.note = (
+            "the new base has an equivalent implementation (not the same text): "
+            "read it before dropping the patch"
+        )
     elif merged_tree is not None:
         outcome.label = "merged"
         outcome.tree = merged_tree
@@ -434,39 +497,72 @@ def _moved_hint(mirror: Path, tip: str, patch: Patch) -> str:
     return f" (not in the new base: {'; '.join(hints)})" if hints else ""
 
 
-def _upstream_signals(mirror: Path, env: dict[str, str], tip: str, old_base: str, patch: Patch,
-                      patch_file: Path, range_ids: dict[str, str] | None, history: bool
-                      ) -> tuple[list[Signal], str | None, list[str]]:
+def _upstream_signals(
+    mirror: Path,
+    env: dict[str, str],
+    tip: str,
+    old_base: str,
+    patch: Patch,
+    patch_file: Path,
+    range_ids: dict[str, str] | None,
+    history: bool,
+) -> tuple[list[Signal], str | None, list[str]]:
     """The evidence, the tree of a conflict-free 3-way merge (if any) and conflicted paths."""
     signals = []
     merged_tree, conflicts = None, []
     if history and range_ids is not None:
         pid = gitops.patch_id_bare(mirror, patch.diff.encode(), bare=True)
         hit = range_ids.get(pid or "")
-        signals.append(Signal("patch-id", hit is not None,
-                              f"equal to upstream commit {hit}" if hit else
-                              f"no commit of the upstream range has patch-id {(pid or '-')[:12]}"))
+        signals.append(
+            Signal(
+                "patch-id",
+                hit is not None,
+                f"equal to upstream commit {hit}"
+                if hit
+                else f"no commit of the upstream range has patch-id {(pid or '-')[:12]}",
+            )
+        )
     else:
-        signals.append(Signal("patch-id", None,
-                              "not available: a base is an sdist import (no upstream history)"))
-    full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True,
-                                 bare=True)[0]
-    reduced = full or gitops.apply_to_index(mirror, env, patch_file, reverse=True,
-                                            check=True, context=1, bare=True)[0]
-    signals.append(Signal("reverse-apply", full, "git apply --reverse --check "
-                          + ("succeeds" if full else "fails") + " on the new base"))
-    signals.append(Signal("reverse-apply-reduced-context", reduced, "git apply --reverse "
-                          "--check -C1 " + ("succeeds" if reduced else "fails")))
+        signals.append(
+            Signal(
+                "patch-id", None, "not available: a base is an sdist import (no upstream history)"
+            )
+        )
+    full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True, bare=True)[0]
+    reduced = (
+        full
+        or gitops.apply_to_index(
+            mirror, env, patch_file, reverse=True, check=True, context=1, bare=True
+        )[0]
+    )
+    signals.append(
+        Signal(
+            "reverse-apply",
+            full,
+            "git apply --reverse --check " + ("succeeds" if full else "fails") + " on the new base",
+        )
+    )
+    signals.append(
+        Signal(
+            "reverse-apply-reduced-context",
+            reduced,
+            "git apply --reverse --check -C1 " + ("succeeds" if reduced else "fails"),
+        )
+    )
     result, conflicts, err = gitops.apply_three_way(mirror, env, patch_file, bare=True)
     if result == "applied":
         tree = gitops.write_tree(mirror, env, bare=True)
         empty = tree == gitops.tree_of(mirror, tip, bare=True)
-        merge = Signal("empty-after-3way", empty, "3-way merge applied: "
-                       + ("nothing left (empty)" if empty else "changes remain"))
+        merge = Signal(
+            "empty-after-3way",
+            empty,
+            "3-way merge applied: " + ("nothing left (empty)" if empty else "changes remain"),
+        )
         merged_tree = None if empty else tree
     elif result == "conflict":
-        merge = Signal("empty-after-3way", False,
-                       f"3-way merge conflicts in {', '.join(conflicts)}")
+        merge = Signal(
+            "empty-after-3way", False, f"3-way merge conflicts in {', '.join(conflicts)}"
+        )
     else:
         first = next((ln for ln in err.splitlines() if ln.strip()), "failed")
         merge = Signal("empty-after-3way", None, f"3-way merge impossible: {first}")
@@ -499,22 +595,31 @@ def _definitions_signal(mirror: Path, tip: str, old_base: str, patch: Patch) -> 
                     continue
                 match = _DEF_RE.match(line.value)
                 if block_start and match is None:
-                    return Signal("definitions-present", False,
-                                  "the patch adds statements outside new definitions")
+                    return Signal(
+                        "definitions-present",
+                        False,
+                        "the patch adds statements outside new definitions",
+                    )
                 block_start = False
                 if match:
                     added.setdefault(path, set()).add(match.group(1))
     public = {(p, n) for p, names in added.items() for n in names if not n.startswith("_")}
     if not public:
         return Signal("definitions-present", False, "the patch adds no public definitions")
-    have = [(p, n) for p, n in sorted(public)
-            if n in _definitions(gitops.show_file(mirror, tip, p, bare=True))
-            and n not in _definitions(gitops.show_file(mirror, old_base, p, bare=True))]
+    have = [
+        (p, n)
+        for p, n in sorted(public)
+        if n in _definitions(gitops.show_file(mirror, tip, p, bare=True))
+        and n not in _definitions(gitops.show_file(mirror, old_base, p, bare=True))
+    ]
     fired = len(have) == len(public)
     names = ", ".join(n for _, n in sorted(public))
-    return Signal("definitions-present", fired,
-                  f"{len(have)}/{len(public)} public definitions the patch adds ({names}) are "
-                  "new in the new base")
+    return Signal(
+        "definitions-present",
+        fired,
+        f"{len(have)}/{len(public)} public definitions the patch adds ({names}) are "
+        "new in the new base",
+    )
 
 
 def _normalize(line: str) -> str:
@@ -535,13 +640,17 @@ def _added_lines_signal(mirror: Path, tip: str, patch: Patch) -> Signal:
                 wanted += 1
                 present += _normalize(line.value) in have
     fired = wanted > 0 and present == wanted
-    return Signal("added-lines-present", fired,
-                  f"{present}/{wanted} added lines already in the new base's files")
+    return Signal(
+        "added-lines-present",
+        fired,
+        f"{present}/{wanted} added lines already in the new base's files",
+    )
 
 
 def _commit_carried(mirror: Path, tip: str, outcome: PatchOutcome, patch: Patch) -> str:
-    return gitops.commit_tree(mirror, outcome.tree, tip, commit_message_for(patch),
-                              patch_identity(patch), bare=True)
+    return gitops.commit_tree(
+        mirror, outcome.tree, tip, commit_message_for(patch), patch_identity(patch), bare=True
+    )
 
 
 def _hunks(diff: str) -> list[tuple[str, list[tuple[int, int, int, int]], list[str]]]:
@@ -570,16 +679,26 @@ def rebase_dir(work_dir: Path, target: str) -> Path:
     return work_dir / REBASE_DIR / target
 
 
-def leave_conflict_tree(report: RebaseReport, mirror: Path, series: Series, dest: Path,
-                        *, write: bool, progress: Progress = _quiet) -> None:
+def leave_conflict_tree(
+    report: RebaseReport,
+    mirror: Path,
+    series: Series,
+    dest: Path,
+    *,
+    write: bool,
+    progress: Progress = _quiet,
+) -> None:
     """Replay the series from the first conflicting patch with `git rebase` in a scratch clone,
     stopping at the conflict with markers in the files; records what --continue needs."""
     if dest.exists():
-        raise UsageError(f"{dest} already holds a rebase in progress",
-                         hint="`patchkit rebase --continue` or `patchkit rebase --abort`")
+        raise UsageError(
+            f"{dest} already holds a rebase in progress",
+            hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
+        )
     first = report.conflicted[0]
-    old_tip, old_results = build_series(mirror, report.old_base.commit, series, ApplyOptions(),
-                                        bare=True)
+    old_tip, old_results = build_series(
+        mirror, report.old_base.commit, series, ApplyOptions(), bare=True
+    )
     index = next(i for i, r in enumerate(old_results) if r.name == first.name)
     upstream = old_results[index - 1].commit if index else report.old_base.commit
     carried = report.new_base.commit
@@ -594,8 +713,9 @@ def leave_conflict_tree(report: RebaseReport, mirror: Path, series: Series, dest
     for sha in {old_tip, carried, report.new_base.commit}:
         gitops.fetch_commit_from(dest, mirror, sha)
     gitops.update_ref(dest, BASE_REF.format(target=report.target), report.new_base.commit)
-    finished, _ = gitops.rebase_onto(dest, carried, upstream, old_tip,
-                                     BRANCH.format(target=report.target), REBASE_IDENTITY)
+    finished, _ = gitops.rebase_onto(
+        dest, carried, upstream, old_tip, BRANCH.format(target=report.target), REBASE_IDENTITY
+    )
     state = {
         "target": report.target,
         "ref": report.ref,
@@ -635,27 +755,38 @@ def _base_from(data: dict) -> Base:
     return Base(**data)
 
 
-def continue_rebase(dest: Path, target: Target, series: Series,
-                    progress: Progress = _quiet) -> tuple[RebaseReport, bool]:
+def continue_rebase(
+    dest: Path, target: Target, series: Series, progress: Progress = _quiet
+) -> tuple[RebaseReport, bool]:
     """Resume a rebase stopped on a conflict; returns (report, wants_write)."""
     path = _state_path(dest)
     if not path.is_file():
-        raise UsageError(f"no rebase in progress for {target.name} ({dest} has none)",
-                         hint=f"start one: patchkit rebase --target {target.name}@<ref>")
+        raise UsageError(
+            f"no rebase in progress for {target.name} ({dest} has none)",
+            hint=f"start one: patchkit rebase --target {target.name}@<ref>",
+        )
     state = json.loads(path.read_text(encoding="utf-8"))
     if gitops.rebase_in_progress(dest):
         unresolved = gitops.conflicted_files(dest)
         if unresolved:
             raise UsageError(
                 f"{dest} still has unresolved conflicts: {', '.join(unresolved)}",
-                hint=f"resolve them, `git add` the files in {dest}, then --continue again")
+                hint=f"resolve them, `git add` the files in {dest}, then --continue again",
+            )
         progress("git rebase --continue")
         gitops.rebase_continue(dest, REBASE_IDENTITY)
     old_base, new_base = _base_from(state["old_base"]), _base_from(state["new_base"])
     pin = NewPin(**state["pin"]) if state.get("pin") else None
-    report = RebaseReport(target.name, state["ref"], old_base, new_base, state["series_version"],
-                          bump_version(state["series_version"], "minor"), pin=pin,
-                          conflict_tree=dest)
+    report = RebaseReport(
+        target.name,
+        state["ref"],
+        old_base,
+        new_base,
+        state["series_version"],
+        bump_version(state["series_version"], "minor"),
+        pin=pin,
+        conflict_tree=dest,
+    )
     by_label = {o["name"]: o for o in state["outcomes"]}
     if gitops.rebase_in_progress(dest):
         stopped = gitops.rebase_stopped_at(dest)
@@ -688,8 +819,9 @@ def continue_rebase(dest: Path, target: Target, series: Series,
             if outcome.label != "upstreamed":
                 outcome.note = "empty after the resolved rebase (git dropped it)"
             outcome.label = "upstreamed"
-            outcome.signals = [Signal("empty-after-3way", True, outcome.note or
-                                      "dropped as empty by git rebase")]
+            outcome.signals = [
+                Signal("empty-after-3way", True, outcome.note or "dropped as empty by git rebase")
+            ]
         outcome.provisional = False
         report.outcomes.append(outcome)
     report.tip = head
@@ -715,13 +847,21 @@ def write_rebase(report: RebaseReport, series_dir: Path, targets_file: Path) -> 
             f"{len(report.conflicted)} patch(es) in conflict; nothing was written",
             hint="resolve them in the scratch work tree and `patchkit rebase --continue --write`",
         )
-    if report.pin is None and not any(o.changed or o.label == "upstreamed"
-                                      for o in report.outcomes):
+    if report.pin is None and not any(
+        o.changed or o.label == "upstreamed" for o in report.outcomes
+    ):
         return  # already on this ref and every patch exports unchanged: nothing to record
-    kept = [ExportedPatch(o.name, o.refreshed) for o in report.outcomes
-            if o.label != "upstreamed" and o.refreshed is not None]
-    new_toml = render_targets(targets_file.read_text(encoding="utf-8"), report.target,
-                              report.pin, report.next_series_version)
+    kept = [
+        ExportedPatch(o.name, o.refreshed)
+        for o in report.outcomes
+        if o.label != "upstreamed" and o.refreshed is not None
+    ]
+    new_toml = render_targets(
+        targets_file.read_text(encoding="utf-8"),
+        report.target,
+        report.pin,
+        report.next_series_version,
+    )
     _check_targets(new_toml, targets_file)
     export = write_series(series_dir, report.target, kept)
     report.written = [f"{series_dir.name}/{n}" for n in export.written]
@@ -776,11 +916,14 @@ def render_targets(text: str, target: str, pin: NewPin | None, series_version: s
         block = [
             "\n",
             f"# Pinned by `patchkit rebase --write` on {today}: "
-            + ("trust on first use of the index's sdist" if pin.sdist else "git commit") + ".\n",
+            + ("trust on first use of the index's sdist" if pin.sdist else "git commit")
+            + ".\n",
         ]
         if pin.sdist and not pin.recorded_commit:
-            block.append("# No upstream commit recorded in the sdist: `commit` is its import; "
-                         "the sha256 is verified.\n")
+            block.append(
+                "# No upstream commit recorded in the sdist: `commit` is its import; "
+                "the sha256 is verified.\n"
+            )
         block.append(f"[[targets.{target}.releases]]\n")
         block.append(tomli_w.dumps(entry))
         at = (last_release_line + 1) if last_release_line is not None else len(lines)
@@ -805,15 +948,19 @@ def _set_value(line: str, value: str) -> str:
 def commit_message(report: RebaseReport) -> str:
     """The suggested message of the project commit that records the rebase."""
     new = report.pin.version if report.pin else report.ref
-    lines = [f"Rebase the {report.target} series onto {new} (series {report.next_series_version})",
-             ""]
+    lines = [
+        f"Rebase the {report.target} series onto {new} (series {report.next_series_version})",
+        "",
+    ]
     refreshed = [o for o in report.outcomes if o.label != "upstreamed" and o.changed]
     if refreshed:
         lines.append("Refreshed: " + ", ".join(f"{o.name} ({o.label})" for o in refreshed) + ".")
     dropped = [o for o in report.outcomes if o.label == "upstreamed"]
     for o in dropped:
-        lines.append(f"Dropped {o.name}: applied upstream (signals: "
-                     f"{', '.join(o.fired) or 'dropped as empty'}).")
+        lines.append(
+            f"Dropped {o.name}: applied upstream (signals: "
+            f"{', '.join(o.fired) or 'dropped as empty'})."
+        )
     if report.pin and report.pin.new:
         lines.append(f"Pinned {report.target} {report.pin.version}: {report.pin.trust}.")
     trailers = [f"Applied-Upstream: {report.target} {new} ({o.name})" for o in dropped]

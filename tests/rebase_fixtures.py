@@ -36,8 +36,9 @@ def sglang_0510(shared_cache, warm_mirrors, workspace) -> str:
 
     target = workspace.target("sglang")
     mirror = Mirror(target, shared_cache)
-    release = Release(version="0.5.10", commit="0" * 40, sdist="sglang==0.5.10",
-                      sdist_sha256=SGLANG_0510_SHA256)
+    release = Release(
+        version="0.5.10", commit="0" * 40, sdist="sglang==0.5.10", sdist_sha256=SGLANG_0510_SHA256
+    )
     with locked(mirror.lock_path, "the sglang mirror"):
         sha = gitops.resolve(mirror.path, SDIST_REF.format(version="0.5.10"), bare=True)
         if sha is None:
@@ -58,8 +59,9 @@ def set_series(project: Path, target: str, names: list[str]) -> None:
     for path in directory.glob("*.patch"):
         if path.name not in names:
             path.unlink()
-    (directory / "series").write_text("# test subset of the real series\n"
-                                      + "".join(f"{n}\n" for n in names))
+    (directory / "series").write_text(
+        "# test subset of the real series\n" + "".join(f"{n}\n" for n in names)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -96,9 +98,13 @@ def git_upstream(tmp_path_factory, upstream_remote) -> dict[str, object]:
     git(work, "tag", "v0.5.9.4")
     bare = tmp_path_factory.mktemp("git-upstream") / "sglang.git"
     git(work, "clone", "-q", "--bare", str(work), str(bare))
-    return {"path": bare, "base": base, "v0.5.9.2": git(work, "rev-parse", "v0.5.9.2").strip(),
-            "v0.5.9.3": git(work, "rev-parse", "v0.5.9.3").strip(),
-            "v0.5.9.4": git(work, "rev-parse", "v0.5.9.4").strip()}
+    return {
+        "path": bare,
+        "base": base,
+        "v0.5.9.2": git(work, "rev-parse", "v0.5.9.2").strip(),
+        "v0.5.9.3": git(work, "rev-parse", "v0.5.9.3").strip(),
+        "v0.5.9.4": git(work, "rev-parse", "v0.5.9.4").strip(),
+    }
 
 
 @pytest.fixture
@@ -129,9 +135,17 @@ def git_project(project, git_upstream, cache, monkeypatch) -> Path:
 def resolve_conflict_with_patch_side(tree: Path) -> list[str]:
     """Resolve every conflicted file of a stopped rebase by taking the replayed patch's side
     and re-applying upstream's a2a edit on top; returns the files resolved."""
-    files = [f for f in subprocess.run(["git", "diff", "--name-only", "--diff-filter=U"],
-                                       cwd=tree, check=True, capture_output=True,
-                                       text=True).stdout.split() if f]
+    files = [
+        f
+        for f in subprocess.run(
+            ["git", "diff", "--name-only", "--diff-filter=U"],
+            cwd=tree,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        if f
+    ]
     for name in files:
         git(tree, "checkout", "--theirs", "--", name)
         path = tree / name

@@ -20,8 +20,11 @@ def test_apply_then_export_reproduces_the_real_series(tmp_path, cache, target):
     r = patchkit("export", str(tree), "--out", str(out))
     assert r.returncode == 0, r.stderr
     series = ROOT / "patches" / target
-    names = [ln for ln in (series / "series").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    names = [
+        ln
+        for ln in (series / "series").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert sorted(p.name for p in out.glob("*.patch")) == sorted(names)
     for name in names:
         assert (out / name).read_bytes() == (series / name).read_bytes(), name
@@ -37,8 +40,17 @@ def test_fixup_edit_exports_only_that_patch(tmp_path, cache, project):
     path.write_text(path.read_text() + "# tuned later\n")
     target_commit = git(tree, "log", "--format=%H", "--grep", "symmetric-memory", "-1").strip()
     git(tree, "commit", "-qam", f"fixup! {target_commit}")
-    git(tree, "-c", "sequence.editor=true", "rebase", "-q", "-i", "--autosquash",
-        "refs/patchkit/sglang/base", env={"GIT_SEQUENCE_EDITOR": "true"})
+    git(
+        tree,
+        "-c",
+        "sequence.editor=true",
+        "rebase",
+        "-q",
+        "-i",
+        "--autosquash",
+        "refs/patchkit/sglang/base",
+        env={"GIT_SEQUENCE_EDITOR": "true"},
+    )
     check = patchkit("export", str(tree), "--check")
     assert check.returncode == 1
     assert "1 patch(es) need update" in check.stdout
@@ -64,14 +76,15 @@ def test_new_commit_is_named_from_its_subject_and_appended(tmp_path, cache, proj
     assert "named from the subject" in r.stdout
     names = (project / "patches/flashinfer/series").read_text().split("\n")
     assert names[0].startswith("#")  # the comment block is kept
-    assert [n for n in names if n and not n.startswith("#")][-1] == \
-        "add-a-note-module-sm120.patch"
+    assert [n for n in names if n and not n.startswith("#")][-1] == "add-a-note-module-sm120.patch"
 
 
 def test_strip_trailer_of_its_own_paragraph():
-    message = (b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-               b"From: a <a@b.c>\nSubject: x\n\nBody.\n\nPatchkit-Patch: x.patch\n\n"
-               b"diff --git a/f b/f\n")
+    message = (
+        b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        b"From: a <a@b.c>\nSubject: x\n\nBody.\n\nPatchkit-Patch: x.patch\n\n"
+        b"diff --git a/f b/f\n"
+    )
     name, raw = strip_patch_trailer(message)
     assert name == "x.patch"
     assert raw.endswith(b"Body.\n\ndiff --git a/f b/f\n")

@@ -53,29 +53,39 @@ def test_copy_is_clean(series_dir):
 
 def test_series_missing_extra_duplicate_name(series_dir):
     (series_dir / "series").write_text(f"{SYMM}\n{SYMM}\ngone.patch\nnot a name\n")
-    assert rules(series_dir) == {"series-duplicate", "series-missing", "series-extra",
-                                 "series-name"}
+    assert rules(series_dir) == {
+        "series-duplicate",
+        "series-missing",
+        "series-extra",
+        "series-name",
+    }
 
 
-@pytest.mark.parametrize("old,new,rule", [
-    ("Forwarded: no\n", "", "metadata-missing"),
-    ("Last-Update: 2026-11-29\n", "", "metadata-missing"),
-    ("Origin: vendor, patchkit\n", "", "metadata-missing"),
-    ("Forwarded: no\n", "Forwarded: yes\n", "metadata-malformed"),
-    ("Origin: vendor, patchkit\n", "Origin: someone\n", "metadata-malformed"),
-    ("Origin: vendor, patchkit\n", "Origin: backport, a PR somewhere\n", "metadata-malformed"),
-    ("Last-Update: 2026-11-29\n", "Last-Update: 29/11/2026\n", "metadata-malformed"),
-    ("Last-Update: 2026-11-29\n", "Last-Update: 2027-01-01\n", "metadata-malformed"),
-    ("Forwarded: no\n", "Forwarded: no\nBug: sglang#1\n", "metadata-malformed"),
-])
+@pytest.mark.parametrize(
+    "old,new,rule",
+    [
+        ("Forwarded: no\n", "", "metadata-missing"),
+        ("Last-Update: 2026-11-29\n", "", "metadata-missing"),
+        ("Origin: vendor, patchkit\n", "", "metadata-missing"),
+        ("Forwarded: no\n", "Forwarded: yes\n", "metadata-malformed"),
+        ("Origin: vendor, patchkit\n", "Origin: someone\n", "metadata-malformed"),
+        ("Origin: vendor, patchkit\n", "Origin: backport, a PR somewhere\n", "metadata-malformed"),
+        ("Last-Update: 2026-11-29\n", "Last-Update: 29/11/2026\n", "metadata-malformed"),
+        ("Last-Update: 2026-11-29\n", "Last-Update: 2027-01-01\n", "metadata-malformed"),
+        ("Forwarded: no\n", "Forwarded: no\nBug: sglang#1\n", "metadata-malformed"),
+    ],
+)
 def test_metadata_rules(series_dir, old, new, rule):
     edit(series_dir / SYMM, old, new)
     assert rules(series_dir) == {rule}
 
 
 def test_forwarded_url_and_not_needed_are_accepted(series_dir):
-    edit(series_dir / SYMM, "Forwarded: no\n",
-         "Forwarded: https://github.com/sgl-project/sglang/pull/1\n")
+    edit(
+        series_dir / SYMM,
+        "Forwarded: no\n",
+        "Forwarded: https://github.com/sgl-project/sglang/pull/1\n",
+    )
     edit(series_dir / KIMI, "Forwarded: no\n", "Forwarded: not-needed\n")
     assert rules(series_dir) == set()
 
@@ -84,13 +94,16 @@ def test_description_missing(series_dir):
     path = series_dir / KIMI
     text = path.read_text()
     start = text.index("\n\n", text.index("Subject:")) + 2
-    path.write_text(text[:start] + text[text.index("Origin:"):])
+    path.write_text(text[:start] + text[text.index("Origin:") :])
     assert "description-missing" in rules(series_dir)
 
 
 def test_trailing_whitespace_and_crlf_in_added_lines(series_dir):
-    edit(series_dir / KIMI, "+    def get_embed_and_head(self):\n",
-         "+    def get_embed_and_head(self):  \n")
+    edit(
+        series_dir / KIMI,
+        "+    def get_embed_and_head(self):\n",
+        "+    def get_embed_and_head(self):  \n",
+    )
     edit(series_dir / SYMM, "+    12: {\n", "+    12: {\r\n")
     assert rules(series_dir) == {"trailing-whitespace", "crlf"}
 
@@ -124,8 +137,10 @@ def test_overlapping_hunks_are_reported(series_dir):
 
 
 def test_reexport_mismatch_is_an_error(series_dir):
-    exported = {SYMM: (series_dir / SYMM).read_bytes(),
-                KIMI: (series_dir / KIMI).read_bytes().replace(b"Subject: ", b"Subject: x")}
+    exported = {
+        SYMM: (series_dir / SYMM).read_bytes(),
+        KIMI: (series_dir / KIMI).read_bytes().replace(b"Subject: ", b"Subject: x"),
+    }
     found = rules(series_dir, reexport=lambda target: exported)
     assert found == {"reexport"}
 

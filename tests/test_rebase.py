@@ -73,17 +73,26 @@ def classified(cache_0510, workspace):  # noqa: F811
     series = workspace.series("sglang")
     old = acquire(target, None)
     new, pin = resolve_new_base(target, "0.5.10")
-    return classify_rebase(Mirror(target).path, target, series, old, new,
-                           series_version=workspace.targets.series_version, ref="0.5.10",
-                           pin=pin)
+    return classify_rebase(
+        Mirror(target).path,
+        target,
+        series,
+        old,
+        new,
+        series_version=workspace.targets.series_version,
+        ref="0.5.10",
+        pin=pin,
+    )
 
 
 @pytest.mark.slow
 def test_real_series_onto_0_5_10_every_patch_classified(classified, workspace):
     names = workspace.series("sglang").names
     unknown = [n for n in names if n not in EXPECTED_0510]
-    assert not unknown, (f"patches without an expected 0.5.10 label: {unknown}; check by hand "
-                         "what 0.5.10 changed in their files and add them to EXPECTED_0510")
+    assert not unknown, (
+        f"patches without an expected 0.5.10 label: {unknown}; check by hand "
+        "what 0.5.10 changed in their files and add them to EXPECTED_0510"
+    )
     got = {o.name: o.label for o in classified.outcomes}
     assert got == {n: EXPECTED_0510[n] for n in names}
 
@@ -94,20 +103,31 @@ def test_real_0_5_10_evidence(classified):
     assert classified.history is False  # sdist bases: no upstream range for patch-id
     kimi = by["kimi-k25-eagle3-delegation.patch"]
     signals = {s.name: s.fired for s in kimi.signals}
-    assert signals == {"patch-id": None, "reverse-apply": False,
-                       "reverse-apply-reduced-context": False, "empty-after-3way": False,
-                       "added-lines-present": False, "definitions-present": True}
+    assert signals == {
+        "patch-id": None,
+        "reverse-apply": False,
+        "reverse-apply-reduced-context": False,
+        "empty-after-3way": False,
+        "added-lines-present": False,
+        "definitions-present": True,
+    }
     assert "equivalent" in kimi.note
     assert by["sm120-torch-symm-mem-allreduce.patch"].changed is False  # files untouched
     merged = by["eagle3-aux-capture-post-allreduce.patch"]
-    assert merged.changed and merged.refreshed and b"_sglang_needs_allreduce_fusion" in \
-        merged.refreshed
+    assert (
+        merged.changed
+        and merged.refreshed
+        and b"_sglang_needs_allreduce_fusion" in merged.refreshed
+    )
     assert by["sm120-flashinfer-allreduce-fusion.patch"].conflicts == [
-        "python/sglang/srt/layers/layernorm.py"]
+        "python/sglang/srt/layers/layernorm.py"
+    ]
     assert by["cu130-packaging-pins.patch"].conflicts == ["python/pyproject.toml"]
     if "speculative-dynamic-disable.patch" in by:
-        assert "observability/scheduler_metrics_mixin.py" in by[
-            "speculative-dynamic-disable.patch"].note
+        assert (
+            "observability/scheduler_metrics_mixin.py"
+            in by["speculative-dynamic-disable.patch"].note
+        )
 
 
 @pytest.mark.slow
@@ -141,9 +161,12 @@ def test_write_is_refused_while_a_patch_conflicts(project, cache_0510):  # noqa:
 
 @pytest.mark.slow
 def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):  # noqa: F811
-    keep = ["sm120-torch-symm-mem-allreduce.patch", "kimi-k25-eagle3-delegation.patch",
-            "eagle3-aux-capture-post-allreduce.patch",
-            "eagle3-aux-capture-before-cuda-graphs.patch"]
+    keep = [
+        "sm120-torch-symm-mem-allreduce.patch",
+        "kimi-k25-eagle3-delegation.patch",
+        "eagle3-aux-capture-post-allreduce.patch",
+        "eagle3-aux-capture-before-cuda-graphs.patch",
+    ]
     set_series(project, "sglang", keep)
     toml_before = (project / "patches/targets.toml").read_text()
     symm_before = (project / "patches/sglang" / keep[0]).read_bytes()
@@ -226,10 +249,12 @@ def test_continue_without_a_rebase_is_a_usage_error(project):
 def test_render_targets_keeps_comments_and_validates():
     from patchkit.rebase import NewPin, render_targets
 
-    text = ('# top comment\n[series]\nversion = "1.4.2"  # bumped by rebase\n\n'
-            '[targets.x]\ngit = "g"\npin = "1.0"\n\n[[targets.x.releases]]\nversion = "1.0"\n'
-            f'commit = "{"a" * 40}"\n\n[targets.y]\ngit = "h"\npin = "2"\n\n'
-            f'[[targets.y.releases]]\nversion = "2"\ncommit = "{"b" * 40}"\n')
+    text = (
+        '# top comment\n[series]\nversion = "1.4.2"  # bumped by rebase\n\n'
+        '[targets.x]\ngit = "g"\npin = "1.0"\n\n[[targets.x.releases]]\nversion = "1.0"\n'
+        f'commit = "{"a" * 40}"\n\n[targets.y]\ngit = "h"\npin = "2"\n\n'
+        f'[[targets.y.releases]]\nversion = "2"\ncommit = "{"b" * 40}"\n'
+    )
     pin = NewPin("1.1", "c" * 40, "v1.1", "x==1.1", "d" * 64, None, True, "tofu")
     out = render_targets(text, "x", pin, "1.5.0")
     data = tomllib.loads(out)
@@ -238,4 +263,4 @@ def test_render_targets_keeps_comments_and_validates():
     assert data["targets"]["x"]["pin"] == "1.1"
     assert [r["version"] for r in data["targets"]["x"]["releases"]] == ["1.0", "1.1"]
     assert data["targets"]["y"]["pin"] == "2"
-    assert out.index("version = \"1.1\"") < out.index("[targets.y]")
+    assert out.index('version = "1.1"') < out.index("[targets.y]")

@@ -33,14 +33,21 @@ def versioned_project(project, cache) -> Path:
     git(project, "commit", "-qm", "series 0.1.0")
     sg = project / "patches" / "sglang"
     text = (sg / KIMI).read_text()
-    (sg / KIMI).write_text(text.replace("KimiK25ForConditionalGeneration wraps",
-                                        "KimiK25ForConditionalGeneration (Kimi-K2.5) wraps"))
+    (sg / KIMI).write_text(
+        text.replace(
+            "KimiK25ForConditionalGeneration wraps",
+            "KimiK25ForConditionalGeneration (Kimi-K2.5) wraps",
+        )
+    )
     (sg / SYMM).unlink()
     (sg / AUX_POST).rename(sg / "aux-post.patch")
     new = text.replace("Subject: Delegate the EAGLE-3 hooks", "Subject: Delegate EAGLE-3 hooks")
     (sg / "kimi-again.patch").write_text(new)
-    names = [("aux-post.patch" if n == AUX_POST else n) for n in series_names(project, "sglang")
-             if n != SYMM] + ["kimi-again.patch"]
+    names = [
+        ("aux-post.patch" if n == AUX_POST else n)
+        for n in series_names(project, "sglang")
+        if n != SYMM
+    ] + ["kimi-again.patch"]
     (sg / "series").write_text("".join(f"{n}\n" for n in names))
     return project
 
@@ -98,8 +105,9 @@ def test_html_is_self_contained(tmp_path, cache):
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html.split("<main>")[0])
     assert "default-src 'none'" in html
     assert not re.search(r"<(img|iframe|link)[^>]+(src|href)=\"https?:", html)
-    assert html.count('class="patch-row"') == sum(len(series_names(ROOT, t))
-                                                  for t in ("sglang", "flashinfer"))
+    assert html.count('class="patch-row"') == sum(
+        len(series_names(ROOT, t)) for t in ("sglang", "flashinfer")
+    )
 
 
 @pytest.mark.slow
@@ -110,20 +118,25 @@ def test_html_page_in_headless_chromium(tmp_path, versioned_project, sglang_0510
     page = tmp_path / "review.html"
     r = patchkit("review", "--html", str(page), "--since", "HEAD", "--against", "sglang@0.5.10")
     assert r.returncode == 0, r.stdout + r.stderr
-    expected = [(t, n) for t in ("sglang", "flashinfer")
-                for n in series_names(versioned_project, t)]
+    expected = [
+        (t, n) for t in ("sglang", "flashinfer") for n in series_names(versioned_project, t)
+    ]
     with Browser(executable) as browser:
         browser.goto(page.as_uri())
         assert browser.errors() == []
         assert [u for u in browser.requests() if not u.startswith(("file:", "data:"))] == []
-        rows = browser.evaluate("[...document.querySelectorAll('tr.patch-row')]"
-                                ".map(r => [r.dataset.target, r.dataset.patch])")
+        rows = browser.evaluate(
+            "[...document.querySelectorAll('tr.patch-row')]"
+            ".map(r => [r.dataset.target, r.dataset.patch])"
+        )
         assert [tuple(r) for r in rows] == expected
-        labels = browser.evaluate("[...document.querySelectorAll('tr.patch-row .badge')]"
-                                  ".map(b => b.textContent)")
+        labels = browser.evaluate(
+            "[...document.querySelectorAll('tr.patch-row .badge')].map(b => b.textContent)"
+        )
         assert "upstreamed" in labels and "conflict" in labels
-        states = browser.evaluate("[...document.querySelectorAll('#range-diff .badge')]"
-                                  ".map(b => b.textContent)")
+        states = browser.evaluate(
+            "[...document.querySelectorAll('#range-diff .badge')].map(b => b.textContent)"
+        )
         assert sorted(set(states)) == ["added", "changed", "dropped", "unchanged"]
         sections = browser.evaluate("document.querySelectorAll('section.patch').length")
         assert sections == len(expected)

@@ -15,10 +15,18 @@ from patchkit.workspace import Workspace
 @click.command("export")
 @click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--target", help="Target name (default: the one DIRECTORY was made for).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
-              help="Write the series here instead of patches/<target>/.")
-@click.option("--dry-run", "--check", "dry_run", is_flag=True,
-              help="Write nothing; exit 1 when the patch files would change (a CI check).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Write the series here instead of patches/<target>/.",
+)
+@click.option(
+    "--dry-run",
+    "--check",
+    "dry_run",
+    is_flag=True,
+    help="Write nothing; exit 1 when the patch files would change (a CI check).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def command(directory, target, out, dry_run, as_json) -> int:
     """One .patch per commit of DIRECTORY (base..HEAD), in deterministic bytes."""

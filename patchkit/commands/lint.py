@@ -14,8 +14,11 @@ from patchkit.workspace import Workspace
 
 @click.command("lint")
 @click.option("--target", "targets", multiple=True, help="Lint only these targets (default: all).")
-@click.option("--no-reexport", is_flag=True,
-              help="Skip the apply + export round trip (needs the pinned upstreams).")
+@click.option(
+    "--no-reexport",
+    is_flag=True,
+    help="Skip the apply + export round trip (needs the pinned upstreams).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(targets, no_reexport, as_json, verbose) -> int:
@@ -35,8 +38,12 @@ def command(targets, no_reexport, as_json, verbose) -> int:
     for name in names:
         target = ws.target(name)
         out.progress(f"linting {name}")
-        one = lint_target(name, ws.project.series_dir(name), target.subdir,
-                          reexport=None if no_reexport else reexport)
+        one = lint_target(
+            name,
+            ws.project.series_dir(name),
+            target.subdir,
+            reexport=None if no_reexport else reexport,
+        )
         report.findings += one.findings
         report.checked.update(one.checked)
     if as_json:
@@ -46,6 +53,8 @@ def command(targets, no_reexport, as_json, verbose) -> int:
             where = f"{f.target}/{f.patch}" if f.patch else f.target
             out.echo(f"{f.severity}: {where}: [{f.rule}] {f.message}")
         total = sum(len(v) for v in report.checked.values())
-        out.echo(f"lint: {total} patch(es) in {len(report.checked)} target(s): "
-                 f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)")
+        out.echo(
+            f"lint: {total} patch(es) in {len(report.checked)} target(s): "
+            f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)"
+        )
     return 1 if report.errors else 0

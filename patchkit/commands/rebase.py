@@ -20,17 +20,30 @@ from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
-MARK = {"clean": "clean", "offset": "offset", "merged": "merged", "conflict": "CONFLICT",
-        "upstreamed": "upstreamed", "resolved": "resolved"}
+MARK = {
+    "clean": "clean",
+    "offset": "offset",
+    "merged": "merged",
+    "conflict": "CONFLICT",
+    "upstreamed": "upstreamed",
+    "resolved": "resolved",
+}
 
 
 @click.command("rebase")
 @click.option("--target", "spec", help="NAME@REF: a release version, tag or commit of NAME.")
-@click.option("--write", is_flag=True,
-              help="Refresh patches/, drop upstreamed patches, move the pin, bump the series "
-                   "version (only when no patch is in conflict).")
-@click.option("--continue", "cont", is_flag=True,
-              help="Resume after resolving the conflicts in the scratch work tree.")
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Refresh patches/, drop upstreamed patches, move the pin, bump the series "
+    "version (only when no patch is in conflict).",
+)
+@click.option(
+    "--continue",
+    "cont",
+    is_flag=True,
+    help="Resume after resolving the conflicts in the scratch work tree.",
+)
 @click.option("--abort", is_flag=True, help="Remove the scratch work tree of a stopped rebase.")
 @click.option("--upstream", help="A clone, bare repository or URL to fetch git refs from.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -58,16 +71,27 @@ def command(spec, write, cont, abort, upstream, as_json, verbose) -> int:
     target, series = ws.target(parsed.target), ws.series(parsed.target)
     dest = rebase_dir(ws.project.work_dir, target.name)
     if dest.exists():
-        raise UsageError(f"a rebase of {target.name} is in progress in {dest}",
-                         hint="`patchkit rebase --continue` or `patchkit rebase --abort`")
+        raise UsageError(
+            f"a rebase of {target.name} is in progress in {dest}",
+            hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
+        )
     old = acquire(target, None, progress=out.progress)
     new, pin = resolve_new_base(target, parsed.ref, upstream=upstream, progress=out.progress)
-    report = classify_rebase(Mirror(target).path, target, series, old, new,
-                             series_version=ws.targets.series_version, ref=parsed.ref, pin=pin,
-                             progress=out.progress)
+    report = classify_rebase(
+        Mirror(target).path,
+        target,
+        series,
+        old,
+        new,
+        series_version=ws.targets.series_version,
+        ref=parsed.ref,
+        pin=pin,
+        progress=out.progress,
+    )
     if report.conflicted:
-        leave_conflict_tree(report, Mirror(target).path, series, dest, write=write,
-                            progress=out.progress)
+        leave_conflict_tree(
+            report, Mirror(target).path, series, dest, write=write, progress=out.progress
+        )
     elif write:
         write_rebase(report, ws.project.series_dir(target.name), ws.project.targets_file)
     return _finish(out, report, as_json)
@@ -76,8 +100,11 @@ def command(spec, write, cont, abort, upstream, as_json, verbose) -> int:
 def _only_rebase_in_progress(ws: Workspace) -> str:
     names = [n for n in ws.targets.targets if rebase_dir(ws.project.work_dir, n).exists()]
     if len(names) != 1:
-        raise UsageError("no rebase in progress" if not names else
-                         f"rebases in progress for {', '.join(names)}: pass --target NAME")
+        raise UsageError(
+            "no rebase in progress"
+            if not names
+            else f"rebases in progress for {', '.join(names)}: pass --target NAME"
+        )
     return names[0]
 
 
@@ -92,15 +119,20 @@ def _finish(out: Output, report: RebaseReport, as_json: bool) -> int:
 def render_rebase(report: RebaseReport) -> str:
     """The words a user reads for one rebase report."""
     old, new = report.old_base, report.new_base
-    lines = [f"{report.target}: rebase {old.stands_for} ({old.commit[:12]})",
-             f"  onto {report.ref}: {new.stands_for} ({new.commit[:12]})"]
+    lines = [
+        f"{report.target}: rebase {old.stands_for} ({old.commit[:12]})",
+        f"  onto {report.ref}: {new.stands_for} ({new.commit[:12]})",
+    ]
     if new.source == "sdist" and not new.pinned:
         lines.append(f"  sdist sha256: {new.sdist_sha256}")
-        lines.append("  upstream commit: " + (new.upstream_commit or
-                                               "none recorded: relying on the sha256, "
-                                               "trust on first use"))
-        lines.append("  not pinned yet: trust on first use of what the package index serves"
-                     + ("; --write records it in targets.toml" if not report.written else ""))
+        lines.append(
+            "  upstream commit: "
+            + (new.upstream_commit or "none recorded: relying on the sha256, trust on first use")
+        )
+        lines.append(
+            "  not pinned yet: trust on first use of what the package index serves"
+            + ("; --write records it in targets.toml" if not report.written else "")
+        )
     if not report.history:
         lines.append("  patch-id signal: not available (no git history between the bases)")
     width = max((len(o.name) for o in report.outcomes), default=0)
@@ -118,30 +150,41 @@ def render_rebase(report: RebaseReport) -> str:
             for s in fired:
                 lines.append(f"{'':14}evidence: {s.name}: {s.detail}")
             if silent:
-                lines.append(f"{'':14}not fired: " + "; ".join(
-                    f"{s.name} ({'n/a' if s.fired is None else 'no'})" for s in silent))
+                lines.append(
+                    f"{'':14}not fired: "
+                    + "; ".join(f"{s.name} ({'n/a' if s.fired is None else 'no'})" for s in silent)
+                )
         if o.note and o.label != "clean":
             lines.append(f"{'':14}{o.note}")
     counts = report.counts()
-    lines.append("  summary: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
-                                          ("clean", "offset", "merged", "conflict", "upstreamed")
-                                          if counts.get(k, 0) or k != "resolved"))
+    lines.append(
+        "  summary: "
+        + ", ".join(
+            f"{counts.get(k, 0)} {k}"
+            for k in ("clean", "offset", "merged", "conflict", "upstreamed")
+            if counts.get(k, 0) or k != "resolved"
+        )
+    )
     if report.written:
         lines.append(f"  wrote: {', '.join(report.written)}")
         lines.append(f"  series version {report.series_version} -> {report.next_series_version}")
         lines.append("  suggested commit message (commit patches/ with it):")
         lines += [f"    {ln}".rstrip() for ln in (report.commit_message or "").splitlines()]
     elif report.conflicted:
-        lines.append(f"  {len(report.conflicted)} patch(es) in conflict: nothing in patches/ "
-                     "was changed")
+        lines.append(
+            f"  {len(report.conflicted)} patch(es) in conflict: nothing in patches/ was changed"
+        )
         if report.conflict_tree:
-            lines.append(f"  a scratch work tree stopped at the first conflict: "
-                         f"{report.conflict_tree}")
+            lines.append(
+                f"  a scratch work tree stopped at the first conflict: {report.conflict_tree}"
+            )
     elif report.write_requested:
         lines.append("  nothing to write: the series already sits on this ref unchanged")
     else:
-        lines.append(f"  dry run: nothing written (--write refreshes patches/, moves the pin, "
-                     f"series {report.series_version} -> {report.next_series_version})")
+        lines.append(
+            f"  dry run: nothing written (--write refreshes patches/, moves the pin, "
+            f"series {report.series_version} -> {report.next_series_version})"
+        )
     if report.next_steps:
         lines.append("  next:")
         lines += [f"    {step}" for step in report.next_steps]

@@ -16,12 +16,22 @@ from patchkit.workspace import Workspace
 
 @click.command("review")
 @click.option("--target", "targets", multiple=True, help="Review only these targets.")
-@click.option("--against", "against", multiple=True, metavar="TARGET@REF",
-              help="Add each patch's rebase classification for this newer ref.")
-@click.option("--since", metavar="REV",
-              help="Compare the series with its version at REV of this repository.")
-@click.option("--html", "html_file", type=click.Path(path_type=Path, dir_okay=False),
-              help="Write one self-contained HTML page here.")
+@click.option(
+    "--against",
+    "against",
+    multiple=True,
+    metavar="TARGET@REF",
+    help="Add each patch's rebase classification for this newer ref.",
+)
+@click.option(
+    "--since", metavar="REV", help="Compare the series with its version at REV of this repository."
+)
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write one self-contained HTML page here.",
+)
 @click.option("--no-diff", is_flag=True, help="Terminal: leave out the full combined diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")

@@ -10,5 +10,12 @@ from patchkit.review.model import (
     compare_series,
 )
 
-__all__ = ["PatchRow", "RangeEntry", "Review", "SeriesComparison", "TargetReview",
-           "build_review", "compare_series"]
+__all__ = [
+    "PatchRow",
+    "RangeEntry",
+    "Review",
+    "SeriesComparison",
+    "TargetReview",
+    "build_review",
+    "compare_series",
+]

@@ -62,8 +62,11 @@ class PatchRow:
     evidence: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {k: (v if k != "files" else [vars(f) for f in v]) for k, v in vars(self).items()
-                if k != "diff"}
+        return {
+            k: (v if k != "files" else [vars(f) for f in v])
+            for k, v in vars(self).items()
+            if k != "diff"
+        }
 
 
 @dataclass
@@ -122,9 +125,14 @@ class SeriesComparison:
         return out
 
     def to_json(self) -> dict:
-        return {"since": self.since, "since_commit": self.since_commit,
-                "since_version": self.since_version, "version": self.version,
-                "counts": self.counts(), "entries": [e.to_json() for e in self.entries]}
+        return {
+            "since": self.since,
+            "since_commit": self.since_commit,
+            "since_version": self.since_version,
+            "version": self.version,
+            "counts": self.counts(),
+            "entries": [e.to_json() for e in self.entries],
+        }
 
 
 @dataclass
@@ -134,9 +142,11 @@ class Review:
     comparison: SeriesComparison | None = None
 
     def to_json(self) -> dict:
-        return {"series_version": self.series_version,
-                "targets": [t.to_json() for t in self.targets],
-                "comparison": self.comparison.to_json() if self.comparison else None}
+        return {
+            "series_version": self.series_version,
+            "targets": [t.to_json() for t in self.targets],
+            "comparison": self.comparison.to_json() if self.comparison else None,
+        }
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -147,8 +157,9 @@ def upstream_status(patch: Patch) -> tuple[str, str, list[str]]:
     origin = patch.trailer("Origin") or ""
     forwarded = patch.trailer("Forwarded")
     applied = patch.trailer("Applied-Upstream")
-    links = URL_RE.findall(" ".join(x for x in (origin, forwarded or "",
-                                                 patch.trailer("Bug") or "", applied or "")))
+    links = URL_RE.findall(
+        " ".join(x for x in (origin, forwarded or "", patch.trailer("Bug") or "", applied or ""))
+    )
     if applied:
         return "applied-upstream", f"applied upstream: {applied}", links
     if forwarded and forwarded.startswith(("http://", "https://")):
@@ -188,12 +199,19 @@ def patch_row(patch: Patch) -> PatchRow:
     )
 
 
-def target_review(ws: Workspace, name: str, *, against: str | None = None,
-                  with_delta: bool = True, progress: Progress = _quiet) -> TargetReview:
+def target_review(
+    ws: Workspace,
+    name: str,
+    *,
+    against: str | None = None,
+    with_delta: bool = True,
+    progress: Progress = _quiet,
+) -> TargetReview:
     """One target: its patch table, the combined delta and (with `against`) classifications."""
     target, series = ws.target(name), ws.series(name)
-    review = TargetReview(name, target.pin, None, series.hash(),
-                          [patch_row(p) for p in series.patches])
+    review = TargetReview(
+        name, target.pin, None, series.hash(), [patch_row(p) for p in series.patches]
+    )
     try:
         base = acquire(target, None, progress=progress)
         review.base = base.stands_for
@@ -210,12 +228,21 @@ def target_review(ws: Workspace, name: str, *, against: str | None = None,
     return review
 
 
-def _classify_against(review: TargetReview, target, series: Series, base, ref: str,
-                      ws: Workspace, progress: Progress) -> None:
+def _classify_against(
+    review: TargetReview, target, series: Series, base, ref: str, ws: Workspace, progress: Progress
+) -> None:
     new, pin = resolve_new_base(target, ref, progress=progress)
-    report: RebaseReport = classify_rebase(Mirror(target).path, target, series, base, new,
-                                           series_version=ws.targets.series_version, ref=ref,
-                                           pin=pin, progress=progress)
+    report: RebaseReport = classify_rebase(
+        Mirror(target).path,
+        target,
+        series,
+        base,
+        new,
+        series_version=ws.targets.series_version,
+        ref=ref,
+        pin=pin,
+        progress=progress,
+    )
     review.against = ref
     review.against_base = new.stands_for
     labels = {o.name: o for o in report.outcomes}
@@ -229,14 +256,27 @@ def _classify_against(review: TargetReview, target, series: Series, base, ref: s
             row.evidence.append("conflicts in " + ", ".join(outcome.conflicts))
 
 
-def build_review(ws: Workspace, *, targets: list[str] | None = None, against: dict[str, str]
-                 | None = None, since: str | None = None, with_delta: bool = True,
-                 progress: Progress = _quiet) -> Review:
+def build_review(
+    ws: Workspace,
+    *,
+    targets: list[str] | None = None,
+    against: dict[str, str] | None = None,
+    since: str | None = None,
+    with_delta: bool = True,
+    progress: Progress = _quiet,
+) -> Review:
     """The whole review: every target (or `targets`), `against` = {target: ref}."""
     review = Review(ws.targets.series_version)
     for name in targets or list(ws.targets.targets):
-        review.targets.append(target_review(ws, name, against=(against or {}).get(name),
-                                            with_delta=with_delta, progress=progress))
+        review.targets.append(
+            target_review(
+                ws,
+                name,
+                against=(against or {}).get(name),
+                with_delta=with_delta,
+                progress=progress,
+            )
+        )
     if since:
         review.comparison = compare_series(ws, since, targets or list(ws.targets.targets))
     return review
@@ -285,8 +325,11 @@ def _normalized(raw: bytes) -> list[str]:
 
 
 def interdiff(old: bytes, new: bytes, old_name: str, new_name: str) -> str:
-    return "\n".join(difflib.unified_diff(_normalized(old), _normalized(new),
-                                          f"a/{old_name}", f"b/{new_name}", n=3, lineterm=""))
+    return "\n".join(
+        difflib.unified_diff(
+            _normalized(old), _normalized(new), f"a/{old_name}", f"b/{new_name}", n=3, lineterm=""
+        )
+    )
 
 
 def _subject(raw: bytes) -> str | None:
@@ -322,9 +365,15 @@ def compare_series(ws: Workspace, since: str, targets: list[str]) -> SeriesCompa
             renamed = old_by_subject.get(_subject(raw))
             if renamed:
                 paired.add(renamed)
-                comparison.entries.append(RangeEntry(
-                    name, patch_name, "changed", interdiff(old[renamed], raw, renamed, patch_name),
-                    f"renamed from {renamed}"))
+                comparison.entries.append(
+                    RangeEntry(
+                        name,
+                        patch_name,
+                        "changed",
+                        interdiff(old[renamed], raw, renamed, patch_name),
+                        f"renamed from {renamed}",
+                    )
+                )
             else:
                 comparison.entries.append(RangeEntry(name, patch_name, "added"))
         for patch_name in old:

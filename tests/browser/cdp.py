@@ -17,10 +17,20 @@ import tempfile
 import time
 from pathlib import Path
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-extensions", "--disable-default-apps", "--mute-audio",
-         "--remote-debugging-port=0")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--mute-audio",
+    "--remote-debugging-port=0",
+)
 
 
 def find_chromium() -> str | None:
@@ -38,9 +48,16 @@ class Browser:
 
         self.profile = Path(tempfile.mkdtemp(prefix="patchkit-chromium-"))
         self.proc = subprocess.Popen(
-            [executable, *FLAGS, f"--user-data-dir={self.profile}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                executable,
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not port_file.is_file() or len(port_file.read_text().splitlines()) < 2:
@@ -49,22 +66,25 @@ class Browser:
                 raise RuntimeError("chromium did not start its DevTools endpoint")
             time.sleep(0.05)
         port, path = port_file.read_text().splitlines()[:2]
-        self._connection = connect(f"ws://127.0.0.1:{port}{path}", max_size=None,
-                                   open_timeout=20)
+        self._connection = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=20)
         self.ws = self._connection.__enter__()
         self._ids = itertools.count(1)
         self.events: list[dict] = []
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self.session = self.call("Target.attachToTarget",
-                                 {"targetId": target, "flatten": True})["sessionId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-                  session=True)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=True,
+        )
 
-    def call(self, method: str, params: dict | None = None, *, session: bool = False,
-             timeout: float = 30) -> dict:
+    def call(
+        self, method: str, params: dict | None = None, *, session: bool = False, timeout: float = 30
+    ) -> dict:
         msg_id = next(self._ids)
         message = {"id": msg_id, "method": method, "params": params or {}}
         if session:
@@ -101,8 +121,11 @@ class Browser:
         self.call("Runtime.evaluate", {"expression": "1"}, session=True)
 
     def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True}, session=True)
+        result = self.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=True,
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(result["exceptionDetails"].get("text", "evaluation failed"))
         return result["result"].get("value")
@@ -114,17 +137,21 @@ class Browser:
             p = e.get("params", {})
             if e["method"] == "Runtime.exceptionThrown":
                 out.append("exception: " + p["exceptionDetails"].get("text", ""))
-            elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error",
-                                                                                 "assert"):
-                out.append("console: " + " ".join(str(a.get("value", a.get("description")))
-                                                  for a in p.get("args", [])))
+            elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append(
+                    "console: "
+                    + " ".join(str(a.get("value", a.get("description"))) for a in p.get("args", []))
+                )
             elif e["method"] == "Log.entryAdded" and p["entry"]["level"] == "error":
                 out.append(f"log: {p['entry'].get('text')} ({p['entry'].get('url', '')})")
         return out
 
     def requests(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in self.events
-                if e["method"] == "Network.requestWillBeSent"]
+        return [
+            e["params"]["request"]["url"]
+            for e in self.events
+            if e["method"] == "Network.requestWillBeSent"
+        ]
 
     def screenshot(self, path: Path, full_page: bool = False) -> None:
         params: dict = {"format": "png"}

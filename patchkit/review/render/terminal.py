@@ -6,8 +6,9 @@ from patchkit.review.model import Review, TargetReview
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*headers).rstrip(), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*row).rstrip() for row in rows]
@@ -15,8 +16,10 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_target(t: TargetReview, *, full_diff: bool = True) -> list[str]:
-    lines = [f"{t.name}: {len(t.patches)} patch(es) on {t.base}"
-             + (f" ({t.base_commit[:12]})" if t.base_commit else "")]
+    lines = [
+        f"{t.name}: {len(t.patches)} patch(es) on {t.base}"
+        + (f" ({t.base_commit[:12]})" if t.base_commit else "")
+    ]
     if t.error:
         lines.append(f"  error: {t.error}")
     headers = ["patch", "upstream", "files", "+/-", "tests"]
@@ -24,8 +27,13 @@ def render_target(t: TargetReview, *, full_diff: bool = True) -> list[str]:
         headers.append(f"rebase@{t.against}")
     rows = []
     for p in t.patches:
-        row = [p.name, p.status_text, str(len(p.files)), f"+{p.added}/-{p.removed}",
-               str(len(p.tests))]
+        row = [
+            p.name,
+            p.status_text,
+            str(len(p.files)),
+            f"+{p.added}/-{p.removed}",
+            str(len(p.tests)),
+        ]
         if t.against:
             row.append(p.classification or "-")
         rows.append(row)
@@ -37,8 +45,7 @@ def render_target(t: TargetReview, *, full_diff: bool = True) -> list[str]:
         lines.append(f"  {p.name}")
         lines.append(f"    {p.purpose}")
         links = [u for u in p.links if u not in p.status_text]
-        lines.append(f"    upstream: {p.status_text}" + (f" ({', '.join(links)})"
-                                                          if links else ""))
+        lines.append(f"    upstream: {p.status_text}" + (f" ({', '.join(links)})" if links else ""))
         for f in p.files:
             lines.append(f"    {f.path} (+{f.added}/-{f.removed})")
         if p.tests:
@@ -64,9 +71,11 @@ def render(review: Review, *, full_diff: bool = True) -> str:
     c = review.comparison
     if c is not None:
         lines.append("")
-        lines.append(f"series changes since {c.since} ({c.since_commit[:12]}, series "
-                     f"{c.since_version or '?'} -> {c.version}): "
-                     + ", ".join(f"{n} {k}" for k, n in sorted(c.counts().items())))
+        lines.append(
+            f"series changes since {c.since} ({c.since_commit[:12]}, series "
+            f"{c.since_version or '?'} -> {c.version}): "
+            + ", ".join(f"{n} {k}" for k, n in sorted(c.counts().items()))
+        )
         for e in c.entries:
             note = f"  ({e.note})" if e.note else ""
             lines.append(f"  {e.state:>9}  {e.target}/{e.name}{note}")
