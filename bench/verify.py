@@ -111,13 +111,23 @@ def main() -> int:
             f"({cold_cpu:.1f} s CPU)  {cold.errors} errors, {cold.warnings} warnings"
         )
 
-        t0 = time.perf_counter()
-        warm = verify(
-            env=args.env, wheelhouse=house, profile=args.profile, cache_dir=cache, jobs=args.jobs
-        )
-        warm_s = time.perf_counter() - t0
+        warm_times = []
+        for _ in range(3):  # best of three: this machine is shared and its load spikes
+            t0 = time.perf_counter()
+            warm = verify(
+                env=args.env,
+                wheelhouse=house,
+                profile=args.profile,
+                cache_dir=cache,
+                jobs=args.jobs,
+            )
+            warm_times.append(time.perf_counter() - t0)
+        warm_s = min(warm_times)
         assert [f.line() for f in warm.findings] == [f.line() for f in cold.findings]
-        print(f"patchkit verify, warm cache:                            {warm_s:8.2f} s")
+        print(
+            f"patchkit verify, warm cache (best of 3):                {warm_s:8.2f} s "
+            f"({', '.join(f'{t:.2f}' for t in warm_times)})"
+        )
 
         t0 = time.perf_counter()
         cli = subprocess.run(

@@ -9,7 +9,6 @@ import pytest
 from patchkit.abi import verify
 from patchkit.abi.elf import MalformedElf, read_elf
 from tests.abi import builders
-from tests.abi.fixtures import make_site
 
 pytest_plugins = ["tests.abi.fixtures"]
 
@@ -86,7 +85,9 @@ def _findings(report, file_part: str) -> list:
 
 
 def test_resolvable_torch_symbols_give_no_finding(tmp_path, torch_dir, cache_dir):
-    site = make_site(str(tmp_path), torch_dir, {"myext/_ok.so": builders.torch_extension("ok")})
+    site = builders.make_site(
+        str(tmp_path), torch_dir, {"myext/_ok.so": builders.torch_extension("ok")}
+    )
     report = verify(env=site, profile="cu130-sm120", cache_dir=cache_dir, host_checks=False)
     assert _findings(report, "myext") == []
     # The torch in this venv is the PyPI cu128 build, not the profile's cu130.
@@ -94,7 +95,7 @@ def test_resolvable_torch_symbols_give_no_finding(tmp_path, torch_dir, cache_dir
 
 
 def test_unresolvable_torch_symbol(tmp_path, torch_dir, cache_dir):
-    site = make_site(
+    site = builders.make_site(
         str(tmp_path), torch_dir, {"myext/_missing.so": builders.torch_extension("missing")}
     )
     report = verify(env=site, cache_dir=cache_dir, host_checks=False)
@@ -109,7 +110,9 @@ def test_unresolvable_torch_symbol(tmp_path, torch_dir, cache_dir):
 
 
 def test_cxx11_abi_mismatch(tmp_path, torch_dir, cache_dir):
-    site = make_site(str(tmp_path), torch_dir, {"myext/_abi0.so": builders.torch_extension("abi0")})
+    site = builders.make_site(
+        str(tmp_path), torch_dir, {"myext/_abi0.so": builders.torch_extension("abi0")}
+    )
     report = verify(env=site, cache_dir=cache_dir, host_checks=False)
     checks = {f.check: f for f in _findings(report, "myext")}
     assert set(checks) == {"cxx11-abi", "undefined-symbol"}
@@ -123,7 +126,7 @@ def test_missing_needed_and_cuda_major(tmp_path, torch_dir, cache_dir, monkeypat
     monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
     cudart13 = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
     ext = builders.linking("needs-cudart13", [cudart13], "cudaGetLastError")
-    site = make_site(str(tmp_path), torch_dir, {"sgl_kernel/common_ops.abi3.so": ext})
+    site = builders.make_site(str(tmp_path), torch_dir, {"sgl_kernel/common_ops.abi3.so": ext})
     report = verify(env=site, cache_dir=cache_dir, host_checks=False)
     found = {f.check: f for f in _findings(report, "sgl_kernel")}
     assert found["needed-missing"].message.startswith(
@@ -136,7 +139,7 @@ def test_needed_found_through_ld_library_path(tmp_path, torch_dir, cache_dir, mo
     monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
     cudart13 = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
     ext = builders.linking("needs-cudart13", [cudart13], "cudaGetLastError")
-    site = make_site(
+    site = builders.make_site(
         str(tmp_path),
         torch_dir,
         {

@@ -20,7 +20,6 @@ from patchkit.abi import verify
 from patchkit.abi.scan import analyze_file
 from patchkit.cli import main
 from tests.abi import builders
-from tests.abi.fixtures import make_site
 
 pytest_plugins = ["tests.abi.fixtures"]
 
@@ -167,7 +166,7 @@ def test_malformed_object_is_one_finding_never_a_traceback(
 def test_malformed_in_env_gives_one_line(tmp_path, capsys, monkeypatch, small_objects):
     monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
     bad = small_objects[-1][:3000]
-    site = make_site(
+    site = builders.make_site(
         str(tmp_path),
         None,
         {
@@ -274,7 +273,7 @@ def test_real_wheel_over_env_symbols(tmp_path, cache_dir, torch_dir):
     house = tmp_path / "house"
     house.mkdir()
     shutil.copy(wheel, house)
-    site = make_site(str(tmp_path), torch_dir)
+    site = builders.make_site(str(tmp_path), torch_dir)
     report = verify(env=site, wheelhouse=str(house), cache_dir=cache_dir, host_checks=False)
     reported = {
         f.message.split()[2]

@@ -17,7 +17,6 @@ from patchkit.abi.profiles import load_profile
 from patchkit.abi.scan import FileReport
 from patchkit.abi.sources import Tree
 from tests.abi import builders
-from tests.abi.fixtures import make_site
 
 VERSION_PY = "__version__ = '{v}'\ndebug = False\ncuda: Optional[str] = {c}\n"
 
@@ -34,7 +33,7 @@ def _dist(site: str, name: str, version: str, requires=(), record=()):
 
 
 def _site(tmp_path, version="2.9.1+cu130", cuda="'13.0'", extras=None) -> str:
-    site = make_site(str(tmp_path), None, extras or {})
+    site = builders.make_site(str(tmp_path), None, extras or {})
     os.makedirs(os.path.join(site, "torch"), exist_ok=True)
     with open(os.path.join(site, "torch", "version.py"), "w") as fh:
         fh.write(VERSION_PY.format(v=version, c=cuda))

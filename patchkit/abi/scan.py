@@ -104,8 +104,16 @@ def _analyze_member(member: Member) -> FileReport:
     return analyze_file(member.path, member.relpath, member.origin)
 
 
-def _worker(member: Member) -> FileReport:
-    return _analyze_member(member)
+def _analyze_and_store(member: Member, cache: ResultCache) -> FileReport:
+    report = _analyze_member(member)
+    if not (report.error or "").startswith("invalid archive"):
+        cache.store(member.cache_key, member.size, member.mtime, report)
+    return report
+
+
+def _worker(args: tuple[Member, ResultCache]) -> FileReport:
+    # The worker writes the cache entry itself, so the parent does not pickle the report twice.
+    return _analyze_and_store(*args)
 
 
 def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dict[str, FileReport]:
@@ -126,11 +134,9 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
     big = sum(m.size for m in todo)
     if jobs > 1 and len(todo) > 1 and big > PARALLEL_BYTES:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_worker, todo, chunksize=1))
+            results = list(pool.map(_worker, [(m, cache) for m in todo], chunksize=1))
     else:
-        results = [_analyze_member(m) for m in todo]
+        results = [_analyze_and_store(m, cache) for m in todo]
     for member, report in zip(todo, results, strict=True):
         reports[member.relpath] = report
-        if not (report.error or "").startswith("invalid archive"):
-            cache.store(member.cache_key, member.size, member.mtime, report)
     return reports
