@@ -2,8 +2,8 @@
 partial work tree, torn mirror or half-written cache entry is left, and that the next run of
 the same command succeeds without any manual clean-up.
 
-`rebase --write` and `build` are not killed here: `patchkit rebase` has no CLI verb yet, and a
-wheel build of a real target takes minutes (see docs/reliability.md).
+`build` is not killed here: a wheel build of a real target takes minutes, longer than this
+test may run (see docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from reliability_support import (
     cache_problems,
     checkout_problems,
     cli,
+    git,
     leftovers,
     make_project,
     make_toy,
@@ -30,6 +31,7 @@ from reliability_support import (
     record,
     rev,
     sha256,
+    snapshot,
     start_cli,
     toy_sdist,
     toy_sdist_project,
@@ -37,10 +39,11 @@ from reliability_support import (
 
 SEED = int(os.environ.get("PATCHKIT_KILL_SEED", "20260815"))
 SIGNALS = [signal.SIGKILL] * 7 + [signal.SIGTERM] * 2 + [signal.SIGINT] * 2
-# (scenario, number of kills): 51 in all.
-PLAN = [("apply into a new directory", 16), ("apply onto an existing checkout", 14),
-        ("git import into the mirror", 5), ("sdist import (small sdist)", 7),
-        ("sdist import (real sglang 0.5.9)", 3), ("SIGKILL inside the in-place git checkout", 6)]
+# (scenario, number of kills): 52 in all.
+PLAN = [("apply into a new directory", 12), ("apply onto an existing checkout", 10),
+        ("git import into the mirror", 4), ("sdist import (small sdist)", 6),
+        ("sdist import (real sglang 0.5.9)", 2), ("SIGKILL inside the in-place git checkout", 5),
+        ("rebase --write onto a new release", 8), ("SIGKILL between rebase --write's files", 5)]
 
 # Runs the CLI with the in-place checkout replaced by one that writes part of the new tree,
 # leaves git's index.lock behind and SIGKILLs the process: the worst moment to die.
@@ -127,7 +130,7 @@ def tallies():
     record("kill test (tests/reliability/test_kill.py)",
            f"TOTAL: {total.kills} kills (seed {SEED}) -> partial or corrupted states: "
            f"{total.corrupt} (goal 0); next runs that succeeded: {total.next_ok}/{total.kills} "
-           f"(goal {total.kills}); rebase --write and build not killed (see module docstring)")
+           f"(goal {total.kills}); build not killed (see module docstring)")
 
 
 def _run_plan(name: str, count: int, args, env, reset, check_after_kill, check_final,
@@ -329,4 +332,94 @@ def test_kill_sdist_import_sglang(tmp_path, tallies, sglang_sdist, workspace):
         return problems
 
     tally = _run_plan(PLAN[4][0], PLAN[4][1], args, env, reset, after_kill, final, tallies, rng)
+    assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
+
+
+# Runs the CLI with export's file writer replaced by one that SIGKILLs the process after
+# KILL_AFTER complete files: rebase --write stopped between two of its writes.
+BETWEEN_WRITES = """
+import os, signal, sys
+from patchkit import cli, export
+real = export._atomic_write
+count = [0]
+def write(path, data):
+    if count[0] == int(os.environ["KILL_AFTER"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    count[0] += 1
+    real(path, data)
+export._atomic_write = write
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _toy_with_new_release(root):
+    toy = make_toy(root)
+    work = root / "upstream-work"
+    git(work, "checkout", "-q", "main")
+    for f in ("pkg/mod00/file00.py", "pkg/mod01/file03.py", "pkg/mod05/file01.py"):
+        path = work / f
+        path.write_text("# a new first line\n" + path.read_text())
+    git(work, "commit", "-qam", "v1.1")
+    git(work, "tag", "v1.1")
+    git(work, "push", "-q", str(toy.upstream), "main", "v1.1")
+    return toy
+
+
+def _rebase_states(toy):
+    patches = toy.project / "patches"
+    pristine = toy.root / "patches-before"
+    shutil.copytree(patches, pristine)
+    args = ("rebase", "--target", "toy@v1.1", "--write")
+    assert cli(*args, env=toy.env).returncode == 0
+    after = snapshot(patches)
+    before = snapshot(pristine)
+
+    def reset():
+        shutil.rmtree(patches)
+        shutil.copytree(pristine, patches)
+
+    def after_kill():
+        now = snapshot(patches)
+        problems = []
+        for name, data in now.items():
+            if name not in before and name not in after:
+                problems.append(f"stray file patches/{name}")
+            elif data not in (before.get(name), after.get(name)):
+                problems.append(f"patches/{name} is neither the old nor the new file")
+        return "; ".join(problems)
+
+    def final():
+        problems = [] if snapshot(patches) == after else ["patches/ differs from a clean run"]
+        return problems + cache_problems(toy.cache)
+
+    return args, reset, after_kill, final
+
+
+def test_kill_rebase_write(tmp_path, tallies):
+    rng = random.Random(SEED + 6)
+    toy = _toy_with_new_release(tmp_path / "toy")
+    args, reset, after_kill, final = _rebase_states(toy)
+    name, count = PLAN[6]
+    tally = _run_plan(name, count, args, toy.env, reset, after_kill, final, tallies, rng)
+    assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
+
+
+def test_kill_between_rebase_writes(tmp_path, tallies):
+    toy = _toy_with_new_release(tmp_path / "toy")
+    args, reset, after_kill, final = _rebase_states(toy)
+    name, count = PLAN[7]
+    tally = tallies.setdefault(name, Tally())
+    for k in range(count):
+        reset()
+        killed = subprocess.run([sys.executable, "-c", BETWEEN_WRITES, *args], cwd=ROOT,
+                                env={**os.environ, **toy.env, "KILL_AFTER": str(k)},
+                                capture_output=True, text=True)
+        tally.kills += 1
+        if killed.returncode != -signal.SIGKILL:
+            tally.problems.append(f"the planted kill did not happen: {killed.stderr[-300:]}")
+        verdict = after_kill()
+        if verdict:
+            tally.corrupt += 1
+            tally.problems.append(f"after the kill after {k} files: {verdict}")
+        _next_run(args, toy.env, final, tally)
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
