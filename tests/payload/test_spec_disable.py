@@ -544,6 +544,7 @@ def test_acceptance_metrics_count_only_speculative_steps(harness):
     spec_steps = [(bs, r) for bs, speculated, r in harness.step_log if speculated]
     assert harness.scheduler.spec_num_forward_ct == sum(bs for bs, _ in spec_steps)
     accepted = sum(r.num_accepted_tokens for _, r in spec_steps)
+    assert accepted > 0  # the stand-in draft agrees with the target often enough
     assert harness.scheduler.spec_num_accepted_tokens == accepted + sum(bs for bs, _ in spec_steps)
     for req in harness.all_reqs:
         joined_late = req.rid not in {"r0", "r1"}
