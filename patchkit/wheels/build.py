@@ -242,15 +242,68 @@ def _last_line(log: Path) -> str:
     return ""
 
 
+class IsolatedEnvironment:
+    """A PyPA isolated build environment made in the background, with the build requirements
+    the base declares already installed, so it is ready when the series has been applied."""
+
+    def __init__(self, requires: Sequence[str]) -> None:
+        self.requires = list(requires)
+        self._env: pypa_env.DefaultIsolatedEnv | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._make, name="isolated-env", daemon=True)
+        self._thread.start()
+
+    def _make(self) -> None:
+        try:
+            env = pypa_env.DefaultIsolatedEnv()
+            self._env = env.__enter__()
+            self._env.install(self.requires)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            self._error = exc
+
+    def ready(self) -> pypa_env.DefaultIsolatedEnv:
+        self._thread.join()
+        if self._error is not None:
+            raise _install_error(self.requires, self._error)
+        assert self._env is not None
+        return self._env
+
+    def close(self) -> None:
+        self._thread.join()
+        if self._env is not None:
+            self._env.__exit__(None, None, None)
+
+
+def _install_error(requires: Sequence[str], exc: BaseException) -> BuildError:
+    detail = ""
+    if isinstance(exc, subprocess.CalledProcessError):
+        output = (exc.stderr or exc.stdout or b"")
+        text = output.decode(errors="replace") if isinstance(output, bytes) else output
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        detail = f": {lines[-1].strip()}" if lines else ""
+    else:
+        detail = f": {exc}"
+    return BuildError(f"cannot install the build requirements ({', '.join(requires)}) into an "
+                      f"isolated environment{detail}",
+                      hint="check that pip reaches the package index, or install them here and "
+                           "pass --no-isolation")
+
+
 def run_backend(project_dir: Path, outdir: Path, *, env: Mapping[str, str], log: Path,
-                isolation: bool) -> tuple[Path, dict[str, str]]:
-    """Build the wheel of `project_dir` with the PyPA frontend; returns it and tool versions."""
+                isolated: IsolatedEnvironment | None) -> tuple[Path, dict[str, str]]:
+    """Build the wheel of `project_dir` with the PyPA frontend; returns it and tool versions.
+
+    `isolated` is the environment to build in; None builds in this interpreter's environment.
+    """
     runner = _runner(log, env)
     outdir.mkdir(parents=True, exist_ok=True)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            wheel, tools = _build_one(project_dir, outdir, runner, isolation)
+            if isolated is not None:
+                wheel, tools = _build_isolated(project_dir, outdir, runner, isolated)
+            else:
+                wheel, tools = _build_here(project_dir, outdir, runner)
     except (pypa_build.BuildException, pypa_build.BuildBackendException,
             subprocess.CalledProcessError) as exc:
         cause = _last_line(log) or str(exc).splitlines()[0]
@@ -263,31 +316,51 @@ def run_backend(project_dir: Path, outdir: Path, *, env: Mapping[str, str], log:
     return wheel, tools
 
 
-def _build_one(project_dir: Path, outdir: Path, runner, isolation: bool
-               ) -> tuple[Path, dict[str, str]]:
-    if isolation:
-        with pypa_env.DefaultIsolatedEnv() as venv:
-            builder = pypa_build.ProjectBuilder.from_isolated_env(venv, project_dir,
-                                                                 runner=runner)
-            requires = list(builder.build_system_requires)
+def _build_isolated(project_dir: Path, outdir: Path, runner, isolated: IsolatedEnvironment
+                    ) -> tuple[Path, dict[str, str]]:
+    venv = isolated.ready()
+    builder = pypa_build.ProjectBuilder.from_isolated_env(venv, project_dir, runner=runner)
+    requires = list(builder.build_system_requires)
+    if sorted(requires) != sorted(isolated.requires):  # the series changed them
+        try:
             venv.install(requires)
-            extra = list(builder.get_requires_for_build("wheel"))
-            venv.install(extra)
-            wheel = builder.build("wheel", outdir)
-            tools = _tool_versions(venv.python_executable, requires + extra)
-    else:
-        builder = pypa_build.ProjectBuilder(project_dir, python_executable=sys.executable,
-                                            runner=runner)
-        missing = builder.check_dependencies("wheel")
-        if missing:
-            names = sorted({chain[0] for chain in missing})
-            raise BuildError(f"--no-isolation: this environment lacks the build requirements "
-                             f"{', '.join(names)}",
-                             hint="install them, or build without --no-isolation")
-        requires = list(builder.build_system_requires)
-        wheel = builder.build("wheel", outdir)
-        tools = _tool_versions(sys.executable, requires)
-    return Path(wheel), tools
+        except subprocess.CalledProcessError as exc:
+            raise _install_error(requires, exc) from None
+    extra = list(builder.get_requires_for_build("wheel"))
+    try:
+        venv.install(extra)
+    except subprocess.CalledProcessError as exc:
+        raise _install_error(extra, exc) from None
+    wheel = builder.build("wheel", outdir)
+    return Path(wheel), _tool_versions(venv.python_executable, requires + extra)
+
+
+def _build_here(project_dir: Path, outdir: Path, runner) -> tuple[Path, dict[str, str]]:
+    builder = pypa_build.ProjectBuilder(project_dir, python_executable=sys.executable,
+                                        runner=runner)
+    missing = builder.check_dependencies("wheel")
+    if missing:
+        names = sorted({chain[0] for chain in missing})
+        raise BuildError(f"--no-isolation: this environment lacks the build requirements "
+                         f"{', '.join(names)}",
+                         hint="install them, or build without --no-isolation")
+    requires = list(builder.build_system_requires)
+    wheel = builder.build("wheel", outdir)
+    return Path(wheel), _tool_versions(sys.executable, requires)
+
+
+def base_build_requires(mirror: Path, base: Base, subdir: str) -> list[str]:
+    """`[build-system] requires` of the base's pyproject.toml (what an isolated env needs)."""
+    path = f"{subdir}/pyproject.toml" if subdir else "pyproject.toml"
+    raw = gitops.show_file(mirror, base.commit, path, bare=True)
+    if raw is None:
+        return []
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return []
+    requires = data.get("build-system", {}).get("requires", [])
+    return [str(r) for r in requires] if isinstance(requires, list) else []
 
 
 # --- one target --------------------------------------------------------------------------------
@@ -363,21 +436,27 @@ def build_target(target: Target, series: Series, base: Base, *, series_version: 
         work.mkdir(parents=True)
         tree = work / "tree"
         mirror = Mirror(target, cache) if cache else Mirror(target)
-        report = apply_series(mirror.path, base, series, tree, series_version=series_version,
-                              progress=progress)
-        epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
-        _check_submodules(tree, target, base)
-        # Build as from an sdist: backends that ask git for versions or file lists would see
-        # the patch commits, not upstream.
-        shutil.rmtree(tree / ".git")
-        project_dir = tree / target.subdir if target.subdir else tree
-        env = {"SOURCE_DATE_EPOCH": str(epoch), "PYTHONHASHSEED": "0",
-               **pin_version(project_dir, version, base.upstream_commit)}
-        log = work / "build.log"
-        progress(f"building the {target.name} {version} wheel "
-                 f"({'isolated environment' if options.isolation else 'this environment'})")
-        raw, tools = run_backend(project_dir, work / "raw", env=env, log=log,
-                                 isolation=options.isolation)
+        isolated = (IsolatedEnvironment(base_build_requires(mirror.path, base, target.subdir))
+                    if options.isolation else None)
+        try:
+            report = apply_series(mirror.path, base, series, tree,
+                                  series_version=series_version, progress=progress)
+            epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
+            _check_submodules(tree, target, base)
+            # Build as from an sdist: backends that ask git for versions or file lists would
+            # see the patch commits, not upstream.  (Moved aside: the next build sweeps it.)
+            os.replace(tree / ".git", work / "tree.git")
+            project_dir = tree / target.subdir if target.subdir else tree
+            env = {"SOURCE_DATE_EPOCH": str(epoch), "PYTHONHASHSEED": "0",
+                   **pin_version(project_dir, version, base.upstream_commit)}
+            log = work / "build.log"
+            progress(f"building the {target.name} {version} wheel "
+                     f"({'isolated environment' if isolated else 'this environment'})")
+            raw, tools = run_backend(project_dir, work / "raw", env=env, log=log,
+                                     isolated=isolated)
+        finally:
+            if isolated is not None:
+                isolated.close()
         name, got = _wheel_metadata(raw)
         _, file_version, _, _ = parse_wheel_filename(raw.name)
         if Version(got) != Version(version) or file_version != Version(version):
