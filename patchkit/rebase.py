@@ -278,7 +278,7 @@ def _sdist_base_tofu(
     name = target.pinned.sdist_name
     requirement = f"{name}=={version}"
     mirror = Mirror(target, cache) if cache else Mirror(target)
-    provisional = Release(version=version, commit="0" * 40, sdist=requirement)
+    provisional = Release(version=version, commit=None, sdist=requirement)
     with locked(mirror.lock_path, f"the {target.name} mirror", notify=progress):
         mirror.ensure()
         sha = gitops.resolve(mirror.path, SDIST_REF.format(version=version), bare=True)
@@ -292,7 +292,7 @@ def _sdist_base_tofu(
                     hint=f"pass --upstream with a clone that has it, or rebase onto "
                     f"{target.name}@<full sha>",
                 )
-            provisional = dataclasses.replace(provisional, commit=recorded or "0" * 40)
+            provisional = dataclasses.replace(provisional, commit=recorded)
             progress(f"importing {archive.name} into the {target.name} mirror")
             sha = import_sdist(mirror, target, provisional, archive)
     fields = dict(
@@ -305,9 +305,7 @@ def _sdist_base_tofu(
     sha256 = fields.get("Patchkit-Sdist-Sha256")
     recorded = fields.get("Patchkit-Sdist-Commit-Id")
     recorded = None if recorded in (None, "none") else recorded
-    release = Release(
-        version=version, commit=recorded or sha, sdist=requirement, sdist_sha256=sha256
-    )
+    release = Release(version=version, commit=recorded, sdist=requirement, sdist_sha256=sha256)
     if recorded:
         trust = (
             f"trust on first use: sdist sha256 {sha256} as served by the package index; "
@@ -316,8 +314,8 @@ def _sdist_base_tofu(
     else:
         trust = (
             f"trust on first use: sdist sha256 {sha256} as served by the package index; "
-            "the sdist records no upstream commit (none recorded: relying on the sha256), "
-            f"so the pin's commit is its deterministic import {sha}"
+            "the sdist records no upstream commit (none recorded: relying on the sha256; "
+            f"its deterministic import is {sha})"
         )
     base = Base(
         target.name,
@@ -907,7 +905,8 @@ def render_targets(text: str, target: str, pin: NewPin | None, series_version: s
         entry = {"version": pin.version}
         if pin.tag:
             entry["tag"] = pin.tag
-        entry["commit"] = pin.commit
+        if pin.commit:
+            entry["commit"] = pin.commit
         if pin.sdist:
             entry["sdist"] = pin.sdist
         if pin.sdist_sha256:
@@ -921,8 +920,7 @@ def render_targets(text: str, target: str, pin: NewPin | None, series_version: s
         ]
         if pin.sdist and not pin.recorded_commit:
             block.append(
-                "# No upstream commit recorded in the sdist: `commit` is its import; "
-                "the sha256 is verified.\n"
+                "# No upstream commit recorded in the sdist: the sha256 is its only identity.\n"
             )
         block.append(f"[[targets.{target}.releases]]\n")
         block.append(tomli_w.dumps(entry))

@@ -26,7 +26,7 @@ class Release:
     """One pinned upstream release: its tag, commit and (optionally) its sdist on the index."""
 
     version: str
-    commit: str
+    commit: str | None  # None: the release's sdist records no upstream commit (sha256 only)
     tag: str | None = None
     sdist: str | None = None  # requirement, e.g. "sglang==0.5.9"
     sdist_sha256: str | None = None
@@ -125,15 +125,19 @@ def load_targets(path: Path) -> Targets:
 def _load_target(path: Path, name: str, table: dict) -> Target:
     releases = []
     for entry in table.get("releases", []):
-        commit = str(entry.get("commit", "")).lower()
-        if not SHA_RE.match(commit):
+        commit = str(entry["commit"]).lower() if "commit" in entry else None
+        if commit is not None and not SHA_RE.match(commit):
             raise ConfigError(f"{path}: [{name}] release {entry.get('version')}: bad commit '{commit}'")
         sha256 = entry.get("sdist_sha256")
+        if commit is None and not sha256:
+            raise ConfigError(
+                f"{path}: [{name}] release {entry.get('version')}: needs a commit or an sdist_sha256"
+            )
         if sha256 is not None and not SHA256_RE.match(str(sha256)):
             raise ConfigError(f"{path}: [{name}] release {entry.get('version')}: bad sdist_sha256")
         releases.append(
             Release(
-                version=str(entry["version"]),
+                version=str(entry.get("version", "")),
                 commit=commit,
                 tag=entry.get("tag"),
                 sdist=entry.get("sdist"),

@@ -211,7 +211,7 @@ def _interpret_ref(target: Target, ref: str) -> tuple[Release | None, str | None
         return release, release.commit
     lowered = ref.lower()
     if HEX_RE.match(lowered):
-        matches = [r for r in target.releases if r.commit.startswith(lowered)]
+        matches = [r for r in target.releases if r.commit and r.commit.startswith(lowered)]
         if len(matches) == 1:
             return matches[0], matches[0].commit
         if len(matches) > 1:
@@ -276,7 +276,7 @@ def _from_git(mirror: Mirror, target: Target, release: Release | None, want_sha:
         attempts.append(Attempt(label, f"{source} did not provide {sha[:12]}"))
         return None
     pinned_release = release or _release_for_commit(target, sha)
-    if release is not None and sha != release.commit:
+    if release is not None and release.commit and sha != release.commit:
         raise PinError(
             f"{target.name}@{ref} resolved to {sha[:12]} in {source}, but the pin says "
             f"{release.commit[:12]}; refusing",
@@ -287,7 +287,7 @@ def _from_git(mirror: Mirror, target: Target, release: Release | None, want_sha:
 def _refuse_moved_tag(target: Target, release: Release, source: str) -> None:
     """A remote whose release tag names another commit than the pin is not trusted at all."""
     tagged = gitops.remote_tag(source, release.tag or "")
-    if tagged and tagged != release.commit:
+    if tagged and release.commit and tagged != release.commit:
         raise PinError(
             f"{target.name}: {source} says tag {release.tag} is {tagged[:12]}, but the pin says "
             f"{release.commit[:12]}; refusing (nothing was fetched)",
@@ -474,7 +474,7 @@ def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path
         dest = layout / target.subdir if target.subdir else layout
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(top, dest)
-        upstream = release.commit if recorded else None
+        upstream = (release.commit or recorded) if recorded else None
         message = (
             f"Import {release.sdist} from its sdist\n\n"
             f"Patchkit-Sdist: {archive.name}\n"
@@ -489,7 +489,7 @@ def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path
 
 
 def _check_recorded_commit(release: Release, recorded: str | None) -> None:
-    if recorded and not release.commit.startswith(recorded.lower()):
+    if recorded and release.commit and not release.commit.startswith(recorded.lower()):
         raise PinError(
             f"{release.sdist}: the sdist records upstream commit {recorded}, but the pin says "
             f"{release.commit[:12]}; refusing",
