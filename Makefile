@@ -59,6 +59,7 @@ lint: $(VENV)/.stamp-core
 
 bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/apply.py
+	$(VENV)/bin/python bench/rebase.py
 
 clean:
 	rm -rf work dist build/work
