@@ -613,3 +613,36 @@ def test_draft_state_after_no_spec_step_equals_draft_extend(server_args, monkeyp
         for i, req in enumerate(batch.reqs):
             prompt_slots = table[req.req_pool_idx, : int(before[i])].long()
             assert torch.equal(draft_kv_after[prompt_slots], draft_kv_before[prompt_slots])
+
+
+def test_hysteresis_decision_and_logging(sglang_tree, caplog):
+    from sglang.srt.speculative.spec_disable import SpecDisableController
+
+    caplog.set_level(logging.INFO, logger="sglang.srt.speculative.spec_disable")
+    controller = SpecDisableController(disable_above=8, reenable_at_or_below=6)
+    sizes = [4, 8, 9, 12, 8, 7, 6, 7, 8, 9, 9, 1]
+    decisions = [controller.should_speculate(bs) for bs in sizes]
+    assert decisions == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert [m.split(":")[0] for m in messages] == [
+        "Speculative decoding disabled",
+        "Speculative decoding re-enabled",
+        "Speculative decoding disabled",
+        "Speculative decoding re-enabled",
+    ]
+    assert "batch size 9 > 8" in messages[0] and "batch size 6 <= 6" in messages[1]
+    with pytest.raises(ValueError):
+        SpecDisableController(disable_above=4, reenable_at_or_below=5)
