@@ -27,7 +27,11 @@ def _pytest(*args: str, tree: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATCHKIT_PAYLOAD_TREE": tree}
     return subprocess.run(
         [sys.executable, "-m", "pytest", PAYLOAD, "-p", "no:cacheprovider", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
 
 
@@ -69,7 +73,9 @@ def test_every_payload_test_fails_on_the_unpatched_tree():
         module = test_id.split("::", 1)[0]
         return outcomes.get(test_id) in ("FAILED", "ERROR") or outcomes.get(module) == "ERROR"
 
-    not_failed = {test_id: outcomes.get(test_id, "not run") for test_id in ids if not failed(test_id)}
+    not_failed = {
+        test_id: outcomes.get(test_id, "not run") for test_id in ids if not failed(test_id)
+    }
     assert not not_failed, (
         "payload tests that do not fail on the unpatched tree:\n"
         + "\n".join(f"  {test_id}: {outcome}" for test_id, outcome in sorted(not_failed.items()))

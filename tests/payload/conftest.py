@@ -21,11 +21,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PATCHES = REPO / "patches"
@@ -125,7 +125,10 @@ def prepare_tree(target: str, patched: bool) -> Path:
         for patch in patches:
             subprocess.run(
                 ["git", "apply", "--whitespace=nowarn", str(patch)],
-                cwd=work, check=True, capture_output=True, text=True,
+                cwd=work,
+                check=True,
+                capture_output=True,
+                text=True,
             )
         (work / ".complete").write_text(f"{release['sdist']} {kind}\n")
         try:

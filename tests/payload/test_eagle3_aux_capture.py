@@ -130,7 +130,9 @@ def _forward_all_ranks(fused: bool, monkeypatch):
 
     group = ThreadGroup(TP)
     monkeypatch.setattr(deepseek_v2, "tensor_model_parallel_all_reduce", group.all_reduce)
-    batch = SimpleNamespace(can_run_tbo=False, nsa_cp_metadata=None, forward_mode=ForwardMode.DECODE)
+    batch = SimpleNamespace(
+        can_run_tbo=False, nsa_cp_metadata=None, forward_mode=ForwardMode.DECODE
+    )
     input_ids = torch.tensor([3, 7, 11])
     positions = torch.arange(3)
 

@@ -1,4 +1,4 @@
-"""flashinfer sm120-trtllm-comm.patch: the trtllm comm module builds for, and keeps code on, SM12x."""
+"""flashinfer sm120-trtllm-comm.patch: trtllm comm builds for, and keeps code on, SM12x."""
 
 from __future__ import annotations
 
@@ -64,10 +64,16 @@ def test_trtllm_allreduce_guards_keep_sm12x_code(flashinfer_tree):
     assert guards, f"no __CUDA_ARCH__ guards found in {HEADER}"
 
     for arch in (1200, 1210):
-        empty = [n for n, cond in guards if _guard_holds(cond, 900) and not _guard_holds(cond, arch)]
+        empty = [
+            n for n, cond in guards if _guard_holds(cond, 900) and not _guard_holds(cond, arch)
+        ]
         assert not empty, f"{HEADER}: lines {empty} compile to nothing for sm_{arch // 10}"
 
     # The Lamport one-shot norm kernel wraps its whole body in a guard; SM12x must keep it.
-    start = next(i for i, line in enumerate(lines) if "lamport_style_one_shot_all_reduce_norm_kernel(" in line)
+    start = next(
+        i
+        for i, line in enumerate(lines)
+        if "lamport_style_one_shot_all_reduce_norm_kernel(" in line
+    )
     body_guard = next(line for line in lines[start:] if line.lstrip().startswith("#if"))
     assert _guard_holds(body_guard.split("#if", 1)[1], 1200)
