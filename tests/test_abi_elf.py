@@ -90,8 +90,9 @@ def test_resolvable_torch_symbols_give_no_finding(tmp_path, torch_dir, cache_dir
     )
     report = verify(env=site, profile="cu130-sm120", cache_dir=cache_dir, host_checks=False)
     assert _findings(report, "myext") == []
-    # The torch in this venv is the PyPI cu128 build, not the profile's cu130.
-    assert [f.check for f in report.findings] == ["torch-variant"]
+    # torch's own closure loads; the only error allowed is the venv's torch build (PyPI's
+    # 2.9.1 is +cu128, not the profile's +cu130).
+    assert {f.check for f in report.findings if f.severity == "error"} <= {"torch-variant"}
 
 
 def test_unresolvable_torch_symbol(tmp_path, torch_dir, cache_dir):

@@ -149,8 +149,16 @@ def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -
             prof_bytes = fh.read()
     except OSError:
         prof_bytes = repr(prof).encode()
+    # The rules themselves: this package's files (a code change must not reuse old findings).
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = []
+    for name in sorted(os.listdir(here)):
+        if name.endswith((".py", ".toml")):
+            st = os.stat(os.path.join(here, name))
+            code.append((name, st.st_size, st.st_mtime_ns))
     return run_key(
         [
+            code,
             tree.kind,
             source,
             env_root,

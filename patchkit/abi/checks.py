@@ -52,6 +52,12 @@ TORCH_PREFIXES = (
 CUDA_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
 ONE_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc)\.so\.(\d+)$")
 MAX_SYMBOLS_PER_FILE = 5
+# What `import torch` dlopens after libtorch_global_deps.so: (nvidia/<folder>/lib, file glob).
+TORCH_PRELOADS = (
+    ("cuda_nvrtc", "libnvrtc.so.*[0-9]"),
+    ("cuda_nvrtc", "libnvrtc-builtins.so.*[0-9]"),
+    ("nvjitlink", "libnvJitLink.so.*[0-9]"),
+)
 # NVIDIA driver branch -> newest CUDA it runs (CUDA's release notes, table 3).
 DRIVER_CUDA = [
     ((590, 0), (13, 1)),
@@ -424,6 +430,20 @@ def build_loader(ctx: Context) -> Loader:
     global_ = [rel for rel in ("torch/lib/libtorch_global_deps.so",) if rel in ctx.reports]
     for cl in loader.preload(local[:1], global_):
         ctx.closures[cl.objects[0].key] = cl
+    if any(name.startswith("libcudart.so") for name in loader.preloaded):
+        # torch/__init__.py then preloads nvrtc and nvJitLink from the nvidia wheels (pytorch
+        # #138460, #145580), so extensions find them by SONAME.
+        major = ctx.torch.major or ctx.profile.cuda_major
+        for folder, pattern in TORCH_PRELOADS:
+            rels = [
+                r
+                for d in (f"nvidia/{folder}/lib", f"nvidia/cu{major}/lib")
+                for r in sorted(ctx.reports)
+                if posixpath.dirname(r) == d and fnmatch.fnmatch(posixpath.basename(r), pattern)
+            ]
+            if rels:
+                cl = loader.closure(rels[0], ctx.reports[rels[0]], loader.preloaded)
+                loader.add_preloaded(cl)
     ctx.loader = loader
     return loader
 

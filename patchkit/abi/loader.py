@@ -206,6 +206,15 @@ class Loader:
                     queue.append((hit, rpaths if not elf.runpath else []))
         return out
 
+    def add_preloaded(self, cl: Closure) -> None:
+        """Record a closure dlopened RTLD_LOCAL: its SONAMEs count as loaded, its symbols do not."""
+        for obj in cl.objects:
+            for name in {
+                obj.report.elf.soname if obj.report.elf else None,
+                posixpath.basename(obj.key),
+            } - {None}:
+                self.preloaded.setdefault(name, obj)
+
     def preload(self, keys_local: list[str], keys_global: list[str]) -> list[Closure]:
         """``import torch``: load torch/_C (local) and libtorch_global_deps (global)."""
         closures = []
