@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from patchkit.abi.fatbin import Fatbin, FatbinEntry
 
-_CC = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d)?([af]?)$")
-
 
 @dataclass(frozen=True, order=True)
 class CC:

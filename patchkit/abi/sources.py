@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import sys
 import sysconfig
 import zipfile
 from collections.abc import Callable
@@ -102,15 +101,6 @@ def _parse_metadata(text: str) -> tuple[str, str, list[str]]:
         elif key == "Requires-Dist":
             requires.append(value)
     return name, version, requires
-
-
-def _record_owner(record: str) -> Callable[[str], bool]:
-    lines = record.splitlines()
-
-    def owns(prefix: str) -> bool:
-        return any(line.startswith(prefix) for line in lines)
-
-    return owns
 
 
 def read_env(site: str) -> Tree:
@@ -298,8 +288,3 @@ def extract_member(member: Member) -> str:
                     raise ValueError(f"member {member.relpath!r} is larger than its header says")
                 dst.write(chunk)
     return target
-
-
-def interpreter_site() -> str:
-    """``--env`` with no path: where the running interpreter installs packages."""
-    return default_site_packages() if sys.prefix else ""
