@@ -99,16 +99,21 @@ class Harness:
         # a CUDA caching-allocator lifetime hint; CPU tensors have no streams
         monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
         self.spec_v2 = spec_v2
-        server_args.speculative_algorithm = "EAGLE3"
-        server_args.speculative_num_steps = STEPS
-        server_args.speculative_eagle_topk = 1
-        server_args.speculative_num_draft_tokens = NUM_DRAFT
-        server_args.speculative_disable_batch_threshold = THRESHOLD
-        server_args.speculative_reenable_batch_threshold = REENABLE
-        server_args.disable_overlap_schedule = not spec_v2
-        server_args.page_size = 1
-        server_args.device = "cpu"
-        server_args.attention_backend = "torch_native"
+        # the session-wide ServerArgs (also the global one), restored after the test
+        settings = {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": STEPS,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": NUM_DRAFT,
+            "speculative_disable_batch_threshold": THRESHOLD,
+            "speculative_reenable_batch_threshold": REENABLE,
+            "disable_overlap_schedule": not spec_v2,
+            "page_size": 1,
+            "device": "cpu",
+            "attention_backend": "torch_native",
+        }
+        for name, value in settings.items():
+            monkeypatch.setattr(server_args, name, value, raising=False)
         self.server_args = server_args
         self.algorithm = SpeculativeAlgorithm.from_string("EAGLE3")
 
