@@ -12,7 +12,9 @@ switch is logged both ways, and the KV pool is empty again once idle
 (``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1`` also checks it while busy).
 
 Environment knobs: ``PATCHKIT_GPU_ATTENTION_BACKEND`` (default ``triton``; SM120 has no FA3 /
-trtllm_mla), ``PATCHKIT_GPU_SERVER_TIMEOUT`` (start-up seconds, default 600).
+trtllm_mla), ``PATCHKIT_GPU_SERVER_TIMEOUT`` (start-up seconds, default 600),
+``PATCHKIT_GPU_TARGET_CONFIG`` / ``PATCHKIT_GPU_DRAFT_CONFIG`` (JSON objects merged into the
+written configs, e.g. to change head dimensions for another attention backend).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ MAX_NEW_TOKENS = 48
 VOCAB = 1024
 ATTENTION_BACKEND = os.environ.get("PATCHKIT_GPU_ATTENTION_BACKEND", "triton")
 START_TIMEOUT = float(os.environ.get("PATCHKIT_GPU_SERVER_TIMEOUT", "600"))
+TARGET_OVERRIDES = "PATCHKIT_GPU_TARGET_CONFIG"
+DRAFT_OVERRIDES = "PATCHKIT_GPU_DRAFT_CONFIG"
 
 TARGET_CONFIG = {
     "architectures": ["DeepseekV3ForCausalLM"],
@@ -138,7 +142,9 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
         pytest.skip(why)
     root = tmp_path_factory.mktemp("spec-threshold-models")
     target, draft = root / "target", root / "draft"
-    for path, config in ((target, TARGET_CONFIG), (draft, DRAFT_CONFIG)):
+    target_config = {**TARGET_CONFIG, **json.loads(os.environ.get(TARGET_OVERRIDES, "{}"))}
+    draft_config = {**DRAFT_CONFIG, **json.loads(os.environ.get(DRAFT_OVERRIDES, "{}"))}
+    for path, config in ((target, target_config), (draft, draft_config)):
         path.mkdir()
         (path / "config.json").write_text(json.dumps(config, indent=1))
         (path / "generation_config.json").write_text(json.dumps({"do_sample": False}))

@@ -17,6 +17,8 @@ What stands in (SGLang's model runner and CUDA/Triton kernels cannot run on a CP
   ``sgl_kernel`` / Triton kernels). The draft extend that follows is the real one.
 * Spec v2's ``prepare_for_decode`` over-allocation (a Triton kernel writes ``req_to_token``):
   the same arithmetic in torch, on the real allocator.
+* Process-level state of a GPU server: a one-rank expert-parallel group (``ForwardBatch``
+  asks its size) and a no-op ``Tensor.record_stream`` (a CUDA allocator hint).
 """
 
 from __future__ import annotations
