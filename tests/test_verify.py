@@ -307,3 +307,35 @@ def test_real_wheel_over_env_symbols(tmp_path, cache_dir, torch_dir):
     expected = torch_undefined - defined
     assert reported == set(sorted(expected)[: len(reported)]) or reported <= expected
     assert bool(reported) == bool(expected)
+
+
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import triton  # carries NVIDIA's binary utilities
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return path if os.access(path, os.X_OK) else None
+
+
+@pytest.mark.slow
+def test_real_wheel_fatbin_images_match_cuobjdump(tmp_path):
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("needs cuobjdump (CUDA toolkit or triton)")
+    wheel = _fetch_wheel()
+    with zipfile.ZipFile(wheel) as zf:
+        sos = [n for n in zf.namelist() if n.endswith(".so")]
+        zf.extractall(tmp_path, members=sos)
+    for so in sos:
+        path = str(tmp_path / so)
+        report = analyze_file(path, so, path)
+        ours = sorted(
+            f"sm_{e.arch}" for f in report.fatbins for e in f.entries if e.kind == "cubin"
+        )
+        listing = subprocess.run([tool, "--list-elf", path], capture_output=True, text=True).stdout
+        theirs = sorted(re.findall(r"\.(sm_\d+)[a-z]?\.cubin", listing))
+        assert ours == theirs, so
