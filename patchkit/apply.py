@@ -374,7 +374,7 @@ def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result:
         _record_refs(into, target, base, result)
         gitops.checkout_branch(into, BRANCH.format(target=target), result)
     except gitops.GitError as exc:
-        _roll_back(into, journal)
+        _restore_refs(into, journal)  # git refused before it touched a file
         raise ApplyError(
             f"cannot check out the result in {into}: {exc.stderr.strip().splitlines()[0]}",
             hint="move the files git names out of the way, then run again",
@@ -444,17 +444,22 @@ def _recover_interrupted(into: Path) -> None:
 def _roll_back(into: Path, journal: dict) -> None:
     """Put `into` back on the branch, commit and patchkit refs the journal recorded.
 
-    The tree was clean when the publish began (checked), so forcing it back loses nothing.
+    Tracked files were clean when the publish began (checked), so forcing them back loses
+    nothing; of the untracked files, only those the interrupted checkout wrote (the result's
+    bytes at a path the result adds) are removed.
     """
     git_dir = into / ".git"
     if git_dir.is_dir():
         for lock in gitops.stale_lock_files(git_dir):
             lock.unlink(missing_ok=True)
     if journal.get("head"):
-        # Forward to the result first so files a partial checkout created become tracked
-        # and are then removed by the checkout back.
-        gitops.force_checkout(into, journal["result"], None)
         gitops.force_checkout(into, journal["head"], journal.get("branch"))
+        for path in gitops.files_written_by_checkout(into, journal["head"], journal["result"]):
+            (into / path).unlink()
+    _restore_refs(into, journal)
+
+
+def _restore_refs(into: Path, journal: dict) -> None:
     for name, sha in journal.get("refs", {}).items():
         if sha:
             gitops.update_ref(into, name, sha)

@@ -599,3 +599,28 @@ def remote_tag(source: str, tag: str) -> str | None:
         sha, _, name = line.partition("\t")
         found[name] = sha
     return found.get(f"refs/tags/{tag}^{{}}") or found.get(f"refs/tags/{tag}")
+
+
+def files_written_by_checkout(repo: Path, old: str, new: str) -> list[str]:
+    """Untracked files holding exactly what `new` adds over `old`: what an interrupted
+    checkout of `new` left behind (a user's own file at such a path has other bytes)."""
+    added = [p for p in str(run(repo, "diff", "--name-only", "-z", "--no-renames",
+                                "--diff-filter=A", old, new)).split("\0") if p]
+    if not added:
+        return []
+    blobs = {}
+    for entry in str(run(repo, "ls-tree", "-r", "-z", "--full-tree", new)).split("\0"):
+        meta, _, name = entry.partition("\t")
+        if name:
+            blobs[name] = meta.split(" ")[2]
+    tracked = set(str(run(repo, "ls-files", "-z")).split("\0"))
+    algorithm = _hash_name(repo, False)
+    found = []
+    for path in added:
+        full = repo / path
+        if path in tracked or path not in blobs or not (full.is_file() or full.is_symlink()):
+            continue
+        data = os.readlink(full).encode() if full.is_symlink() else full.read_bytes()
+        if hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest() == blobs[path]:
+            found.append(path)
+    return found

@@ -423,3 +423,22 @@ def test_kill_between_rebase_writes(tmp_path, tallies):
             tally.problems.append(f"after the kill after {k} files: {verdict}")
         _next_run(args, toy.env, final, tally)
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
+
+
+def test_refused_checkout_keeps_user_files(tmp_path):
+    """git refuses to overwrite an untracked file: the user's file survives, refs and HEAD are
+    as before, and no journal is left."""
+    toy = make_toy(tmp_path / "toy")
+    older = tmp_path / "project-v1"
+    make_project(older, toy.upstream, toy.base, dict(list(toy.patches.items())[:1]))
+    into = tmp_path / "wt"
+    assert cli("apply", "--target", "toy", "--into", str(into),
+               env={**toy.env, "PATCHKIT_PROJECT": str(older)}).returncode == 0
+    before = rev(into, "HEAD")
+    mine = into / "pkg" / "mod03" / "new_module.py"  # a path the full series adds
+    mine.write_text("my own work\n")
+    done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+    assert done.returncode == 1 and one_or_two_lines(done.stderr), done.stderr
+    assert mine.read_text() == "my own work\n"
+    assert rev(into, "HEAD") == before
+    assert not (tmp_path / ".wt.patchkit.journal").exists()
