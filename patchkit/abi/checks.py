@@ -313,10 +313,10 @@ def check_cuda_wheels(ctx: Context) -> None:
                 name=have.name,
                 have=have.version,
             )
-    if ctx.torch.major != 13 and ctx.profile.cuda_major != 13:
+    # CUDA-12 wheels matter only where torch (or, without torch, the profile) is CUDA >= 13;
+    # a CUDA-12 torch is check 1's finding.
+    if (ctx.torch.major or ctx.profile.cuda_major) < 13:
         return
-    if ctx.torch.major is not None and ctx.torch.major != 13:
-        return  # check 1 already says torch is the wrong build
     searched = _searched_dirs(ctx)
     for name, dist in sorted(dists.items()):
         if re.fullmatch(r"nvidia-.*-cu12", name):
