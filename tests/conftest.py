@@ -15,29 +15,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-TEST_CACHE = Path(os.environ.get("PATCHKIT_TEST_CACHE", ROOT / ".cache" / "test-patchkit"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-sys.path.insert(0, str(ROOT))
-
-
-def git(cwd: Path, *args: str, env: dict | None = None) -> str:
-    """Plain git for test set-up (the code under test uses patchkit.gitops)."""
-    full_env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-                "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000",
-                **(env or {})}
-    return subprocess.run(["git", *args], cwd=cwd, env=full_env, check=True, capture_output=True,
-                          text=True).stdout
-
-
-def patchkit(*args: str, cwd: Path | None = None, env: dict | None = None,
-             input: str | None = None) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess (exit codes and output as a user sees them)."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.setdefault("PATCHKIT_OFFLINE_GIT", "1")
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], cwd=cwd or ROOT,
-                          env=full_env, capture_output=True, text=True, input=input)
+from helpers import ROOT, TEST_CACHE, git, patchkit, sha_of, snapshot  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -127,23 +108,3 @@ def upstream_remote(tmp_path_factory, sglang_sdist) -> Path:
     bare = tmp_path_factory.mktemp("upstream") / "sglang.git"
     git(work, "clone", "-q", "--bare", str(work), str(bare))
     return bare
-
-
-def sha_of(repo: Path, ref: str) -> str:
-    return git(repo, "rev-parse", f"{ref}^{{commit}}").strip()
-
-
-def snapshot(path: Path) -> dict[str, bytes | str]:
-    """Every file (including .git) under `path` with its bytes; symlinks by target."""
-    out: dict[str, bytes | str] = {}
-    if not path.exists():
-        return out
-    for p in sorted(path.rglob("*")):
-        rel = str(p.relative_to(path))
-        if p.is_symlink():
-            out[rel] = "link:" + os.readlink(p)
-        elif p.is_file():
-            out[rel] = p.read_bytes()
-        elif p.is_dir():
-            out[rel] = "dir"
-    return out

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git
+from helpers import ROOT, git
 
 SGLANG_0510_SHA256 = "db78367f41a1f385f8624a10e9506b671e788f9943978df6a37a486867c1edc7"
 SYMM_MEM = "sm120-torch-symm-mem-allreduce.patch"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import git
+from helpers import git
 
 EXPORT = ["-c", "diff.renames=true", "format-patch", "--keep-subject", "--no-stat",
           "--no-signature", "--zero-commit", "--full-index", "--stdout"]

@@ -6,7 +6,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import git, patchkit, sha_of, snapshot
+from helpers import git, patchkit, sha_of, snapshot
 from series_fixtures import make_patch, tree_from_mirror, write_series
 
 PIN = "bbe9c7eeb520b0a67e92d133dfc137a3688dc7f2"

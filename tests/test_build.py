@@ -14,7 +14,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, patchkit
+from helpers import ROOT, patchkit
 from unidiff import PatchSet
 
 from patchkit.errors import BuildError, ConfigError, UsageError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import patchkit
+from helpers import patchkit
 
 
 def test_help_lists_every_verb():

@@ -4,7 +4,7 @@ ordinary git (commit --fixup + rebase --autosquash, new commits) export determin
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT, git, patchkit, snapshot
+from helpers import ROOT, git, patchkit, snapshot
 
 from patchkit.export import slug, split_mbox, strip_patch_trailer
 

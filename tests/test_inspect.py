@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import patchkit
+from helpers import patchkit
 
 from patchkit.wheels.reproducible import record_hash
 

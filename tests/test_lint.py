@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, patchkit
+from helpers import ROOT, patchkit
 
 from patchkit.lint import RULES, lint_target
 

@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from conftest import patchkit, snapshot
+from helpers import patchkit, snapshot
 from rebase_fixtures import (  # noqa: F401 - fixtures
     AUX_POST,
     SGLANG_0510_SHA256,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from browser.cdp import Browser, find_chromium
-from conftest import ROOT, git, patchkit
+from helpers import ROOT, git, patchkit
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401 - fixtures
 
 ARTIFACTS = ROOT / "tests" / "artifacts"

@@ -122,14 +122,15 @@ def prepare_tree(target: str, patched: bool) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f".{tree.name}-", dir=tree.parent))
     try:
         _extract(sdist, work / pins.get("subdir", ""))
+        # Stop git at the scratch directory: inside an enclosing repository (a cache under a
+        # checkout) `git apply` would silently skip every path outside the current directory.
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work.parent)}
         for patch in patches:
-            subprocess.run(
-                ["git", "apply", "--whitespace=nowarn", str(patch)],
-                cwd=work,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
+            for check in ([], ["--check", "--reverse"]):  # apply, then prove it is applied
+                subprocess.run(
+                    ["git", "apply", "--whitespace=nowarn", *check, str(patch)],
+                    cwd=work, env=env, check=True, capture_output=True, text=True,
+                )
         (work / ".complete").write_text(f"{release['sdist']} {kind}\n")
         try:
             work.rename(tree)

@@ -1,0 +1,50 @@
+"""Plain helpers shared by the test modules (imported as `helpers`; fixtures live in conftest)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_CACHE = Path(os.environ.get("PATCHKIT_TEST_CACHE", ROOT / ".cache" / "test-patchkit"))
+
+
+def git(cwd: Path, *args: str, env: dict | None = None) -> str:
+    """Plain git for test set-up (the code under test uses patchkit.gitops)."""
+    full_env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+                "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000",
+                **(env or {})}
+    return subprocess.run(["git", *args], cwd=cwd, env=full_env, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def patchkit(*args: str, cwd: Path | None = None, env: dict | None = None,
+             input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess (exit codes and output as a user sees them)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.setdefault("PATCHKIT_OFFLINE_GIT", "1")
+    return subprocess.run([sys.executable, "-m", "patchkit", *args], cwd=cwd or ROOT,
+                          env=full_env, capture_output=True, text=True, input=input)
+
+
+def sha_of(repo: Path, ref: str) -> str:
+    return git(repo, "rev-parse", f"{ref}^{{commit}}").strip()
+
+
+def snapshot(path: Path) -> dict[str, bytes | str]:
+    """Every file (including .git) under `path` with its bytes; symlinks by target."""
+    out: dict[str, bytes | str] = {}
+    if not path.exists():
+        return out
+    for p in sorted(path.rglob("*")):
+        rel = str(p.relative_to(path))
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_file():
+            out[rel] = p.read_bytes()
+        elif p.is_dir():
+            out[rel] = "dir"
+    return out
