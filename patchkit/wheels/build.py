@@ -384,15 +384,16 @@ def _check_submodules(tree: Path, target: Target, base: Base) -> None:
                      "a fresh PATCHKIT_CACHE)")
 
 
-def _sweep_later(work: Path) -> threading.Thread:
-    """Move the previous build of this target aside and delete it while the new one builds.
-
-    Deleting a few thousand files can take seconds; renaming is instant, and `.trash-*`
-    left by an interrupted build is swept by the next one.
-    """
+def _move_aside(work: Path) -> None:
+    """Rename the previous build of this target out of the way (instant; swept later)."""
     if work.exists():
-        aside = work.with_name(f".trash-{work.name}-{os.getpid()}-{time.monotonic_ns()}")
-        os.replace(work, aside)
+        os.replace(work, work.with_name(f".trash-{work.name}-{os.getpid()}-"
+                                         f"{time.monotonic_ns()}"))
+
+
+def _sweep(work: Path) -> threading.Thread:
+    """Delete earlier builds moved aside (and `.trash-*` an interrupted build left) in the
+    background: deleting a few thousand files can take seconds."""
     trash = sorted(work.parent.glob(f".trash-{work.name}-*"))
 
     def sweep() -> None:
@@ -432,7 +433,7 @@ def build_target(target: Target, series: Series, base: Base, *, series_version: 
     work = options.work_root / target.name
     with locked(options.work_root / f".{target.name}.lock", f"the build tree {work}",
                 notify=progress):
-        sweeper = _sweep_later(work)
+        _move_aside(work)
         work.mkdir(parents=True)
         tree = work / "tree"
         mirror = Mirror(target, cache) if cache else Mirror(target)
@@ -441,6 +442,7 @@ def build_target(target: Target, series: Series, base: Base, *, series_version: 
         try:
             report = apply_series(mirror.path, base, series, tree,
                                   series_version=series_version, progress=progress)
+            sweeper = _sweep(work)  # after the checkout, which it would slow down
             epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
             _check_submodules(tree, target, base)
             # Build as from an sdist: backends that ask git for versions or file lists would
