@@ -129,7 +129,11 @@ def prepare_tree(target: str, patched: bool) -> Path:
             for check in ([], ["--check", "--reverse"]):  # apply, then prove it is applied
                 subprocess.run(
                     ["git", "apply", "--whitespace=nowarn", *check, str(patch)],
-                    cwd=work, env=env, check=True, capture_output=True, text=True,
+                    cwd=work,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
                 )
         (work / ".complete").write_text(f"{release['sdist']} {kind}\n")
         try:
