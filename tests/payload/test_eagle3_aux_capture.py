@@ -245,3 +245,59 @@ def test_dummy_run_keeps_configured_aux_layers(sglang_tree, server_args, monkeyp
         runner._dummy_run(batch_size=1)
 
     assert runner.model.model.layers_to_capture == configured_layers()
+
+
+def test_initialize_selects_aux_layers_before_graph_capture(sglang_tree, server_args, monkeypatch):
+    """``ModelRunner.initialize()``: warm-up and graph capture see the configured aux layers."""
+    from sglang.srt.model_executor import model_runner
+
+    runner = aux_recording_runner(monkeypatch)
+    runner.server_args = server_args
+    runner.device = "cuda"
+    runner.is_draft_worker = True  # skips expert-location set-up, which needs a real model
+    runner.tp_size = runner.dp_size = 1
+    runner.model_config = SimpleNamespace(
+        num_nextn_predict_layers=None,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_layers=NUM_LAYERS,
+        hf_config=SimpleNamespace(architectures=["DeepseekV3ForCausalLM"]),
+    )
+    model = runner.model
+    seen: dict[str, list[int]] = {}
+
+    def step(name, effect=None):
+        def record(*args, **kwargs):
+            seen[name] = list(model.model.layers_to_capture)
+            if effect is not None:
+                effect()
+
+        return record
+
+    def memory_pool():
+        runner.max_total_num_tokens = 64
+        runner.req_to_token_pool = SimpleNamespace(size=8)
+
+    # Everything around the ordering needs a GPU and a real checkpoint; record instead.
+    monkeypatch.setattr(model_runner.TorchMemorySaverAdapter, "create", lambda **kw: None)
+    monkeypatch.setattr(model_runner, "ExpertLocationUpdater", lambda: None)
+    monkeypatch.setattr(model_runner, "create_sampler", lambda: None)
+    monkeypatch.setattr(model_runner, "apply_torchao_config_to_model", lambda *a, **kw: None)
+    runner.load_model = step("load_model")
+    runner.configure_kv_cache_dtype = step("configure_kv_cache_dtype")
+    runner.init_memory_pool = step("init_memory_pool", memory_pool)
+    for name in (
+        "init_routed_experts_capturer",
+        "init_cublas",
+        "init_attention_backend",
+        "kernel_warmup",
+        "init_device_graphs",
+        "init_piecewise_cuda_graphs",
+        "prealloc_symmetric_memory_pool",
+    ):
+        setattr(runner, name, step(name))
+
+    runner.initialize(min_per_gpu_memory=0.0)
+
+    assert seen["kernel_warmup"] == configured_layers()
+    assert seen["init_device_graphs"] == configured_layers(), "graphs captured before selection"
+    assert model.model.layers_to_capture == configured_layers()
