@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import os
+import struct
 import tempfile
 import time
 import zipfile
@@ -80,44 +81,71 @@ def normalize_wheel(source: Path, dest: Path, epoch: int,
     """Write `dest`: `source`'s files plus `extra` (paths inside the wheel), reproducibly.
 
     `extra` keys are relative to the wheel root (e.g. `<name>.dist-info/patchkit.json`);
-    RECORD is recomputed over everything.  `dest` appears atomically.
+    RECORD is recomputed over everything.  The backend's compressed streams are copied as
+    they are (same input, same tools: same bytes); only new entries are compressed here.
+    `dest` appears atomically.
     """
-    files: dict[str, tuple[bytes, bool]] = {}
+    extra = dict(extra or {})
     with zipfile.ZipFile(source) as zin:
-        for info in zin.infolist():
-            if info.is_dir():
-                continue
-            executable = bool((info.external_attr >> 16) & 0o111)
-            files[info.filename] = (zin.read(info), executable)
-    dist_info = dist_info_dir(files)
-    record_name = f"{dist_info}/RECORD"
-    files.pop(record_name, None)
-    for name, data in (extra or {}).items():
-        files[name] = (data, False)
-    names = sorted(files, key=lambda n: _order(dist_info, n))
-    record = [RecordEntry(n, record_hash(files[n][0]), len(files[n][0])) for n in names]
-    record.append(RecordEntry(record_name, "", None))
-    files[record_name] = (write_record(record), False)
-    names.append(record_name)
+        infos = {i.filename: i for i in zin.infolist() if not i.is_dir()}
+        dist_info = dist_info_dir(infos)
+        record_name = f"{dist_info}/RECORD"
+        infos.pop(record_name, None)
+        for name in extra:
+            infos.pop(name, None)
+        contents = {name: zin.read(info) for name, info in infos.items()}
+        contents.update(extra)
+        names = sorted(contents, key=lambda n: _order(dist_info, n))
+        record = [RecordEntry(n, record_hash(contents[n]), len(contents[n])) for n in names]
+        record.append(RecordEntry(record_name, "", None))
+        contents[record_name] = write_record(record)
+        names.append(record_name)
 
-    stamp = _zip_time(epoch)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w") as zout:
-            for name in names:
-                data, executable = files[name]
-                info = zipfile.ZipInfo(name, date_time=stamp)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.create_system = 3  # unix, so the mode bits below are honoured
-                info.external_attr = ((0o100755 if executable else 0o100644) << 16)
-                zout.writestr(info, data, compresslevel=COMPRESS_LEVEL)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        stamp = _zip_time(epoch)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w") as zout:
+                for name in names:
+                    old = infos.get(name)
+                    executable = bool(old and (old.external_attr >> 16) & 0o111)
+                    info = zipfile.ZipInfo(name, date_time=stamp)
+                    info.create_system = 3  # unix, so the mode bits below are honoured
+                    info.external_attr = (0o100755 if executable else 0o100644) << 16
+                    if old is not None and old.flag_bits & 0x1 == 0:
+                        _copy_compressed(zin, old, zout, info)
+                    else:
+                        info.compress_type = zipfile.ZIP_DEFLATED
+                        zout.writestr(info, contents[name], compresslevel=COMPRESS_LEVEL)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, dest)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+LOCAL_HEADER = struct.Struct("<4s5H3L2H")
+
+
+def _copy_compressed(zin: zipfile.ZipFile, old: zipfile.ZipInfo, zout: zipfile.ZipFile,
+                     info: zipfile.ZipInfo) -> None:
+    """Append `old`'s compressed stream to `zout` under `info` without recompressing it."""
+    assert zin.fp is not None and zout.fp is not None
+    zin.fp.seek(old.header_offset)
+    header = LOCAL_HEADER.unpack(zin.fp.read(LOCAL_HEADER.size))
+    zin.fp.seek(header[-2] + header[-1], os.SEEK_CUR)  # file name and extra field
+    raw = zin.fp.read(old.compress_size)
+    info.compress_type = old.compress_type
+    info.CRC = old.CRC
+    info.compress_size = old.compress_size
+    info.file_size = old.file_size
+    info.header_offset = zout.fp.tell()
+    zout.fp.write(info.FileHeader(zip64=False))
+    zout.fp.write(raw)
+    zout.filelist.append(info)
+    zout.NameToInfo[info.filename] = info
+    zout.start_dir = zout.fp.tell()
 
 
 def check_record(wheel: Path) -> list[tuple[str, str]]:
