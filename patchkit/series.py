@@ -285,9 +285,9 @@ def _check_hunks(name: str, diff: str) -> None:
         elif line.startswith("@@"):
             match = HUNK_RE.match(line)
             if match is None:
-                raise PatchFormatError(f"{name}:{line[:40]!r}: malformed hunk header")
+                raise PatchFormatError(f"{name}: malformed diff: bad hunk header {line[:40]!r}")
             if not headers_seen:
-                raise PatchFormatError(f"{name}: hunk {line[:40]!r} comes before its ---/+++ lines")
+                raise _bad_hunk(name, line, "comes before its ---/+++ lines")
             old = int(match.group(2)) if match.group(2) is not None else 1
             new = int(match.group(4)) if match.group(4) is not None else 1
             i = _consume_hunk(name, lines, i + 1, old, new, line)
@@ -298,7 +298,7 @@ def _check_hunks(name: str, diff: str) -> None:
 def _consume_hunk(name: str, lines: list[str], i: int, old: int, new: int, header: str) -> int:
     while old > 0 or new > 0:
         if i >= len(lines):
-            raise PatchFormatError(f"{name}: hunk {header[:40]!r} is truncated")
+            raise _bad_hunk(name, header, "is truncated")
         line = lines[i]
         if line.startswith("\\"):
             i += 1
@@ -311,17 +311,20 @@ def _consume_hunk(name: str, lines: list[str], i: int, old: int, new: int, heade
         elif tag == "+":
             new -= 1
         else:
-            raise PatchFormatError(
-                f"{name}: hunk {header[:40]!r} has fewer lines than its header says")
+            raise _bad_hunk(name, header, "has fewer lines than its header says")
         if old < 0 or new < 0:
-            raise PatchFormatError(f"{name}: hunk {header[:40]!r} does not match its line counts")
+            raise _bad_hunk(name, header, "does not match its line counts")
         i += 1
     while i < len(lines) and lines[i].startswith("\\"):
         i += 1
     following = lines[i] if i < len(lines) else ""
     if following and not following.startswith(("@@", "diff --git ", "-- ")):
-        raise PatchFormatError(f"{name}: hunk {header[:40]!r} has more lines than its header says")
+        raise _bad_hunk(name, header, "has more lines than its header says")
     return i
+
+
+def _bad_hunk(name: str, header: str, why: str) -> PatchFormatError:
+    return PatchFormatError(f"{name}: malformed diff: hunk {header[:40]!r} {why}")
 
 
 EXTENDED_PATH_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$", re.M)
