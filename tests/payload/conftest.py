@@ -12,20 +12,11 @@ keyed by the sdist hash and the content of the applied patches.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
-import json
 import os
-import shutil
-import subprocess
 import sys
-import tarfile
-import tempfile
-import urllib.request
 from pathlib import Path
 
 import pytest
-import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PATCHES = REPO / "patches"
@@ -48,101 +39,32 @@ def _cache_root() -> Path:
     return root / "payload"
 
 
-def _series(target: str) -> list[Path]:
-    lines = (PATCHES / target / "series").read_text().splitlines()
-    names = [line.split("#", 1)[0].strip() for line in lines]
-    return [PATCHES / target / name for name in names if name]
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _fetch_sdist(name: str, version: str, sha256: str, cache: Path) -> bytes:
-    """The sdist bytes from the cache, or from the package index (simple JSON API)."""
-    filename = f"{name.replace('-', '_')}-{version}.tar.gz"
-    cached = cache / filename
-    if cached.exists():
-        data = cached.read_bytes()
-        if _sha256(data) == sha256:
-            return data
-    request = urllib.request.Request(
-        f"https://pypi.org/simple/{name}/", headers={"Accept": SIMPLE_JSON}
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        files = json.load(response)["files"]
-    matches = [f for f in files if f["filename"].lower() == filename.lower()]
-    if not matches:
-        raise RuntimeError(f"{filename} is not on the package index")
-    with urllib.request.urlopen(matches[0]["url"], timeout=300) as response:
-        data = response.read()
-    if _sha256(data) != sha256:
-        raise RuntimeError(f"{filename}: sha256 {_sha256(data)} != pinned {sha256}")
-    cache.mkdir(parents=True, exist_ok=True)
-    cached.write_bytes(data)
-    return data
-
-
-def _extract(sdist: bytes, dest: Path) -> None:
-    """Unpack the sdist without its top directory into ``dest``."""
-    with tarfile.open(fileobj=io.BytesIO(sdist), mode="r:gz") as tar:
-        members = []
-        for member in tar.getmembers():
-            parts = Path(member.name).parts[1:]
-            if not parts:
-                continue
-            member.name = str(Path(*parts))
-            members.append(member)
-        tar.extractall(dest, members=members, filter="data")
-
-
 def prepare_tree(target: str, patched: bool) -> Path:
     """Return the root of the pinned ``target`` tree, laid out like the upstream repository.
 
-    The sdist comes from the package index (sha256-checked against ``patches/targets.toml``);
-    with ``patched`` every patch of ``patches/<target>/series`` is applied in order with
-    ``git apply`` (zero fuzz).  Prepared trees are cached, keyed by the sdist hash and the
-    series content, and built in a temporary directory renamed into place when complete.
+    Made by patchkit's own `apply` code: the base is acquired as `patchkit apply` does (the
+    pinned sdist from the package index, sha256-checked, imported into the mirror) and, with
+    ``patched``, every patch of ``patches/<target>/series`` is applied at zero fuzz as one
+    commit.  Trees are cached under ``$PATCHKIT_CACHE/payload``, keyed by the series hash; a
+    tree appears only complete (apply publishes by rename).
     """
-    pins = tomllib.loads((PATCHES / "targets.toml").read_text())["targets"][target]
-    release = next(r for r in pins["releases"] if r["version"] == pins["pin"])
-    name, version = release["sdist"].split("==")
-    patches = _series(target) if patched else []
-    key = hashlib.sha256(release["sdist_sha256"].encode())
-    for patch in patches:
-        key.update(patch.name.encode() + b"\0" + patch.read_bytes())
-    cache = _cache_root()
-    kind = "patched" if patched else "base"
-    tree = cache / "trees" / f"{target}-{version}-{kind}-{key.hexdigest()[:16]}"
-    if (tree / ".complete").exists():
-        return tree
+    from patchkit.apply import apply_series
+    from patchkit.errors import NothingToDo
+    from patchkit.series import Series
+    from patchkit.upstream import Mirror, acquire
+    from patchkit.workspace import Workspace
 
-    sdist = _fetch_sdist(name, version, release["sdist_sha256"], cache / "sdists")
-    tree.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{tree.name}-", dir=tree.parent))
+    ws = Workspace.load(REPO)
+    spec = ws.target(target)
+    series = ws.series(target) if patched else Series(target, ws.project.series_dir(target))
+    base = acquire(spec, None, offline_git=True)
+    kind = "patched" if patched else "base"
+    tree = _cache_root() / "trees" / f"{target}-{spec.pin}-{kind}-{series.hash()[:16]}"
     try:
-        _extract(sdist, work / pins.get("subdir", ""))
-        # Stop git at the scratch directory: inside an enclosing repository (a cache under a
-        # checkout) `git apply` would silently skip every path outside the current directory.
-        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work.parent)}
-        for patch in patches:
-            for check in ([], ["--check", "--reverse"]):  # apply, then prove it is applied
-                subprocess.run(
-                    ["git", "apply", "--whitespace=nowarn", *check, str(patch)],
-                    cwd=work,
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-        (work / ".complete").write_text(f"{release['sdist']} {kind}\n")
-        try:
-            work.rename(tree)
-        except OSError:
-            if not (tree / ".complete").exists():  # not a concurrent builder that won
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        apply_series(Mirror(spec).path, base, series, tree,
+                     series_version=ws.targets.series_version)
+    except NothingToDo:
+        pass
     return tree
 
 
