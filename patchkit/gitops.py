@@ -540,11 +540,16 @@ def symlinks_along(repo: Path, commit: str, paths: list[str], bare: bool = False
     return links
 
 
+def object_ids(repo: Path, commit: str, bare: bool = False) -> list[str]:
+    """The ids of `commit` and every tree and blob of its tree."""
+    listing = str(run(repo, "rev-list", "--objects", "--no-walk", commit, bare=bare))
+    return [line.split(" ", 1)[0] for line in listing.splitlines() if line]
+
+
 def corrupt_objects(repo: Path, commit: str, bare: bool = False) -> list[str]:
     """Objects of `commit` and its tree whose bytes no longer hash to their id (a damaged or
     tampered mirror); git itself does not re-hash objects when it reads them."""
-    listing = str(run(repo, "rev-list", "--objects", "--no-walk", commit, bare=bare))
-    ids = [line.split(" ", 1)[0] for line in listing.splitlines() if line]
+    ids = object_ids(repo, commit, bare=bare)
     data = bytes(run(repo, "cat-file", "--batch", stdin=("\n".join(ids) + "\n").encode(),
                      binary=True, bare=bare))
     algorithm = _hash_name(repo, bare)

@@ -123,8 +123,37 @@ class Mirror:
             for lock in gitops.stale_lock_files(self.path):
                 lock.unlink(missing_ok=True)
 
+    def _objects_signature(self, commit: str) -> str:
+        """Identity of the files holding `commit`'s objects: every pack (git never rewrites a
+        pack in place) and the base's own loose objects; any replacement or rewrite of one of
+        them changes it."""
+        digest = hashlib.sha256()
+        objects = self.path / "objects"
+        files = sorted((objects / "pack").glob("pack-*"))
+        files += [objects / oid[:2] / oid[2:]
+                  for oid in gitops.object_ids(self.path, commit, bare=True)]
+        for path in files:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            digest.update(f"{path.relative_to(objects)}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                          f"{st.st_ctime_ns}\0{st.st_ino}\n".encode())
+        return digest.hexdigest()
+
     def check_objects(self, commit: str) -> None:
-        """Refuse a base whose objects in the mirror no longer hash to their ids."""
+        """Refuse a base whose objects in the mirror no longer hash to their ids.
+
+        The full re-hash runs once per state of the object files; while no object file has
+        changed since the last clean check, the recorded verdict stands.
+        """
+        stamp = self.root / "verified" / f"{self.target.name}-{commit}"
+        signature = self._objects_signature(commit)
+        try:
+            if stamp.read_text() == signature:
+                return
+        except OSError:
+            pass
         try:
             bad = gitops.corrupt_objects(self.path, commit, bare=True)
         except gitops.GitError as exc:
@@ -135,6 +164,10 @@ class Mirror:
                 f"{commit[:12]} do not match their hash (first: {bad[0][:40]}); refusing",
                 hint=f"remove {self.path} and run again to fetch or import it afresh",
             )
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
+        tmp.write_text(signature)
+        os.replace(tmp, stamp)
 
 
 def acquire(
