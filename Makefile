@@ -60,6 +60,8 @@ lint: $(VENV)/.stamp-core
 bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/apply.py
 	$(VENV)/bin/python bench/rebase.py
+	$(VENV)/bin/python bench/wheels.py
+	$(VENV)/bin/python bench/verify.py
 
 clean:
 	rm -rf work dist build/work
