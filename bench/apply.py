@@ -25,26 +25,50 @@ sys.path.insert(0, str(ROOT))
 from patchkit.upstream import Mirror, acquire  # noqa: E402
 from patchkit.workspace import Workspace  # noqa: E402
 
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@x"}
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "b",
+    "GIT_AUTHOR_EMAIL": "b@x",
+    "GIT_COMMITTER_NAME": "b",
+    "GIT_COMMITTER_EMAIL": "b@x",
+}
 
 
 def raw_git(mirror: Path, base: str, patches: list[Path], dest: Path) -> None:
-    subprocess.run(["git", "--git-dir", str(mirror), "worktree", "add", "--quiet", "--detach",
-                    str(dest), base], check=True, env=GIT_ENV)
-    subprocess.run(["git", "-C", str(dest), "am", "--quiet", *map(str, patches)], check=True,
-                   env=GIT_ENV)
+    subprocess.run(
+        [
+            "git",
+            "--git-dir",
+            str(mirror),
+            "worktree",
+            "add",
+            "--quiet",
+            "--detach",
+            str(dest),
+            base,
+        ],
+        check=True,
+        env=GIT_ENV,
+    )
+    subprocess.run(
+        ["git", "-C", str(dest), "am", "--quiet", *map(str, patches)], check=True, env=GIT_ENV
+    )
 
 
 def remove_worktree(mirror: Path, dest: Path) -> None:
-    subprocess.run(["git", "--git-dir", str(mirror), "worktree", "remove", "--force", str(dest)],
-                   check=True)
+    subprocess.run(
+        ["git", "--git-dir", str(mirror), "worktree", "remove", "--force", str(dest)], check=True
+    )
 
 
 def with_patchkit(target: str, dest: Path) -> None:
-    subprocess.run([sys.executable, "-m", "patchkit", "apply", "--target", target, "--into",
-                    str(dest)], check=True, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "PATCHKIT_OFFLINE_GIT": "1"}, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--target", target, "--into", str(dest)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PATCHKIT_OFFLINE_GIT": "1"},
+        cwd=ROOT,
+    )
 
 
 def main() -> int:
@@ -72,9 +96,16 @@ def main() -> int:
             shutil.rmtree(pk_dest)
     raw, pk = statistics.median(raw_times), statistics.median(pk_times)
     print(f"{'':34}{'median':>10}{'min':>10}{'max':>10}")
-    print(f"{'git worktree add + git am':34}{raw:10.3f}{min(raw_times):10.3f}{max(raw_times):10.3f}")
-    print(f"{'patchkit apply (CLI, whole run)':34}{pk:10.3f}{min(pk_times):10.3f}{max(pk_times):10.3f}")
-    print(f"{len(patches)} patches on {args.target} {target.pin}, {args.runs} runs each, alternating")
+    print(
+        f"{'git worktree add + git am':34}{raw:10.3f}{min(raw_times):10.3f}{max(raw_times):10.3f}"
+    )
+    print(
+        f"{'patchkit apply (CLI, whole run)':34}{pk:10.3f}"
+        f"{min(pk_times):10.3f}{max(pk_times):10.3f}"
+    )
+    print(
+        f"{len(patches)} patches on {args.target} {target.pin}, {args.runs} runs each, alternating"
+    )
     print(f"ratio patchkit/raw = {pk / raw:.2f}x (goal <= 1.15x)")
     return 0
 

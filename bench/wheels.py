@@ -55,22 +55,53 @@ def main() -> int:
     sdist = download_sdist(ws.target("sglang").pinned, cache_root())
     env = {**os.environ, "PATCHKIT_OFFLINE_GIT": os.environ.get("PATCHKIT_OFFLINE_GIT", "1")}
     # warm the mirror (the sdist import happens once per machine, not per build)
-    subprocess.run([sys.executable, "-m", "patchkit", "fetch", "--target", "sglang"], env=env,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "patchkit", "fetch", "--target", "sglang"],
+        env=env,
+        capture_output=True,
+    )
     plain, patched = [], []
     with tempfile.TemporaryDirectory(prefix="bench-wheels-") as tmp:
         scratch = Path(tmp)
         for n in range(args.rounds):
             tree_parent = scratch / f"plain-{n}"
             tree = safe_extract_sdist(sdist, tree_parent)
-            plain.append(_timed([sys.executable, "-m", "build", "--wheel", "--outdir",
-                                 str(scratch / f"plain-dist-{n}"), str(tree)], env))
+            plain.append(
+                _timed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "build",
+                        "--wheel",
+                        "--outdir",
+                        str(scratch / f"plain-dist-{n}"),
+                        str(tree),
+                    ],
+                    env,
+                )
+            )
             shutil.rmtree(tree_parent)
-            patched.append(_timed([sys.executable, "-m", "patchkit", "build", "--target",
-                                   "sglang", "--out", str(scratch / f"pk-dist-{n}")], env))
+            patched.append(
+                _timed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "patchkit",
+                        "build",
+                        "--target",
+                        "sglang",
+                        "--out",
+                        str(scratch / f"pk-dist-{n}"),
+                    ],
+                    env,
+                )
+            )
             if not args.json:
-                print(f"round {n + 1}: python -m build {plain[-1]:6.1f}s   patchkit build "
-                      f"{patched[-1]:6.1f}s   ratio {patched[-1] / plain[-1]:.2f}", flush=True)
+                print(
+                    f"round {n + 1}: python -m build {plain[-1]:6.1f}s   patchkit build "
+                    f"{patched[-1]:6.1f}s   ratio {patched[-1] / plain[-1]:.2f}",
+                    flush=True,
+                )
         by_name: dict[str, set[str]] = {}
         for path in scratch.glob("pk-dist-*/*.whl"):
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -93,10 +124,12 @@ def main() -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"median: python -m build {summary['median_python_m_build_s']}s, patchkit build "
-              f"{summary['median_patchkit_build_s']}s, ratio {summary['median_ratio']} "
-              f"(goal <= {GOAL}); patchkit wheels of the same name identical: "
-              f"{summary['identical_wheels']} ({', '.join(wheels)})")
+        print(
+            f"median: python -m build {summary['median_python_m_build_s']}s, patchkit build "
+            f"{summary['median_patchkit_build_s']}s, ratio {summary['median_ratio']} "
+            f"(goal <= {GOAL}); patchkit wheels of the same name identical: "
+            f"{summary['identical_wheels']} ({', '.join(wheels)})"
+        )
     return 0 if summary["median_ratio"] <= GOAL else 1
 
 

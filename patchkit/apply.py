@@ -168,8 +168,9 @@ def build_series(
                     results.append(result)
                     continue
                 tree = gitops.write_tree(repo, env, bare=bare)
-            tip = gitops.commit_tree(repo, tree, tip, commit_message_for(patch),
-                                     patch_identity(patch), bare=bare)
+            tip = gitops.commit_tree(
+                repo, tree, tip, commit_message_for(patch), patch_identity(patch), bare=bare
+            )
             result.commit = tip
             results.append(result)
     return tip, results
@@ -188,14 +189,21 @@ def _refuse_symlinked_paths(repo: Path, tree: str, patch: Patch, bare: bool) -> 
         )
 
 
-def _apply_one(repo: Path, env: dict[str, str], patch: Patch, patch_file: Path,
-               options: ApplyOptions, bare: bool) -> PatchResult:
+def _apply_one(
+    repo: Path,
+    env: dict[str, str],
+    patch: Patch,
+    patch_file: Path,
+    options: ApplyOptions,
+    bare: bool,
+) -> PatchResult:
     applied, err = gitops.apply_to_index(repo, env, patch_file, bare=bare)
     if applied:
         return PatchResult(patch.name, "applied")
     if gitops.apply_to_index(repo, env, patch_file, reverse=True, check=True, bare=bare)[0]:
-        return PatchResult(patch.name, "already-applied",
-                           message="the base already contains this change")
+        return PatchResult(
+            patch.name, "already-applied", message="the base already contains this change"
+        )
     if options.fuzz > 0:
         context = max(FULL_CONTEXT - options.fuzz, 0)
         fuzzed = _fuzzed_hunks(repo, env, patch, bare)
@@ -204,8 +212,9 @@ def _apply_one(repo: Path, env: dict[str, str], patch: Patch, patch_file: Path,
     if options.threeway:
         merged, merge_err = gitops.apply_to_index(repo, env, patch_file, threeway=True, bare=bare)
         if merged:
-            return PatchResult(patch.name, "merged",
-                               message="applied with a 3-way merge of the recorded blobs")
+            return PatchResult(
+                patch.name, "merged", message="applied with a 3-way merge of the recorded blobs"
+            )
         err = merge_err or err
     return PatchResult(patch.name, "failed", failure=_locate_failure(patch, err), message=err)
 
@@ -236,8 +245,9 @@ def _file_header_lines(pf) -> list[str]:
 
 
 def _hunk_header(hunk) -> str:
-    return (f"@@ -{hunk.source_start},{hunk.source_length} "
-            f"+{hunk.target_start},{hunk.target_length} @@")
+    return (
+        f"@@ -{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length} @@"
+    )
 
 
 _FAIL_RE = re.compile(r"error: patch failed: (.+):(\d+)")
@@ -257,8 +267,9 @@ def _locate_failure(patch: Patch, err: str) -> HunkNote:
     return HunkNote("-", "-", first.removeprefix("error: "))
 
 
-def _apply_failure(series: Series, patch: Patch, result: PatchResult,
-                   results: list[PatchResult]) -> ApplyError:
+def _apply_failure(
+    series: Series, patch: Patch, result: PatchResult, results: list[PatchResult]
+) -> ApplyError:
     where = result.failure
     message = f"{patch.name} does not apply"
     if where and where.path != "-":
@@ -267,8 +278,10 @@ def _apply_failure(series: Series, patch: Patch, result: PatchResult,
         message += f": {where.note}"
     error = ApplyError(
         message,
-        hint=(f"retry with --3way (3-way merge on the recorded blobs) or --fuzz 1, or refresh the "
-              f"patch: `patchkit rebase --target {series.target}@<ref>`"),
+        hint=(
+            f"retry with --3way (3-way merge on the recorded blobs) or --fuzz 1, or refresh the "
+            f"patch: `patchkit rebase --target {series.target}@<ref>`"
+        ),
     )
     error.results = results  # type: ignore[attr-defined]
     return error
@@ -304,8 +317,9 @@ def apply_series(
                     hint="commit or stash them, then run again",
                 )
         try:
-            result, results = build_series(mirror, base.commit, series, options, bare=True,
-                                           progress=progress)
+            result, results = build_series(
+                mirror, base.commit, series, options, bare=True, progress=progress
+            )
         except ApplyError as exc:
             report.patches = getattr(exc, "results", [])
             report.status = "failed"
@@ -320,8 +334,10 @@ def apply_series(
             for r in report.patches:
                 if r.status == "applied":
                     r.status = "present"
-            exc = NothingToDo(f"{into} already carries the {series.target} series "
-                              f"{series_version} ({result[:12]}); nothing to do")
+            exc = NothingToDo(
+                f"{into} already carries the {series.target} series "
+                f"{series_version} ({result[:12]}); nothing to do"
+            )
             exc.report = report  # type: ignore[attr-defined]
             raise exc
         if state == "repo":
@@ -341,8 +357,10 @@ def _target_state(into: Path) -> str:
     if gitops.is_repository(into):
         return "repo"
     if any(into.iterdir()):
-        raise UsageError(f"{into} is a non-empty directory that is not a git checkout; "
-                         "pass an empty or new directory")
+        raise UsageError(
+            f"{into} is a non-empty directory that is not a git checkout; "
+            "pass an empty or new directory"
+        )
     return "empty"
 
 
@@ -364,10 +382,17 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
 def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result: str) -> None:
     gitops.fetch_commit_from(into, mirror, result)
     previous = {ref: sha for ref, sha in gitops.refs(into, f"refs/patchkit/{target}/").items()}
-    journal = {"pid": os.getpid(), "target": target, "result": result,
-               "branch": gitops.current_branch(into), "head": gitops.head(into),
-               "refs": {ref.format(target=target): previous.get(ref.format(target=target))
-                        for ref in (BASE_REF, SERIES_REF)}}
+    journal = {
+        "pid": os.getpid(),
+        "target": target,
+        "result": result,
+        "branch": gitops.current_branch(into),
+        "head": gitops.head(into),
+        "refs": {
+            ref.format(target=target): previous.get(ref.format(target=target))
+            for ref in (BASE_REF, SERIES_REF)
+        },
+    }
     _write_journal(into, journal)
     try:
         _keep_previous_branch(into, target, result)

@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         cause = _first_line(str(exc)) or "no message"
         click.echo(f"patchkit: error: internal error ({type(exc).__name__}: {cause})", err=True)
-        click.echo("patchkit: next: run again with --debug for the traceback and report it",
-                   err=True)
+        click.echo(
+            "patchkit: next: run again with --debug for the traceback and report it", err=True
+        )
         return 70
     return rv if isinstance(rv, int) else 0
 

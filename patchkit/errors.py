@@ -85,3 +85,9 @@ class VerifyInputError(PatchkitError):
     """An input to `verify` (environment, wheelhouse, profile) cannot be read."""
 
     exit_code = 2
+
+
+class InvalidArchiveError(PatchkitError):
+    """A wheel or sdist is malformed or hostile; nothing was extracted from it."""
+
+    exit_code = 1

@@ -163,6 +163,11 @@ def write_series(
     the same, and its leading comment block otherwise.
     """
     report = ExportReport(target, directory, list(patches), dry_run=dry_run)
+    if not dry_run and directory.is_dir():
+        for leftover in directory.glob(".*.patch.*"):  # temp files of an interrupted write
+            leftover.unlink(missing_ok=True)
+        for leftover in directory.glob(".series.*"):
+            leftover.unlink(missing_ok=True)
     names = [p.name for p in patches]
     series_path = directory / "series"
     old_entries = [e.name for e in read_series_file(series_path)]
@@ -213,6 +218,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; patch files are ordinary files
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

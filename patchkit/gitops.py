@@ -24,8 +24,18 @@ BASE_ENV = {
     "GIT_ASKPASS": "true",
     "GIT_OPTIONAL_LOCKS": "0",
 }
-CONFIG = ("-c", "core.autocrlf=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0",
-          "-c", "advice.detachedHead=false", "-c", "core.quotePath=false")
+CONFIG = (
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "advice.detachedHead=false",
+    "-c",
+    "core.quotePath=false",
+)
 
 
 class GitError(Exception):
@@ -144,8 +154,9 @@ def has_commit(repo: Path, sha: str, bare: bool = False) -> bool:
     return ok(repo, "cat-file", "-e", f"{sha}^{{commit}}", bare=bare)
 
 
-def fetch(repo: Path, source: str, refspecs: list[str], *, depth: int | None = None,
-          bare: bool = False) -> None:
+def fetch(
+    repo: Path, source: str, refspecs: list[str], *, depth: int | None = None, bare: bool = False
+) -> None:
     """Fetch `refspecs` from `source` (a URL or a path) into `repo`."""
     args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
     if depth:
@@ -182,8 +193,9 @@ def refs(repo: Path, prefix: str, bare: bool = False) -> dict[str, str]:
 
 def verify_commit_object(repo: Path, sha: str, bare: bool = False) -> bool:
     """Re-hash the commit, its tree and blobs reachable from it (detects a tampered mirror)."""
-    return ok(repo, "fsck", "--no-dangling", "--no-progress", "--connectivity-only", sha,
-              bare=bare) and ok(repo, "cat-file", "-e", f"{sha}^{{tree}}", bare=bare)
+    return ok(
+        repo, "fsck", "--no-dangling", "--no-progress", "--connectivity-only", sha, bare=bare
+    ) and ok(repo, "cat-file", "-e", f"{sha}^{{tree}}", bare=bare)
 
 
 # --- building commits without a work tree ---------------------------------------------------
@@ -256,8 +268,9 @@ def write_tree(repo: Path, env: dict[str, str], bare: bool = False) -> str:
     return str(run(repo, "write-tree", env=env, bare=bare)).strip()
 
 
-def commit_tree(repo: Path, tree: str, parent: str | None, message: str, who: Identity,
-                bare: bool = False) -> str:
+def commit_tree(
+    repo: Path, tree: str, parent: str | None, message: str, who: Identity, bare: bool = False
+) -> str:
     args = ["commit-tree", tree]
     if parent:
         args += ["-p", parent]
@@ -372,16 +385,38 @@ def show_file(repo: Path, rev: str, path: str, bare: bool = False) -> bytes | No
 
 # Electron's export: renames detected, no stat, no signature, zeroed commit id, full index lines
 # (so `git apply --3way` keeps working on the exported files), subject kept as written.
-EXPORT_ARGS = ("format-patch", "--keep-subject", "--no-stat", "--no-signature", "--zero-commit",
-               "--full-index", "--stdout", "--no-color", "--no-attach", "--no-numbered",
-               "--no-thread", "--no-cover-letter", "--encode-email-headers")
+EXPORT_ARGS = (
+    "format-patch",
+    "--keep-subject",
+    "--no-stat",
+    "--no-signature",
+    "--zero-commit",
+    "--full-index",
+    "--stdout",
+    "--no-color",
+    "--no-attach",
+    "--no-numbered",
+    "--no-thread",
+    "--no-cover-letter",
+    "--encode-email-headers",
+)
 
 
 def format_patches(repo: Path, base: str, tip: str, bare: bool = False) -> bytes:
     """`git format-patch` of base..tip in the series' canonical form, as one mbox stream."""
     # No user or system configuration: the bytes depend on the commits and git only.
-    return bytes(run(repo, "-c", "diff.renames=true", *EXPORT_ARGS, f"{base}..{tip}",
-                     env={"GIT_CONFIG_GLOBAL": "/dev/null"}, binary=True, bare=bare))
+    return bytes(
+        run(
+            repo,
+            "-c",
+            "diff.renames=true",
+            *EXPORT_ARGS,
+            f"{base}..{tip}",
+            env={"GIT_CONFIG_GLOBAL": "/dev/null"},
+            binary=True,
+            bare=bare,
+        )
+    )
 
 
 def commit_parents(repo: Path, commit: str, bare: bool = False) -> list[str]:
@@ -399,16 +434,25 @@ def is_ancestor(repo: Path, ancestor: str, descendant: str, bare: bool = False) 
     return ok(repo, "merge-base", "--is-ancestor", ancestor, descendant, bare=bare)
 
 
-def apply_three_way(repo: Path, env: dict[str, str], patch_file: Path,
-                    bare: bool = False) -> tuple[str, list[str], str]:
+def apply_three_way(
+    repo: Path, env: dict[str, str], patch_file: Path, bare: bool = False
+) -> tuple[str, list[str], str]:
     """`git apply --cached --3way` into a scratch index.
 
     Returns (outcome, conflicted paths, git's messages); outcome is "applied", "conflict" or
     "failed" (the recorded pre-image blobs are missing or the patch is unusable).
     """
     try:
-        run(repo, "apply", "--cached", "--3way", "--whitespace=nowarn", str(patch_file),
-            env=env, bare=bare)
+        run(
+            repo,
+            "apply",
+            "--cached",
+            "--3way",
+            "--whitespace=nowarn",
+            str(patch_file),
+            env=env,
+            bare=bare,
+        )
     except GitError as exc:
         conflicted = unmerged_paths(repo, env, bare=bare)
         if conflicted:
@@ -428,11 +472,26 @@ def unmerged_paths(repo: Path, env: dict[str, str], bare: bool = False) -> list[
     return paths
 
 
-def patch_ids_in_range(repo: Path, base: str, tip: str, paths: list[str],
-                       bare: bool = False) -> dict[str, str]:
+def patch_ids_in_range(
+    repo: Path, base: str, tip: str, paths: list[str], bare: bool = False
+) -> dict[str, str]:
     """patch-id -> commit for the non-merge commits of base..tip that touch `paths`."""
-    log = bytes(run(repo, "log", "--no-merges", "-p", "--full-index", "--no-color",
-                    "--format=commit %H", f"{base}..{tip}", "--", *paths, binary=True, bare=bare))
+    log = bytes(
+        run(
+            repo,
+            "log",
+            "--no-merges",
+            "-p",
+            "--full-index",
+            "--no-color",
+            "--format=commit %H",
+            f"{base}..{tip}",
+            "--",
+            *paths,
+            binary=True,
+            bare=bare,
+        )
+    )
     if not log.strip():
         return {}
     out = str(run(repo, "patch-id", "--stable", stdin=log, bare=bare))
@@ -449,14 +508,24 @@ def patch_id_bare(repo: Path, diff: bytes, bare: bool = False) -> str | None:
     return out.split()[0] if out else None
 
 
-def rebase_onto(repo: Path, onto: str, upstream: str, tip: str, branch: str,
-                who: Identity) -> tuple[bool, str]:
+def rebase_onto(
+    repo: Path, onto: str, upstream: str, tip: str, branch: str, who: Identity
+) -> tuple[bool, str]:
     """`git rebase --onto` in a work tree (empty results dropped); (finished, git's messages)."""
     run(repo, "checkout", "--quiet", "-B", branch, tip)
     env = {**_committer_env(who), "GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true"}
     try:
-        out = run(repo, "rebase", "--empty=drop", "--no-autosquash", "--onto", onto, upstream,
-                  branch, env=env)
+        out = run(
+            repo,
+            "rebase",
+            "--empty=drop",
+            "--no-autosquash",
+            "--onto",
+            onto,
+            upstream,
+            branch,
+            env=env,
+        )
     except GitError as exc:
         return False, exc.stderr
     return True, str(out)
@@ -488,8 +557,11 @@ def conflicted_files(repo: Path) -> list[str]:
 
 
 def _committer_env(who: Identity) -> dict[str, str]:
-    return {"GIT_COMMITTER_NAME": who.name, "GIT_COMMITTER_EMAIL": who.email,
-            "GIT_COMMITTER_DATE": who.date}
+    return {
+        "GIT_COMMITTER_NAME": who.name,
+        "GIT_COMMITTER_EMAIL": who.email,
+        "GIT_COMMITTER_DATE": who.date,
+    }
 
 
 def project_file_at(repo: Path, rev: str, path: str) -> bytes | None:
@@ -527,8 +599,19 @@ def symlinks_along(repo: Path, commit: str, paths: list[str], bare: bool = False
             prefixes.setdefault("/".join(parts[:i]), []).append(path)
     if not prefixes:
         return {}
-    out = str(run(repo, "ls-tree", "-z", "--full-tree", commit, "--", *sorted(prefixes),
-                  env={"GIT_LITERAL_PATHSPECS": "1"}, bare=bare))
+    out = str(
+        run(
+            repo,
+            "ls-tree",
+            "-z",
+            "--full-tree",
+            commit,
+            "--",
+            *sorted(prefixes),
+            env={"GIT_LITERAL_PATHSPECS": "1"},
+            bare=bare,
+        )
+    )
     links: dict[str, str] = {}
     for entry in out.split("\0"):
         meta, _, name = entry.partition("\t")
@@ -550,8 +633,16 @@ def corrupt_objects(repo: Path, commit: str, bare: bool = False) -> list[str]:
     """Objects of `commit` and its tree whose bytes no longer hash to their id (a damaged or
     tampered mirror); git itself does not re-hash objects when it reads them."""
     ids = object_ids(repo, commit, bare=bare)
-    data = bytes(run(repo, "cat-file", "--batch", stdin=("\n".join(ids) + "\n").encode(),
-                     binary=True, bare=bare))
+    data = bytes(
+        run(
+            repo,
+            "cat-file",
+            "--batch",
+            stdin=("\n".join(ids) + "\n").encode(),
+            binary=True,
+            bare=bare,
+        )
+    )
     algorithm = _hash_name(repo, bare)
     bad = []
     pos = 0
@@ -578,9 +669,20 @@ def _hash_name(repo: Path, bare: bool) -> str:
 
 def stale_lock_files(git_dir: Path) -> list[Path]:
     """git's own `*.lock` files in a repository (left by a git killed with SIGKILL)."""
-    found = [p for p in (git_dir / name for name in
-                         ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock",
-                          "shallow.lock")) if p.exists()]
+    found = [
+        p
+        for p in (
+            git_dir / name
+            for name in (
+                "index.lock",
+                "HEAD.lock",
+                "config.lock",
+                "packed-refs.lock",
+                "shallow.lock",
+            )
+        )
+        if p.exists()
+    ]
     refs_dir = git_dir / "refs"
     if refs_dir.is_dir():
         found += sorted(refs_dir.rglob("*.lock"))
@@ -597,8 +699,9 @@ def force_checkout(repo: Path, sha: str, branch: str | None) -> None:
 
 def remote_tag(source: str, tag: str) -> str | None:
     """The commit the tag `tag` names in a remote (peeled), or None when it has no such tag."""
-    out = str(run(Path.cwd(), "ls-remote", "--tags", source, f"refs/tags/{tag}",
-                  f"refs/tags/{tag}^{{}}"))
+    out = str(
+        run(Path.cwd(), "ls-remote", "--tags", source, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}")
+    )
     found: dict[str, str] = {}
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
@@ -609,8 +712,13 @@ def remote_tag(source: str, tag: str) -> str | None:
 def files_written_by_checkout(repo: Path, old: str, new: str) -> list[str]:
     """Untracked files holding exactly what `new` adds over `old`: what an interrupted
     checkout of `new` left behind (a user's own file at such a path has other bytes)."""
-    added = [p for p in str(run(repo, "diff", "--name-only", "-z", "--no-renames",
-                                "--diff-filter=A", old, new)).split("\0") if p]
+    added = [
+        p
+        for p in str(
+            run(repo, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", old, new)
+        ).split("\0")
+        if p
+    ]
     if not added:
         return []
     blobs = {}

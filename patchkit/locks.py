@@ -18,8 +18,9 @@ from patchkit.errors import LockedError
 
 
 @contextmanager
-def locked(path: Path, what: str, *, timeout: float = 600.0,
-           notify: Callable[[str], None] | None = None) -> Iterator[None]:
+def locked(
+    path: Path, what: str, *, timeout: float = 600.0, notify: Callable[[str], None] | None = None
+) -> Iterator[None]:
     """Hold an exclusive lock on `path`; wait (saying so once) up to `timeout` seconds.
 
     The waiting line goes to `notify`, or to stderr when none is given: a user whose command

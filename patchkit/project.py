@@ -37,7 +37,7 @@ class Project:
 
 
 def find_project(start: Path | None = None) -> Project:
-    """Find the project root: $PATCHKIT_PROJECT, else the nearest parent holding patches/targets.toml."""
+    """The project root: $PATCHKIT_PROJECT, else the nearest parent with patches/targets.toml."""
     env = os.environ.get("PATCHKIT_PROJECT")
     if env:
         root = Path(env).resolve()

@@ -35,16 +35,16 @@ def render_apply(report: ApplyReport) -> str:
         elif result.status == "already-applied":
             lines.append(f"            {result.message}")
     if report.status == "applied":
-        lines.append(f"  applied: {report.into} is at {report.result[:12]} "
-                     f"(branch patchkit/{report.target})")
+        lines.append(
+            f"  applied: {report.into} is at {report.result[:12]} (branch patchkit/{report.target})"
+        )
     elif report.status == "nothing-to-do":
         lines.append(f"  nothing to do: {report.into} already carries this series")
     else:
         lines.append(f"  failed: {report.error}")
         lines.append(f"  {report.into} was left exactly as it was")
     if not report.base.pinned:
-        lines.append("  WARNING: the base is not pinned in targets.toml; its identity was not "
-                     "verified")
+        lines.append(f"  WARNING: {report.base.unverified}")
     return "\n".join(lines)
 
 

@@ -250,7 +250,8 @@ def safe_repo_path(name: str, path: str) -> str:
     if any(part.lower() == ".git" for part in parts):
         raise PatchFormatError(f"{name}: path {path} writes into a .git directory")
     if len(path.encode()) > MAX_PATH_BYTES or any(
-            len(part.encode()) > MAX_NAME_BYTES for part in parts):
+        len(part.encode()) > MAX_NAME_BYTES for part in parts
+    ):
         raise PatchFormatError(f"{name}: path {path[:60]}... is longer than a file system allows")
     return path
 

@@ -60,10 +60,14 @@ def detect_target(directory: Path) -> str:
     if not gitops.is_repository(directory):
         raise UsageError(f"{directory} is not a git checkout made by `patchkit apply`")
     names = sorted(
-        ref.split("/")[2] for ref in gitops.refs(directory, "refs/patchkit/") if ref.endswith("/base")
+        ref.split("/")[2]
+        for ref in gitops.refs(directory, "refs/patchkit/")
+        if ref.endswith("/base")
     )
     if not names:
-        raise UsageError(f"{directory} carries no patchkit base ref; was it made by `patchkit apply`?")
+        raise UsageError(
+            f"{directory} carries no patchkit base ref; was it made by `patchkit apply`?"
+        )
     return names[0]
 
 
@@ -93,8 +97,9 @@ def status(directory: Path, target: Target, series: Series, series_version: str)
         raise UsageError(f"{directory} has no {BASE_REF.format(target=target.name)} ref")
     stands_for, upstream = describe_base(directory, target, base)
     head = gitops.head(directory)
-    report = StatusReport(target.name, directory, base, stands_for, upstream, series_version,
-                          series.hash(), head)
+    report = StatusReport(
+        target.name, directory, base, stands_for, upstream, series_version, series.hash(), head
+    )
     by_name: dict[str, str] = {}
     for commit in gitops.rev_list(directory, base, head or base):
         name = gitops.trailers_of(directory, commit).get(PATCH_FILE_TRAILER)
@@ -126,7 +131,7 @@ def status(directory: Path, target: Target, series: Series, series_version: str)
         if state == "applied" and changed:
             state = "modified"
         report.patches.append(PatchState(result.name, state, commit, changed))
-    for name in series.names[len(results):]:
+    for name in series.names[len(results) :]:
         report.patches.append(PatchState(name, "missing"))
     return report
 

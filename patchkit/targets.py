@@ -127,11 +127,14 @@ def _load_target(path: Path, name: str, table: dict) -> Target:
     for entry in table.get("releases", []):
         commit = str(entry["commit"]).lower() if "commit" in entry else None
         if commit is not None and not SHA_RE.match(commit):
-            raise ConfigError(f"{path}: [{name}] release {entry.get('version')}: bad commit '{commit}'")
+            raise ConfigError(
+                f"{path}: [{name}] release {entry.get('version')}: bad commit '{commit}'"
+            )
         sha256 = entry.get("sdist_sha256")
         if commit is None and not sha256:
             raise ConfigError(
-                f"{path}: [{name}] release {entry.get('version')}: needs a commit or an sdist_sha256"
+                f"{path}: [{name}] release {entry.get('version')}: "
+                "needs a commit or an sdist_sha256"
             )
         if sha256 is not None and not SHA256_RE.match(str(sha256)):
             raise ConfigError(f"{path}: [{name}] release {entry.get('version')}: bad sdist_sha256")
@@ -149,7 +152,9 @@ def _load_target(path: Path, name: str, table: dict) -> Target:
             raise ConfigError(f"{path}: [targets.{name}] lacks '{key}'")
     subdir = str(table.get("subdir", "")).strip("/")
     if subdir.startswith(".") or ".." in subdir.split("/"):
-        raise ConfigError(f"{path}: [targets.{name}] subdir '{subdir}' must stay inside the repository")
+        raise ConfigError(
+            f"{path}: [targets.{name}] subdir '{subdir}' must stay inside the repository"
+        )
     target = Target(
         name=name,
         git=table["git"],

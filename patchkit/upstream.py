@@ -58,6 +58,17 @@ class Base:
     notes: tuple[str, ...] = ()
 
     @property
+    def unverified(self) -> str:
+        """What was not checked about an unpinned base, in words (empty when pinned)."""
+        if self.pinned:
+            return ""
+        return (
+            f"{self.target} base {self.commit[:12]} is NOT pinned in targets.toml: no pinned "
+            "commit or sdist sha256 vouches for it, and no release tag or recorded commit id "
+            "was compared"
+        )
+
+    @property
     def stands_for(self) -> str:
         parts = []
         if self.release:
@@ -130,15 +141,18 @@ class Mirror:
         digest = hashlib.sha256()
         objects = self.path / "objects"
         files = sorted((objects / "pack").glob("pack-*"))
-        files += [objects / oid[:2] / oid[2:]
-                  for oid in gitops.object_ids(self.path, commit, bare=True)]
+        files += [
+            objects / oid[:2] / oid[2:] for oid in gitops.object_ids(self.path, commit, bare=True)
+        ]
         for path in files:
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 continue
-            digest.update(f"{path.relative_to(objects)}\0{st.st_size}\0{st.st_mtime_ns}\0"
-                          f"{st.st_ctime_ns}\0{st.st_ino}\n".encode())
+            digest.update(
+                f"{path.relative_to(objects)}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                f"{st.st_ctime_ns}\0{st.st_ino}\n".encode()
+            )
         return digest.hexdigest()
 
     def check_objects(self, commit: str) -> None:
@@ -204,13 +218,15 @@ def acquire(
         # Cached git commit, then an explicit --upstream, then a cached sdist import.
         base = _from_mirror(mirror, target, release, want_sha, ref, sdist=False)
         if base is None and upstream:
-            base = _from_git(mirror, target, release, want_sha, ref, upstream, "upstream",
-                             attempts, progress)
+            base = _from_git(
+                mirror, target, release, want_sha, ref, upstream, "upstream", attempts, progress
+            )
         if base is None:
             base = _from_mirror(mirror, target, release, want_sha, ref, sdist=True)
         if base is None and not _skip_git(offline_git):
-            base = _from_git(mirror, target, release, want_sha, ref, target.git, "git",
-                             attempts, progress)
+            base = _from_git(
+                mirror, target, release, want_sha, ref, target.git, "git", attempts, progress
+            )
         if base is None and release is not None and release.sdist:
             base = _from_sdist(mirror, target, release, attempts, progress)
         elif base is None:
@@ -253,11 +269,22 @@ def _interpret_ref(target: Target, ref: str) -> tuple[Release | None, str | None
     return None, None
 
 
-def _from_mirror(mirror: Mirror, target: Target, release: Release | None,
-                 want_sha: str | None, ref: str, *, sdist: bool) -> Base | None:
+def _from_mirror(
+    mirror: Mirror,
+    target: Target,
+    release: Release | None,
+    want_sha: str | None,
+    ref: str,
+    *,
+    sdist: bool,
+) -> Base | None:
     repo = mirror.path
-    if not sdist and want_sha and len(want_sha) == 40 and gitops.has_commit(repo, want_sha,
-                                                                             bare=True):
+    if (
+        not sdist
+        and want_sha
+        and len(want_sha) == 40
+        and gitops.has_commit(repo, want_sha, bare=True)
+    ):
         return Base(target.name, want_sha, "git", release, want_sha, pinned=release is not None)
     if sdist and release is not None:
         imported = gitops.resolve(repo, SDIST_REF.format(version=release.version), bare=True)
@@ -266,8 +293,14 @@ def _from_mirror(mirror: Mirror, target: Target, release: Release | None,
     if not sdist and release is None and HEX_RE.match(ref.lower()):
         sha = gitops.resolve(repo, ref.lower(), bare=True)
         if sha:
-            return Base(target.name, sha, "git", _release_for_commit(target, sha), sha,
-                        pinned=_release_for_commit(target, sha) is not None)
+            return Base(
+                target.name,
+                sha,
+                "git",
+                _release_for_commit(target, sha),
+                sha,
+                pinned=_release_for_commit(target, sha) is not None,
+            )
     return None
 
 
@@ -278,9 +311,17 @@ def _release_for_commit(target: Target, sha: str) -> Release | None:
     return None
 
 
-def _from_git(mirror: Mirror, target: Target, release: Release | None, want_sha: str | None,
-              ref: str, source: str, label: str, attempts: list[Attempt],
-              progress: Progress) -> Base | None:
+def _from_git(
+    mirror: Mirror,
+    target: Target,
+    release: Release | None,
+    want_sha: str | None,
+    ref: str,
+    source: str,
+    label: str,
+    attempts: list[Attempt],
+    progress: Progress,
+) -> Base | None:
     repo = mirror.path
     progress(f"fetching {target.name}@{ref} from {source}")
     try:
@@ -289,11 +330,13 @@ def _from_git(mirror: Mirror, target: Target, release: Release | None, want_sha:
         if want_sha and len(want_sha) == 40:
             local = Path(source)
             if local.exists():
-                gitops.fetch(repo, str(local), [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"],
-                             bare=True)
+                gitops.fetch(
+                    repo, str(local), [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"], bare=True
+                )
             else:
-                gitops.fetch(repo, source, [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"],
-                             depth=1, bare=True)
+                gitops.fetch(
+                    repo, source, [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"], depth=1, bare=True
+                )
             sha = want_sha
         else:
             remote_refs = gitops.list_remote(source)
@@ -427,8 +470,11 @@ def _find_sdist_url(name: str, version: str) -> tuple[str, str | None]:
             listing = json.load(response)
         except json.JSONDecodeError:
             raise FetchError(f"{url}: the index did not answer with its JSON API") from None
-    wanted = {f"{_normalize(name)}-{version}.tar.gz", f"{project}-{version}.tar.gz",
-              f"{name}-{version}.tar.gz"}
+    wanted = {
+        f"{_normalize(name)}-{version}.tar.gz",
+        f"{project}-{version}.tar.gz",
+        f"{name}-{version}.tar.gz",
+    }
     for entry in listing.get("files", []):
         if entry.get("filename") in wanted:
             return entry["url"], entry.get("hashes", {}).get("sha256")
@@ -458,9 +504,10 @@ def safe_extract_sdist(archive: Path, dest: Path) -> Path:
         return _extract_checked(archive, dest)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         cause = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
-        raise FetchError(f"{archive.name}: not a readable .tar.gz ({cause})",
-                         hint="the file is damaged or is not an sdist; nothing was imported",
-                         ) from None
+        raise FetchError(
+            f"{archive.name}: not a readable .tar.gz ({cause})",
+            hint="the file is damaged or is not an sdist; nothing was imported",
+        ) from None
 
 
 def _extract_checked(archive: Path, dest: Path) -> Path:
@@ -479,7 +526,8 @@ def _extract_checked(archive: Path, dest: Path) -> Path:
             total += member.size
             if total > 4 * MAX_SDIST_BYTES:
                 raise FetchError(
-                    f"{archive.name}: unpacks to more than {4 * MAX_SDIST_BYTES >> 20} MiB")
+                    f"{archive.name}: unpacks to more than {4 * MAX_SDIST_BYTES >> 20} MiB"
+                )
             tops.add(name.parts[0])
         if len(tops) != 1:
             raise FetchError(f"{archive.name}: expected one top-level directory, found {len(tops)}")
@@ -529,8 +577,9 @@ def _check_recorded_commit(release: Release, recorded: str | None) -> None:
         )
 
 
-def _from_sdist(mirror: Mirror, target: Target, release: Release, attempts: list[Attempt],
-                progress: Progress) -> Base | None:
+def _from_sdist(
+    mirror: Mirror, target: Target, release: Release, attempts: list[Attempt], progress: Progress
+) -> Base | None:
     try:
         archive = download_sdist(release, mirror.root, progress)
     except FetchError as exc:

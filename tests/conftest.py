@@ -70,8 +70,17 @@ def cache(tmp_path, warm_mirrors, monkeypatch) -> Path:
         os.link(sdist, dest / "sdists" / sdist.name)
     (dest / "mirrors").mkdir()
     for mirror in (warm_mirrors / "mirrors").glob("*.git"):
-        subprocess.run(["git", "clone", "--quiet", "--mirror", str(mirror),
-                        str(dest / "mirrors" / mirror.name)], check=True)
+        subprocess.run(
+            [
+                "git",
+                "clone",
+                "--quiet",
+                "--mirror",
+                str(mirror),
+                str(dest / "mirrors" / mirror.name),
+            ],
+            check=True,
+        )
     monkeypatch.setenv("PATCHKIT_CACHE", str(dest))
     monkeypatch.setenv("PATCHKIT_OFFLINE_GIT", "1")
     return dest
@@ -96,8 +105,10 @@ def upstream_remote(tmp_path_factory, sglang_sdist) -> Path:
     work = tmp_path_factory.mktemp("upstream-work")
     git(work, "init", "-q", "-b", "main")
     (work / "python").mkdir()
-    subprocess.run(["tar", "xzf", str(sglang_sdist), "--strip-components=1", "-C",
-                    str(work / "python")], check=True)
+    subprocess.run(
+        ["tar", "xzf", str(sglang_sdist), "--strip-components=1", "-C", str(work / "python")],
+        check=True,
+    )
     git(work, "add", "-A", "-f")
     git(work, "commit", "-qm", "v0.5.9")
     git(work, "tag", "v0.5.9")

@@ -13,21 +13,35 @@ TEST_CACHE = Path(os.environ.get("PATCHKIT_TEST_CACHE", ROOT / ".cache" / "test-
 
 def git(cwd: Path, *args: str, env: dict | None = None) -> str:
     """Plain git for test set-up (the code under test uses patchkit.gitops)."""
-    full_env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-                "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000",
-                **(env or {})}
-    return subprocess.run(["git", *args], cwd=cwd, env=full_env, check=True, capture_output=True,
-                          text=True).stdout
+    full_env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_AUTHOR_DATE": "1700000000 +0000",
+        "GIT_COMMITTER_DATE": "1700000000 +0000",
+        **(env or {}),
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=full_env, check=True, capture_output=True, text=True
+    ).stdout
 
 
-def patchkit(*args: str, cwd: Path | None = None, env: dict | None = None,
-             input: str | None = None) -> subprocess.CompletedProcess:
+def patchkit(
+    *args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None
+) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess (exit codes and output as a user sees them)."""
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault("PATCHKIT_OFFLINE_GIT", "1")
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], cwd=cwd or ROOT,
-                          env=full_env, capture_output=True, text=True, input=input)
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *args],
+        cwd=cwd or ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        input=input,
+    )
 
 
 def sha_of(repo: Path, ref: str) -> str:

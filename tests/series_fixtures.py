@@ -7,10 +7,21 @@ from pathlib import Path
 
 from helpers import git
 
-EXPORT = ["-c", "diff.renames=true", "format-patch", "--keep-subject", "--no-stat",
-          "--no-signature", "--zero-commit", "--full-index", "--stdout"]
-TRAILERS = ("Origin: vendor, patchkit\nForwarded: not-needed\nLast-Update: 2026-11-29\n"
-            "Patchkit-Tests: tests/test_apply.py")
+EXPORT = [
+    "-c",
+    "diff.renames=true",
+    "format-patch",
+    "--keep-subject",
+    "--no-stat",
+    "--no-signature",
+    "--zero-commit",
+    "--full-index",
+    "--stdout",
+]
+TRAILERS = (
+    "Origin: vendor, patchkit\nForwarded: not-needed\nLast-Update: 2026-11-29\n"
+    "Patchkit-Tests: tests/test_apply.py"
+)
 
 
 def tree_from_mirror(mirror: Path, commit: str, dest: Path) -> Path:
@@ -28,8 +39,9 @@ def make_patch(repo: Path, path: str, old: str, new: str, subject: str) -> bytes
     file.write_text(text.replace(old, new, 1))
     git(repo, "add", path)
     git(repo, "commit", "-q", "-m", f"{subject}\n\nWhy this change.\n\n{TRAILERS}")
-    return subprocess.run(["git", *EXPORT, "-1", "HEAD"], cwd=repo, check=True,
-                          capture_output=True).stdout
+    return subprocess.run(
+        ["git", *EXPORT, "-1", "HEAD"], cwd=repo, check=True, capture_output=True
+    ).stdout
 
 
 def write_series(project: Path, target: str, patches: dict[str, bytes]) -> None:

@@ -25,12 +25,13 @@ def small_series(tmp_path, project, sglang_base):
     """Two real patches against the real sglang 0.5.9 tree."""
     mirror, base = sglang_base
     repo = tree_from_mirror(mirror, base, tmp_path / "author")
-    one = make_patch(repo, SERVER_ARGS, "import argparse", "import argparse  # patched-one",
-                     "Mark server_args")
-    two = make_patch(repo, COMMUNICATOR, "import logging", "import logging  # patched-two",
-                     "Mark communicator")
-    write_series(project, "sglang", {"mark-server-args.patch": one,
-                                     "mark-communicator.patch": two})
+    one = make_patch(
+        repo, SERVER_ARGS, "import argparse", "import argparse  # patched-one", "Mark server_args"
+    )
+    two = make_patch(
+        repo, COMMUNICATOR, "import logging", "import logging  # patched-two", "Mark communicator"
+    )
+    write_series(project, "sglang", {"mark-server-args.patch": one, "mark-communicator.patch": two})
     return {"mark-server-args.patch": one, "mark-communicator.patch": two}
 
 
@@ -41,8 +42,13 @@ def apply_json(*args, **kw):
 
 def commits_since_base(tree):
     base = sha_of(tree, "refs/patchkit/sglang/base")
-    return git(tree, "log", "--format=%s%n%(trailers:key=Patchkit-Patch,valueonly)",
-               "--reverse", f"{base}..HEAD").split()
+    return git(
+        tree,
+        "log",
+        "--format=%s%n%(trailers:key=Patchkit-Patch,valueonly)",
+        "--reverse",
+        f"{base}..HEAD",
+    ).split()
 
 
 @pytest.mark.parametrize("ref", ["v0.5.9", "0.5.9", PIN, PIN[:10]])
@@ -57,8 +63,14 @@ def test_apply_pinned_ref_forms(tmp_path, small_series, ref):
     assert sha_of(into, "HEAD") == report["result"]
     assert git(into, "rev-parse", "--abbrev-ref", "HEAD").strip() == "patchkit/sglang"
     # one commit per patch, each naming its patch file; the base is the sdist import
-    assert commits_since_base(into) == ["Mark", "server_args", "mark-server-args.patch", "Mark",
-                                        "communicator", "mark-communicator.patch"]
+    assert commits_since_base(into) == [
+        "Mark",
+        "server_args",
+        "mark-server-args.patch",
+        "Mark",
+        "communicator",
+        "mark-communicator.patch",
+    ]
     base_msg = git(into, "show", "-s", "--format=%B", "refs/patchkit/sglang/base")
     assert f"Patchkit-Upstream-Commit: {PIN}" in base_msg
     assert "# patched-two" in (into / COMMUNICATOR).read_text()
@@ -85,8 +97,11 @@ def test_second_apply_exits_3_and_changes_nothing(tmp_path, small_series):
 def test_failing_patch_leaves_new_dir_absent(tmp_path, project, small_series):
     bad = small_series["mark-communicator.patch"].replace(b"-import logging", b"-import lumber")
     bad = bad.replace(b" import logging\n", b" import lumber\n")
-    write_series(project, "sglang", {"mark-server-args.patch": small_series[
-        "mark-server-args.patch"], "broken.patch": bad})
+    write_series(
+        project,
+        "sglang",
+        {"mark-server-args.patch": small_series["mark-server-args.patch"], "broken.patch": bad},
+    )
     into = tmp_path / "tree"
     result = patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(into))
     assert result.returncode == 1
@@ -99,15 +114,19 @@ def test_failing_patch_leaves_new_dir_absent(tmp_path, project, small_series):
 
 def test_failing_patch_leaves_existing_checkout_byte_identical(tmp_path, project, small_series):
     into = tmp_path / "tree"
-    write_series(project, "sglang", {"mark-server-args.patch":
-                                     small_series["mark-server-args.patch"]})
+    write_series(
+        project, "sglang", {"mark-server-args.patch": small_series["mark-server-args.patch"]}
+    )
     assert patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(into)).returncode == 0
     (into / "untracked.txt").write_text("mine")
     (into / "python" / "build").mkdir()
     (into / "python" / "build" / "ignored.o").write_text("ignored")
     bad = small_series["mark-communicator.patch"].replace(b"import logging", b"import lumber")
-    write_series(project, "sglang", {"mark-server-args.patch": small_series[
-        "mark-server-args.patch"], "broken.patch": bad})
+    write_series(
+        project,
+        "sglang",
+        {"mark-server-args.patch": small_series["mark-server-args.patch"], "broken.patch": bad},
+    )
     before = snapshot(into)
     result = patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(into))
     assert result.returncode == 1
@@ -137,8 +156,14 @@ def test_wrong_sdist_hash_refused(tmp_path, project, shared_cache, monkeypatch):
         (empty / "sdists" / sdist.name).write_bytes(sdist.read_bytes())
     before = snapshot(empty / "sdists")
     into = tmp_path / "tree"
-    result = patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(into),
-                      env={"PATCHKIT_CACHE": str(empty)})
+    result = patchkit(
+        "apply",
+        "--target",
+        "sglang@v0.5.9",
+        "--into",
+        str(into),
+        env={"PATCHKIT_CACHE": str(empty)},
+    )
     assert result.returncode == 1
     assert "does not match the pin" in result.stderr
     assert "Traceback" not in result.stderr
@@ -149,13 +174,19 @@ def test_wrong_sdist_hash_refused(tmp_path, project, shared_cache, monkeypatch):
 
 def test_already_applied_patch_is_reported_not_failed(tmp_path, project, small_series):
     into = tmp_path / "tree"
-    write_series(project, "sglang", {"mark-server-args.patch":
-                                     small_series["mark-server-args.patch"]})
+    write_series(
+        project, "sglang", {"mark-server-args.patch": small_series["mark-server-args.patch"]}
+    )
     assert patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(into)).returncode == 0
     # The same change again under another name: the tree already has it.
-    write_series(project, "sglang", {"mark-server-args.patch":
-                                     small_series["mark-server-args.patch"],
-                                     "again.patch": small_series["mark-server-args.patch"]})
+    write_series(
+        project,
+        "sglang",
+        {
+            "mark-server-args.patch": small_series["mark-server-args.patch"],
+            "again.patch": small_series["mark-server-args.patch"],
+        },
+    )
     result, doc = apply_json("--target", "sglang@v0.5.9", "--into", str(tmp_path / "t2"))
     assert result.returncode == 0
     assert [p["status"] for p in doc["reports"][0]["patches"]] == ["applied", "already-applied"]
@@ -170,14 +201,16 @@ def test_fuzz_is_opt_in_and_reported(tmp_path, project, small_series):
     write_series(project, "sglang", {"drift.patch": "\n".join(lines).encode()})
     strict = patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(tmp_path / "a"))
     assert strict.returncode == 1
-    result, doc = apply_json("--target", "sglang@v0.5.9", "--into", str(tmp_path / "b"),
-                             "--fuzz", "1")
+    result, doc = apply_json(
+        "--target", "sglang@v0.5.9", "--into", str(tmp_path / "b"), "--fuzz", "1"
+    )
     assert result.returncode == 0, result.stderr
     patch = doc["reports"][0]["patches"][0]
     assert patch["status"] == "fuzzed"
     assert patch["fuzzed_hunks"][0]["path"] == COMMUNICATOR
-    text = patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(tmp_path / "c"),
-                    "--fuzz", "1").stdout
+    text = patchkit(
+        "apply", "--target", "sglang@v0.5.9", "--into", str(tmp_path / "c"), "--fuzz", "1"
+    ).stdout
     assert "FUZZED" in text
 
 
@@ -203,8 +236,9 @@ def test_threeway_merges_on_recorded_blobs(tmp_path, project, sglang_base, cache
 
 def test_existing_checkout_moves_to_result_keeping_untracked(tmp_path, small_series, project):
     into = tmp_path / "tree"
-    write_series(project, "sglang", {"mark-server-args.patch":
-                                     small_series["mark-server-args.patch"]})
+    write_series(
+        project, "sglang", {"mark-server-args.patch": small_series["mark-server-args.patch"]}
+    )
     assert patchkit("apply", "--target", "sglang@v0.5.9", "--into", str(into)).returncode == 0
     (into / "notes.txt").write_text("keep me")
     write_series(project, "sglang", small_series)
@@ -230,8 +264,9 @@ def test_upstream_local_bare_repository(tmp_path, project, upstream_remote, smal
     targets = project / "patches" / "targets.toml"
     targets.write_text(targets.read_text().replace(PIN, commit))
     into = tmp_path / "tree"
-    result, doc = apply_json("--target", "sglang@v0.5.9", "--into", str(into),
-                             "--upstream", str(upstream_remote))
+    result, doc = apply_json(
+        "--target", "sglang@v0.5.9", "--into", str(into), "--upstream", str(upstream_remote)
+    )
     assert result.returncode == 0, result.stderr
     report = doc["reports"][0]
     assert report["base"]["source"] == "upstream"
@@ -242,12 +277,27 @@ def test_upstream_local_bare_repository(tmp_path, project, upstream_remote, smal
 def test_upstream_ref_that_moved_is_refused(tmp_path, project, upstream_remote):
     # The pin says v0.5.9 is the first commit; the remote's v0.5.9.1 is another commit.
     later = sha_of(upstream_remote, "v0.5.9.1")
-    result = patchkit("apply", "--target", f"sglang@{later}", "--into", str(tmp_path / "t"),
-                      "--upstream", str(upstream_remote))
+    result = patchkit(
+        "apply",
+        "--target",
+        f"sglang@{later}",
+        "--into",
+        str(tmp_path / "t"),
+        "--upstream",
+        str(upstream_remote),
+    )
     assert result.returncode == 1
     assert "no pin" in result.stderr and "--allow-unpinned" in result.stderr
-    loud = patchkit("apply", "--target", f"sglang@{later}", "--into", str(tmp_path / "t"),
-                    "--upstream", str(upstream_remote), "--allow-unpinned")
+    loud = patchkit(
+        "apply",
+        "--target",
+        f"sglang@{later}",
+        "--into",
+        str(tmp_path / "t"),
+        "--upstream",
+        str(upstream_remote),
+        "--allow-unpinned",
+    )
     assert "not pinned" in loud.stdout
 
 
@@ -259,8 +309,15 @@ def test_unknown_ref_names_sources(tmp_path):
 
 
 def test_unresolvable_sha_names_sources_tried(tmp_path):
-    result = patchkit("apply", "--target", "sglang@" + "ab" * 20, "--into", str(tmp_path / "t"),
-                      "--allow-unpinned", env={"PATCHKIT_OFFLINE_GIT": "0"})
+    result = patchkit(
+        "apply",
+        "--target",
+        "sglang@" + "ab" * 20,
+        "--into",
+        str(tmp_path / "t"),
+        "--allow-unpinned",
+        env={"PATCHKIT_OFFLINE_GIT": "0"},
+    )
     assert result.returncode == 1
     assert "tried" in result.stderr and "git:" in result.stderr and "sdist:" in result.stderr
 

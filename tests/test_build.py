@@ -74,8 +74,9 @@ def test_metadata_carries_the_cu130_pins_from_the_series(sglang_wheel):
 
 
 @pytest.mark.slow
-def test_provenance_names_upstream_series_patches_profile_and_tools(sglang_wheel, series,
-                                                                     workspace):
+def test_provenance_names_upstream_series_patches_profile_and_tools(
+    sglang_wheel, series, workspace
+):
     prov = json.loads(_read(sglang_wheel.path, ".dist-info/patchkit.json"))
     release = workspace.target("sglang").pinned
     assert prov["distribution"] == "sglang"
@@ -85,7 +86,8 @@ def test_provenance_names_upstream_series_patches_profile_and_tools(sglang_wheel
     assert prov["series"]["version"] == workspace.targets.series_version
     assert prov["series"]["hash"] == series.hash()
     assert [(p["name"], p["sha256"]) for p in prov["series"]["patches"]] == [
-        (p.name, p.sha256) for p in series.patches]
+        (p.name, p.sha256) for p in series.patches
+    ]
     assert prov["profile"]["name"] == "cu130-sm120"
     assert prov["profile"]["variant"] == "cu130"
     for tool in ("patchkit", "build", "setuptools", "setuptools-scm", "python"):
@@ -128,8 +130,9 @@ def test_wheel_layout_is_normalized(sglang_wheel):
 
 
 @pytest.mark.slow
-def test_two_builds_from_clean_trees_are_byte_identical(sglang_wheel, rebuild_sglang,
-                                                        tmp_path, workspace):
+def test_two_builds_from_clean_trees_are_byte_identical(
+    sglang_wheel, rebuild_sglang, tmp_path, workspace
+):
     # another project directory, cache and work tree: nothing is shared with the first build
     result = rebuild_sglang(tmp_path)
     second = tmp_path / "dist" / sglang_wheel.path.name
@@ -141,17 +144,19 @@ def test_two_builds_from_clean_trees_are_byte_identical(sglang_wheel, rebuild_sg
 
 
 @pytest.mark.slow
-def test_installed_wheel_has_the_version_and_the_patched_lines(sglang_wheel, sglang_site,
-                                                               series):
+def test_installed_wheel_has_the_version_and_the_patched_lines(sglang_wheel, sglang_site, series):
     version = sglang_wheel.report["wheels"][0]["version"]
     # sglang/__init__.py takes __version__ from sglang/version.py -> sglang/_version.py
     init = (sglang_site / "sglang" / "__init__.py").read_text()
     assert "from sglang.version import __version__" in init
     assert runpy.run_path(str(sglang_site / "sglang" / "_version.py"))["__version__"] == version
     python = sglang_site.parents[2] / "bin" / "python"
-    got = subprocess.run([str(python), "-c", "import importlib.metadata as m;"
-                          "print(m.version('sglang'))"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    got = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m;print(m.version('sglang'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert got == version
     checked = 0
     for patch in series.patches:
@@ -169,8 +174,9 @@ def test_installed_wheel_has_the_version_and_the_patched_lines(sglang_wheel, sgl
 
 
 @pytest.mark.slow
-def test_flashinfer_builds_a_pure_python_wheel_with_its_version_and_patch(build_flashinfer,
-                                                                          workspace):
+def test_flashinfer_builds_a_pure_python_wheel_with_its_version_and_patch(
+    build_flashinfer, workspace
+):
     series = workspace.series("flashinfer")
     version = f"0.6.3+cu130.pk{series.hash()[:8]}"
     wheel = build_flashinfer.path
@@ -211,10 +217,13 @@ def test_unknown_profile_is_a_usage_error(project):
 
 
 def _toy_wheel(path: Path, order: list[str], stamp: tuple) -> None:
-    files = {"pkg/__init__.py": b"x = 1\n", "pkg/b.py": b"b = 2\n",
-             "pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
-             "pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\n",
-             "pkg-1.0.dist-info/RECORD": b"stale\n"}
+    files = {
+        "pkg/__init__.py": b"x = 1\n",
+        "pkg/b.py": b"b = 2\n",
+        "pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+        "pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\n",
+        "pkg-1.0.dist-info/RECORD": b"stale\n",
+    }
     with zipfile.ZipFile(path, "w") as zf:
         for name in order:
             info = zipfile.ZipInfo(name, date_time=stamp)
@@ -223,8 +232,13 @@ def _toy_wheel(path: Path, order: list[str], stamp: tuple) -> None:
 
 
 def test_normalize_wheel_is_independent_of_order_and_timestamps(tmp_path):
-    names = ["pkg-1.0.dist-info/RECORD", "pkg/b.py", "pkg-1.0.dist-info/METADATA",
-             "pkg/__init__.py", "pkg-1.0.dist-info/WHEEL"]
+    names = [
+        "pkg-1.0.dist-info/RECORD",
+        "pkg/b.py",
+        "pkg-1.0.dist-info/METADATA",
+        "pkg/__init__.py",
+        "pkg-1.0.dist-info/WHEEL",
+    ]
     _toy_wheel(tmp_path / "a.whl", names, (2020, 1, 1, 0, 0, 0))
     _toy_wheel(tmp_path / "b.whl", list(reversed(names)), (2024, 5, 6, 7, 8, 10))
     extra = {"pkg-1.0.dist-info/patchkit.json": b"{}\n"}
@@ -233,9 +247,14 @@ def test_normalize_wheel_is_independent_of_order_and_timestamps(tmp_path):
     a, b = (tmp_path / d / "pkg.whl" for d in ("out-a", "out-b"))
     assert a.read_bytes() == b.read_bytes()
     with zipfile.ZipFile(a) as zf:
-        assert zf.namelist() == ["pkg/__init__.py", "pkg/b.py", "pkg-1.0.dist-info/METADATA",
-                                 "pkg-1.0.dist-info/WHEEL", "pkg-1.0.dist-info/patchkit.json",
-                                 "pkg-1.0.dist-info/RECORD"]
+        assert zf.namelist() == [
+            "pkg/__init__.py",
+            "pkg/b.py",
+            "pkg-1.0.dist-info/METADATA",
+            "pkg-1.0.dist-info/WHEEL",
+            "pkg-1.0.dist-info/patchkit.json",
+            "pkg-1.0.dist-info/RECORD",
+        ]
         record = read_record(zf.read("pkg-1.0.dist-info/RECORD").decode())
     assert [r.path for r in record][-1] == "pkg-1.0.dist-info/RECORD"
     assert any(r.path.endswith("patchkit.json") and r.size == 3 for r in record)
@@ -243,16 +262,18 @@ def test_normalize_wheel_is_independent_of_order_and_timestamps(tmp_path):
 
 
 def test_wheel_version_is_pep440_with_a_local_label():
-    assert wheel_version("0.5.9", "cu130", "57d6fdf6951bc1d9" + "0" * 48) == \
-        "0.5.9+cu130.pk57d6fdf6"
+    assert (
+        wheel_version("0.5.9", "cu130", "57d6fdf6951bc1d9" + "0" * 48) == "0.5.9+cu130.pk57d6fdf6"
+    )
     assert wheel_version("0.6.3", "cu130", "abcdef12" * 8) == "0.6.3+cu130.pkabcdef12"
 
 
 def test_profile_variant_comes_from_build_key_else_torch_label(tmp_path):
-    (tmp_path / "explicit.toml").write_text('[build]\nvariant = "cu131"\n'
-                                            '[torch]\nversion = "2.9.1+cu130"\n')
+    (tmp_path / "explicit.toml").write_text(
+        '[build]\nvariant = "cu131"\n[torch]\nversion = "2.9.1+cu130"\n'
+    )
     (tmp_path / "torch.toml").write_text('[torch]\nversion = "2.9.1+cu130"\n')
-    (tmp_path / "major.toml").write_text('[cuda]\nmajor = 13\n')
+    (tmp_path / "major.toml").write_text("[cuda]\nmajor = 13\n")
     (tmp_path / "none.toml").write_text('name = "x"\n')
     assert load_build_profile(tmp_path, "explicit").variant == "cu131"
     assert load_build_profile(tmp_path, "torch").variant == "cu130"
@@ -268,8 +289,9 @@ def test_profile_variant_comes_from_build_key_else_torch_label(tmp_path):
 def test_pin_version_for_setuptools_scm_and_for_a_version_attribute(tmp_path):
     scm = tmp_path / "scm"
     scm.mkdir()
-    (scm / "pyproject.toml").write_text('[project]\nname = "Some.Pkg"\ndynamic = ["version"]\n'
-                                        '[tool.setuptools_scm]\n')
+    (scm / "pyproject.toml").write_text(
+        '[project]\nname = "Some.Pkg"\ndynamic = ["version"]\n[tool.setuptools_scm]\n'
+    )
     env = pin_version(scm, "1.0+cu130.pk00000000", "bbe9c7eeb520b0a67e92d133dfc137a3688dc7f2")
     assert env["SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SOME_PKG"] == "1.0+cu130.pk00000000"
     assert env["SETUPTOOLS_SCM_PRETEND_METADATA_FOR_SOME_PKG"] == '{node="gbbe9c7eeb5"}'
@@ -278,12 +300,14 @@ def test_pin_version_for_setuptools_scm_and_for_a_version_attribute(tmp_path):
     (attr / "pkg").mkdir(parents=True)
     (attr / "pyproject.toml").write_text(
         '[project]\nname = "pkg"\ndynamic = ["version"]\n'
-        '[tool.setuptools.dynamic]\nversion = { attr = "pkg._meta.__version__" }\n')
+        '[tool.setuptools.dynamic]\nversion = { attr = "pkg._meta.__version__" }\n'
+    )
     meta = attr / "pkg" / "_meta.py"
     meta.write_text('"""m"""\n__version__ = "0.6.3"\n__git_version__ = "d0"\n')
     assert pin_version(attr, "0.6.3+cu130.pk00000000", None) == {}
     assert meta.read_text() == (
-        '"""m"""\n__version__ = "0.6.3+cu130.pk00000000"\n__git_version__ = "d0"\n')
+        '"""m"""\n__version__ = "0.6.3+cu130.pk00000000"\n__git_version__ = "d0"\n'
+    )
 
     static = tmp_path / "static"
     static.mkdir()

@@ -7,8 +7,18 @@ from helpers import patchkit
 
 def test_help_lists_every_verb():
     out = patchkit("--help").stdout
-    for verb in ("apply", "status", "fetch", "build", "inspect", "verify", "rebase", "export",
-                 "lint", "review"):
+    for verb in (
+        "apply",
+        "status",
+        "fetch",
+        "build",
+        "inspect",
+        "verify",
+        "rebase",
+        "export",
+        "lint",
+        "review",
+    ):
         assert verb in out
 
 

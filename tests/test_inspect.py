@@ -17,8 +17,7 @@ SERVER_ARGS = "sglang/srt/server_args.py"
 
 
 @pytest.mark.slow
-def test_inspect_installed_reports_the_series_and_exits_0(sglang_site, sglang_wheel,
-                                                          workspace):
+def test_inspect_installed_reports_the_series_and_exits_0(sglang_site, sglang_wheel, workspace):
     result = patchkit("inspect", "--installed", "sglang", "--path", str(sglang_site))
     assert result.returncode == 0, result.stdout + result.stderr
     version = sglang_wheel.report["wheels"][0]["version"]
@@ -38,8 +37,7 @@ def test_inspect_installed_json(sglang_site, sglang_wheel):
     assert doc["status"] == "ok"
     assert doc["problems"] == []
     assert doc["files_checked"] > 1000
-    assert doc["provenance"]["series"]["hash"] == \
-        sglang_wheel.report["wheels"][0]["series"]["hash"]
+    assert doc["provenance"]["series"]["hash"] == sglang_wheel.report["wheels"][0]["series"]["hash"]
 
 
 @pytest.mark.slow
@@ -55,16 +53,20 @@ def test_an_edited_installed_file_exits_1_and_is_named(sglang_site):
         assert "MODIFIED: 1 of the files" in result.stdout
 
         added.write_text("x = 1\n")
-        doc = json.loads(patchkit("inspect", "--installed", "sglang", "--path",
-                                  str(sglang_site), "--json").stdout)
+        doc = json.loads(
+            patchkit(
+                "inspect", "--installed", "sglang", "--path", str(sglang_site), "--json"
+            ).stdout
+        )
         assert doc["status"] == "modified"
         assert {(p["path"], p["problem"]) for p in doc["problems"]} == {
-            (SERVER_ARGS, "changed"), ("sglang/overlay_fix.py", "added")}
+            (SERVER_ARGS, "changed"),
+            ("sglang/overlay_fix.py", "added"),
+        }
     finally:
         path.write_bytes(original)
         added.unlink(missing_ok=True)
-    assert patchkit("inspect", "--installed", "sglang", "--path",
-                    str(sglang_site)).returncode == 0
+    assert patchkit("inspect", "--installed", "sglang", "--path", str(sglang_site)).returncode == 0
 
 
 @pytest.mark.slow
@@ -95,9 +97,11 @@ def _plain_dist(site: Path) -> None:
     meta.mkdir()
     metadata = b"Metadata-Version: 2.1\nName: plain\nVersion: 1.0\n"
     (meta / "METADATA").write_bytes(metadata)
-    (meta / "RECORD").write_text(f"plain/__init__.py,{record_hash(body)},{len(body)}\n"
-                                 f"plain-1.0.dist-info/METADATA,{record_hash(metadata)},"
-                                 f"{len(metadata)}\nplain-1.0.dist-info/RECORD,,\n")
+    (meta / "RECORD").write_text(
+        f"plain/__init__.py,{record_hash(body)},{len(body)}\n"
+        f"plain-1.0.dist-info/METADATA,{record_hash(metadata)},"
+        f"{len(metadata)}\nplain-1.0.dist-info/RECORD,,\n"
+    )
 
 
 def test_a_distribution_without_provenance_exits_3(tmp_path):
@@ -108,8 +112,11 @@ def test_a_distribution_without_provenance_exits_3(tmp_path):
 
     wheel = tmp_path / "plain-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
-        for rel in ("plain/__init__.py", "plain-1.0.dist-info/METADATA",
-                    "plain-1.0.dist-info/RECORD"):
+        for rel in (
+            "plain/__init__.py",
+            "plain-1.0.dist-info/METADATA",
+            "plain-1.0.dist-info/RECORD",
+        ):
             zf.write(tmp_path / rel, rel)
     assert patchkit("inspect", str(wheel)).returncode == 3
 

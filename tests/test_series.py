@@ -48,8 +48,12 @@ def test_parse_good_patch():
         (lambda b: b.replace(b"\n", b"\r\n"), "CRLF"),
         (lambda b: b.replace(b"Why", b"Wh\xff"), "not UTF-8"),
         (lambda b: b.split(b"diff --git")[0], "contains no diff"),
-        (lambda b: b.replace(b"a/python/a.py", b"a//etc/passwd").replace(
-            b"b/python/a.py", b"b//etc/passwd"), "absolute path"),
+        (
+            lambda b: b.replace(b"a/python/a.py", b"a//etc/passwd").replace(
+                b"b/python/a.py", b"b//etc/passwd"
+            ),
+            "absolute path",
+        ),
         (lambda b: b.replace(b"python/a.py", b"python/../../a.py"), "climbs out"),
         (lambda b: b.replace(b"python/a.py", b".git/hooks/post-checkout"), "into a .git directory"),
         (lambda b: b.replace(b"@@ -1,2 +1,2 @@", b"@@ -1,5 +1,9 @@"), "malformed diff"),
@@ -68,8 +72,8 @@ def test_hostile_or_malformed_patches_are_refused(mutate, words):
 def test_symlink_creation_refused():
     raw = GOOD.split(b"diff --git")[0] + (
         b"diff --git a/python/link b/python/link\nnew file mode 120000\n"
-        b"index 0000000000000000000000000000000000000000..1111111111111111111111111111111111111111\n"
-        b"--- /dev/null\n+++ b/python/link\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"
+        b"index 0000000000000000000000000000000000000000..1111111111111111111111111111111111111111\n"  # noqa: E501
+        b"--- /dev/null\n+++ b/python/link\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"  # noqa: E501
     )
     with pytest.raises(PatchFormatError, match="symlink"):
         parse_patch("link.patch", raw)
@@ -77,7 +81,9 @@ def test_symlink_creation_refused():
 
 def test_trailers_only_from_last_paragraph():
     assert parse_trailers("Subject\n\nBody: not a trailer here.\nmore\n\nA: 1\nB: 2\n") == [
-        ("A", "1"), ("B", "2")]
+        ("A", "1"),
+        ("B", "2"),
+    ]
     assert parse_trailers("Body only\n") == []
 
 

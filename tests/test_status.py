@@ -41,8 +41,11 @@ def test_edit_after_apply_is_modified(applied, workspace):
     rc, _, by_name = states(applied)
     assert rc == 1
     assert by_name[patch.name] == "modified"
-    touching = {p.name for p in workspace.series("sglang").patches
-                if patch.files[0].path in {f.path for f in p.files}}
+    touching = {
+        p.name
+        for p in workspace.series("sglang").patches
+        if patch.files[0].path in {f.path for f in p.files}
+    }
     assert {n for n, s in by_name.items() if s == "modified"} == touching
 
 

@@ -21,9 +21,10 @@ def test_real_targets(workspace):
         workspace.target("vllm")
 
 
-@pytest.mark.parametrize("spec, target, ref", [("sglang@v0.5.9", "sglang", "v0.5.9"),
-                                               ("sglang", "sglang", None),
-                                               ("all", "all", None)])
+@pytest.mark.parametrize(
+    "spec, target, ref",
+    [("sglang@v0.5.9", "sglang", "v0.5.9"), ("sglang", "sglang", None), ("all", "all", None)],
+)
 def test_parse_target_spec(spec, target, ref):
     parsed = parse_target_spec(spec)
     assert (parsed.target, parsed.ref) == (target, ref)
@@ -41,8 +42,11 @@ def test_bad_target_spec(spec):
         ("[series]\nversion='x'\n", "not a version"),
         ("[series\n", "not valid TOML"),
         ("[series]\nversion='1.0.0'\n[targets.a]\ngit='u'\npin='1'\n", "has no [[releases]]"),
-        ("[series]\nversion='1.0.0'\n[targets.a]\ngit='u'\npin='1'\n[[targets.a.releases]]\n"
-         "version='1'\ncommit='xyz'\n", "bad commit"),
+        (
+            "[series]\nversion='1.0.0'\n[targets.a]\ngit='u'\npin='1'\n[[targets.a.releases]]\n"
+            "version='1'\ncommit='xyz'\n",
+            "bad commit",
+        ),
         ("[series]\nversion='1.0.0'\n[targets.a]\ngit='u'\nsubdir='../x'\npin='1'\n", "inside"),
     ],
 )

@@ -34,6 +34,7 @@ def _wheel(path, name="demo", version="1.0", members=None, metadata_version=None
         )
         for arc, data in (members or {}).items():
             zf.writestr(arc, data)
+        zf.writestr(f"{name}-{version}.dist-info/RECORD", "")
         if symlink:
             info = zipfile.ZipInfo(symlink)
             info.external_attr = 0o120777 << 16

@@ -41,20 +41,33 @@ def private_cache(warm: Path, dest: Path) -> Path:
         os.link(sdist, dest / "sdists" / sdist.name)
     (dest / "mirrors").mkdir()
     for mirror in (warm / "mirrors").glob("*.git"):
-        subprocess.run(["git", "clone", "--quiet", "--mirror", str(mirror),
-                        str(dest / "mirrors" / mirror.name)], check=True)
+        subprocess.run(
+            [
+                "git",
+                "clone",
+                "--quiet",
+                "--mirror",
+                str(mirror),
+                str(dest / "mirrors" / mirror.name),
+            ],
+            check=True,
+        )
     return dest
 
 
-def build_in_scratch(root: Path, warm: Path, target: str, *extra: str
-                     ) -> tuple[subprocess.CompletedProcess, dict]:
+def build_in_scratch(
+    root: Path, warm: Path, target: str, *extra: str
+) -> tuple[subprocess.CompletedProcess, dict]:
     """Run `patchkit build --target TARGET` in a fresh project + cache under `root`."""
     project = scratch_project(root / "project")
-    env = {"PATCHKIT_PROJECT": str(project),
-           "PATCHKIT_CACHE": str(private_cache(warm, root / "cache")),
-           "PATCHKIT_OFFLINE_GIT": "1"}
-    result = patchkit("build", "--target", target, "--out", str(root / "dist"), *extra,
-                      cwd=project, env=env)
+    env = {
+        "PATCHKIT_PROJECT": str(project),
+        "PATCHKIT_CACHE": str(private_cache(warm, root / "cache")),
+        "PATCHKIT_OFFLINE_GIT": "1",
+    }
+    result = patchkit(
+        "build", "--target", target, "--out", str(root / "dist"), *extra, cwd=project, env=env
+    )
     assert result.returncode == 0, result.stderr
     return result, env
 
@@ -94,8 +107,21 @@ def sglang_site(tmp_path_factory, sglang_wheel) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                    "--no-deps", "--no-compile", "--no-index", str(sglang_wheel.path)],
-                   check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-compile",
+            "--no-index",
+            str(sglang_wheel.path),
+        ],
+        check=True,
+    )
     [site] = (venv / "lib").glob("python3*/site-packages")
     return site

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import sysconfig
 import zipfile
 from collections.abc import Callable
@@ -19,12 +18,11 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
+from patchkit.archives import archive_problem
+
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
 # Text files the checks read, relative to site-packages.
 TEXT_FILES = ("torch/version.py", "sgl_kernel/load_utils.py", "sgl_kernel/__init__.py")
-MAX_MEMBER_BYTES = 8 << 30
-MAX_WHEEL_BYTES = 32 << 30
-MAX_RATIO = 200  # uncompressed / compressed, for members over 1 MiB
 SKIP_DIRS = {"__pycache__", "include", "share", "tests", "test"}
 
 
@@ -165,26 +163,6 @@ def _read_dist_info(tree: Tree, folder: str) -> None:
     tree.dists[dist.name] = dist
 
 
-def _member_problem(info: zipfile.ZipInfo, seen: set[str]) -> str | None:
-    name = info.filename
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        return f"member {name!r} has an absolute path"
-    parts = name.replace("\\", "/").split("/")
-    if ".." in parts:
-        return f"member {name!r} escapes the archive root (..)"
-    mode = info.external_attr >> 16
-    if stat.S_ISLNK(mode):
-        return f"member {name!r} is a symbolic link"
-    if name in seen:
-        return f"member {name!r} appears twice"
-    if info.file_size > MAX_MEMBER_BYTES:
-        return f"member {name!r} claims {info.file_size} bytes uncompressed"
-    if info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-        ratio = info.file_size // max(info.compress_size, 1)
-        return f"member {name!r} expands {ratio}x (a decompression bomb)"
-    return None
-
-
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
@@ -208,18 +186,17 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         tree.invalid.append((wheel, f"invalid archive: {exc}"))
         return
-    seen: set[str] = set()
-    total = 0
-    for info in infos:
-        problem = _member_problem(info, seen)
-        total += info.file_size
-        if problem is None and total > MAX_WHEEL_BYTES:
-            problem = f"members add up to {total} bytes uncompressed"
-        if problem:
-            tree.invalid.append((wheel, f"invalid archive: {problem}"))
-            zf.close()
-            return
-        seen.add(info.filename)
+    problem = archive_problem(infos)
+    if problem:
+        tree.invalid.append((wheel, f"invalid archive: {problem}"))
+        zf.close()
+        return
+    if not any(i.filename.endswith(".dist-info/RECORD") for i in infos):
+        tree.invalid.append(
+            (wheel, "invalid archive: no *.dist-info/RECORD (not a wheel pip would install)")
+        )
+        zf.close()
+        return
     st = os.stat(path)
     m = _WHEEL_NAME.match(wheel)
     metadata = None

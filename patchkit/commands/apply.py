@@ -17,16 +17,31 @@ EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
 
 
 @click.command("apply")
-@click.option("--target", "targets", multiple=True, required=True,
-              help="NAME@REF (a sha, tag or release version), NAME for its pin, or 'all'.")
-@click.option("--into", type=click.Path(path_type=Path),
-              help="Directory to check out into (default: work/<target>; with several targets, "
-                   "DIR/<target>).")
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    required=True,
+    help="NAME@REF (a sha, tag or release version), NAME for its pin, or 'all'.",
+)
+@click.option(
+    "--into",
+    type=click.Path(path_type=Path),
+    help="Directory to check out into (default: work/<target>; with several targets, "
+    "DIR/<target>).",
+)
 @click.option("--upstream", help="A clone, bare repository or URL to fetch the base from first.")
-@click.option("--fuzz", type=click.IntRange(0, 2), default=0, show_default=True,
-              help="Allow hunks to apply with this many context lines ignored (reported loudly).")
+@click.option(
+    "--fuzz",
+    type=click.IntRange(0, 2),
+    default=0,
+    show_default=True,
+    help="Allow hunks to apply with this many context lines ignored (reported loudly).",
+)
 @click.option("--3way", "threeway", is_flag=True, help="Fall back to a 3-way merge on the blobs.")
-@click.option("--allow-unpinned", is_flag=True, help="Accept a base that no pin names (unverified).")
+@click.option(
+    "--allow-unpinned", is_flag=True, help="Accept a base that no pin names (unverified)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(targets, into, upstream, fuzz, threeway, allow_unpinned, as_json, verbose) -> int:
@@ -44,18 +59,31 @@ def command(targets, into, upstream, fuzz, threeway, allow_unpinned, as_json, ve
             dest = ws.project.work_dir / spec.target
         else:
             dest = into / spec.target if len(specs) > 1 else into
-        base = acquire(target, spec.ref, upstream=upstream, allow_unpinned=allow_unpinned,
-                       progress=out.progress)
+        base = acquire(
+            target,
+            spec.ref,
+            upstream=upstream,
+            allow_unpinned=allow_unpinned,
+            progress=out.progress,
+        )
         try:
             report = apply_series(
-                Mirror(target).path, base, series, dest.absolute(),
+                Mirror(target).path,
+                base,
+                series,
+                dest.absolute(),
                 series_version=ws.targets.series_version,
-                options=ApplyOptions(fuzz=fuzz, threeway=threeway), progress=out.progress,
+                options=ApplyOptions(fuzz=fuzz, threeway=threeway),
+                progress=out.progress,
             )
         except (ApplyError, NothingToDo) as exc:
             report = getattr(exc, "report", None)
-            if report is None or (isinstance(exc, ApplyError) and not as_json and len(specs) == 1
-                                  and not report.patches):
+            if report is None or (
+                isinstance(exc, ApplyError)
+                and not as_json
+                and len(specs) == 1
+                and not report.patches
+            ):
                 raise
             if isinstance(exc, ApplyError):
                 report.next_step = exc.hint

@@ -17,9 +17,11 @@ def render_build(report: BuildReport) -> str:
     for wheel in report.wheels:
         prov = wheel.provenance
         lines.append(f"{wheel.path}")
-        lines.append(f"  {prov.distribution} {prov.version}: {prov.upstream_version} "
-                     f"({prov.base_source} base {prov.base_commit[:12]}) + {prov.series_label}, "
-                     f"{len(prov.patches)} patch(es)")
+        lines.append(
+            f"  {prov.distribution} {prov.version}: {prov.upstream_version} "
+            f"({prov.base_source} base {prov.base_commit[:12]}) + {prov.series_label}, "
+            f"{len(prov.patches)} patch(es)"
+        )
         for patch in prov.patches:
             lines.append(f"    {patch.name}")
         lines.append(f"  sha256 {wheel.sha256}  ({wheel.seconds:.1f}s)")
@@ -29,15 +31,34 @@ def render_build(report: BuildReport) -> str:
 
 
 @click.command("build")
-@click.option("--target", "targets", multiple=True, default=("all",), show_default=True,
-              help="sglang, flashinfer or all (NAME@REF builds another pinned release).")
-@click.option("--profile", "profile_name", default=DEFAULT_PROFILE, show_default=True,
-              envvar="PATCHKIT_PROFILE", help="Build profile in build/profiles/ (CUDA variant).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Directory for the wheels (default: dist/ in the project).")
-@click.option("--no-isolation", is_flag=True,
-              help="Build in this environment (its build requirements must be installed) "
-                   "instead of a fresh isolated one.")
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    default=("all",),
+    show_default=True,
+    help="sglang, flashinfer or all (NAME@REF builds another pinned release).",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    envvar="PATCHKIT_PROFILE",
+    help="Build profile in build/profiles/ (CUDA variant).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Directory for the wheels (default: dist/ in the project).",
+)
+@click.option(
+    "--no-isolation",
+    is_flag=True,
+    help="Build in this environment (its build requirements must be installed) "
+    "instead of a fresh isolated one.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(targets, profile_name, out, no_isolation, as_json, verbose) -> int:
@@ -50,8 +71,9 @@ def command(targets, profile_name, out, no_isolation, as_json, verbose) -> int:
         work_root=ws.project.work_dir / "build",
         isolation=not no_isolation,
     )
-    report = build_wheels(ws, ws.expand(targets), profile=profile, options=options,
-                          progress=output.progress)
+    report = build_wheels(
+        ws, ws.expand(targets), profile=profile, options=options, progress=output.progress
+    )
     if as_json:
         output.document(report.to_json())
     else:

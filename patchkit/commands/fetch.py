@@ -12,7 +12,9 @@ from patchkit.workspace import Workspace
 @click.command("fetch")
 @click.option("--target", "targets", multiple=True, required=True, help="NAME@REF or 'all'.")
 @click.option("--upstream", help="A clone, bare repository or URL to fetch from first.")
-@click.option("--allow-unpinned", is_flag=True)
+@click.option(
+    "--allow-unpinned", is_flag=True, help="Accept a base that no pin names (unverified)."
+)
 @click.option("--json", "as_json", is_flag=True)
 def command(targets, upstream, allow_unpinned, as_json) -> int:
     """Resolve and cache the base of each target without touching any work tree."""
@@ -20,11 +22,24 @@ def command(targets, upstream, allow_unpinned, as_json) -> int:
     out = Output(json_mode=as_json, verbose=True)
     docs = []
     for spec in ws.expand(targets):
-        base = acquire(ws.target(spec.target), spec.ref, upstream=upstream,
-                       allow_unpinned=allow_unpinned, progress=out.progress)
-        docs.append({"target": spec.target, "commit": base.commit, "source": base.source,
-                     "stands_for": base.stands_for})
+        base = acquire(
+            ws.target(spec.target),
+            spec.ref,
+            upstream=upstream,
+            allow_unpinned=allow_unpinned,
+            progress=out.progress,
+        )
+        docs.append(
+            {
+                "target": spec.target,
+                "commit": base.commit,
+                "source": base.source,
+                "stands_for": base.stands_for,
+            }
+        )
         out.echo(f"{spec.target}: {base.commit[:12]} ({base.stands_for})")
+        if base.unverified:
+            click.echo(f"WARNING: {base.unverified}", err=True)
     if as_json:
         out.document({"bases": docs})
     return 0

@@ -18,15 +18,19 @@ def render_inspection(report: Inspection) -> str:
         lines.append("  no patchkit provenance: this distribution was not built by patchkit")
     else:
         upstream = prov.upstream_commit or "unknown"
-        lines.append(f"  upstream  {prov.upstream_version} (commit {upstream}, "
-                     f"{prov.base_source} base {prov.base_commit[:12]})")
+        lines.append(
+            f"  upstream  {prov.upstream_version} (commit {upstream}, "
+            f"{prov.base_source} base {prov.base_commit[:12]})"
+        )
         if prov.sdist:
             lines.append(f"  sdist     {prov.sdist} sha256 {prov.sdist_sha256}")
         lines.append(f"  series    {prov.series_label}, {len(prov.patches)} patch(es)")
         for patch in prov.patches:
             lines.append(f"    {patch.name}  {patch.sha256[:12]}  {patch.subject}")
-        lines.append(f"  profile   {prov.profile.get('name', '?')} "
-                     f"(variant {prov.profile.get('variant', '?')})")
+        lines.append(
+            f"  profile   {prov.profile.get('name', '?')} "
+            f"(variant {prov.profile.get('variant', '?')})"
+        )
         tools = ", ".join(f"{k} {v}" for k, v in sorted(prov.tools.items()))
         lines.append(f"  built by  {tools}")
     for sbom in report.sboms:
@@ -42,11 +46,20 @@ def render_inspection(report: Inspection) -> str:
 
 @click.command("inspect")
 @click.argument("wheel", required=False, type=click.Path(path_type=Path))
-@click.option("--installed", "dist", metavar="DIST",
-              help="An installed distribution to check (e.g. sglang) instead of a wheel file.")
-@click.option("--path", "paths", multiple=True, type=click.Path(path_type=Path),
-              help="site-packages directory to look in for --installed (repeatable; default: "
-                   "this interpreter's sys.path).")
+@click.option(
+    "--installed",
+    "dist",
+    metavar="DIST",
+    help="An installed distribution to check (e.g. sglang) instead of a wheel file.",
+)
+@click.option(
+    "--path",
+    "paths",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="site-packages directory to look in for --installed (repeatable; default: "
+    "this interpreter's sys.path).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def command(wheel, dist, paths, as_json) -> int:
     """Show what WHEEL or an --installed distribution carries: upstream, series, patches.

@@ -30,8 +30,9 @@ def command(directory, target, as_json) -> int:
     reports = []
     for d in dirs:
         name = target or detect_target(d)
-        reports.append(status(d.absolute(), ws.target(name), ws.series(name),
-                              ws.targets.series_version))
+        reports.append(
+            status(d.absolute(), ws.target(name), ws.series(name), ws.targets.series_version)
+        )
     if as_json:
         out.document({"status": [r.to_json() for r in reports]})
     else:

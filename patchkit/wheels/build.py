@@ -30,7 +30,7 @@ from packaging.version import Version
 import build as pypa_build
 from patchkit import __version__, gitops
 from patchkit.apply import apply_series
-from patchkit.errors import BuildError, ConfigError
+from patchkit.errors import BuildError, ConfigError, PinError
 from patchkit.locks import locked
 from patchkit.series import Series
 from patchkit.targets import RefSpec, Target
@@ -85,10 +85,17 @@ class WheelBuild:
             "sha256": self.sha256,
             "distribution": prov.distribution,
             "version": prov.version,
-            "series": {"version": prov.series_version, "hash": prov.series_hash,
-                       "patches": [p.name for p in prov.patches]},
-            "upstream": {"version": prov.upstream_version, "commit": prov.upstream_commit,
-                         "base_commit": prov.base_commit, "source": prov.base_source},
+            "series": {
+                "version": prov.series_version,
+                "hash": prov.series_hash,
+                "patches": [p.name for p in prov.patches],
+            },
+            "upstream": {
+                "version": prov.upstream_version,
+                "commit": prov.upstream_commit,
+                "base_commit": prov.base_commit,
+                "source": prov.base_source,
+            },
             "source_date_epoch": prov.source_date_epoch,
             "provenance": self.provenance_path,
             "sbom": self.sbom_path,
@@ -160,14 +167,17 @@ def pin_version(project_dir: Path, version: str, upstream_commit: str | None) ->
     tool = data.get("tool", {})
     requires = " ".join(data.get("build-system", {}).get("requires", []))
     if "version" in project:
-        raise BuildError(f"{name}: its version is static ({project['version']}); patchkit cannot "
-                         "give it the local label")
+        raise BuildError(
+            f"{name}: its version is static ({project['version']}); patchkit cannot "
+            "give it the local label"
+        )
     if "setuptools_scm" in tool or "setuptools-scm" in tool or "setuptools-scm" in requires:
         key = re.sub(r"[-_.]+", "_", name).upper()
         env = {f"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_{key}": version}
         if upstream_commit:
             env[f"SETUPTOOLS_SCM_PRETEND_METADATA_FOR_{key}"] = (
-                f'{{node="g{upstream_commit[:10]}"}}')
+                f'{{node="g{upstream_commit[:10]}"}}'
+            )
         return env
     attr = tool.get("setuptools", {}).get("dynamic", {}).get("version", {}).get("attr")
     if attr:
@@ -184,22 +194,24 @@ def pin_version(project_dir: Path, version: str, upstream_commit: str | None) ->
             text = f"{text}{line}\n"
         path.write_text(text, encoding="utf-8")
         return {}
-    raise BuildError(f"{name}: cannot tell how its build backend sets the version "
-                     "(neither setuptools-scm nor a [tool.setuptools.dynamic] version attr)")
+    raise BuildError(
+        f"{name}: cannot tell how its build backend sets the version "
+        "(neither setuptools-scm nor a [tool.setuptools.dynamic] version attr)"
+    )
 
 
 # --- running the PyPA build frontend ---------------------------------------------------------
 
 
 def _runner(log: Path, extra_env: Mapping[str, str]):
-    def run(cmd: Sequence[str], cwd: str | None = None,
-            extra_environ: Mapping[str, str] | None = None) -> None:
+    def run(
+        cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None
+    ) -> None:
         env = {**os.environ, **(extra_environ or {}), **extra_env}
         with log.open("ab") as fh:
             fh.write(f"$ {' '.join(cmd)}\n".encode())
             fh.flush()
-            subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                           check=True)
+            subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=True)
 
     return run
 
@@ -223,8 +235,12 @@ def _tool_versions(python: str, requirements: Sequence[str]) -> dict[str, str]:
             names.add(canonicalize_name(Requirement(text).name))
         except InvalidRequirement:
             continue
-    result = subprocess.run([python, "-c", TOOL_VERSIONS_SCRIPT, *sorted(names)],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [python, "-c", TOOL_VERSIONS_SCRIPT, *sorted(names)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     versions = json.loads(result.stdout)
     versions["build"] = pypa_build.__version__
     versions["patchkit"] = __version__
@@ -277,20 +293,28 @@ class IsolatedEnvironment:
 def _install_error(requires: Sequence[str], exc: BaseException) -> BuildError:
     detail = ""
     if isinstance(exc, subprocess.CalledProcessError):
-        output = (exc.stderr or exc.stdout or b"")
+        output = exc.stderr or exc.stdout or b""
         text = output.decode(errors="replace") if isinstance(output, bytes) else output
         lines = [ln for ln in text.splitlines() if ln.strip()]
         detail = f": {lines[-1].strip()}" if lines else ""
     else:
         detail = f": {exc}"
-    return BuildError(f"cannot install the build requirements ({', '.join(requires)}) into an "
-                      f"isolated environment{detail}",
-                      hint="check that pip reaches the package index, or install them here and "
-                           "pass --no-isolation")
+    return BuildError(
+        f"cannot install the build requirements ({', '.join(requires)}) into an "
+        f"isolated environment{detail}",
+        hint="check that pip reaches the package index, or install them here and "
+        "pass --no-isolation",
+    )
 
 
-def run_backend(project_dir: Path, outdir: Path, *, env: Mapping[str, str], log: Path,
-                isolated: IsolatedEnvironment | None) -> tuple[Path, dict[str, str]]:
+def run_backend(
+    project_dir: Path,
+    outdir: Path,
+    *,
+    env: Mapping[str, str],
+    log: Path,
+    isolated: IsolatedEnvironment | None,
+) -> tuple[Path, dict[str, str]]:
     """Build the wheel of `project_dir` with the PyPA frontend; returns it and tool versions.
 
     `isolated` is the environment to build in; None builds in this interpreter's environment.
@@ -304,11 +328,15 @@ def run_backend(project_dir: Path, outdir: Path, *, env: Mapping[str, str], log:
                 wheel, tools = _build_isolated(project_dir, outdir, runner, isolated)
             else:
                 wheel, tools = _build_here(project_dir, outdir, runner)
-    except (pypa_build.BuildException, pypa_build.BuildBackendException,
-            subprocess.CalledProcessError) as exc:
+    except (
+        pypa_build.BuildException,
+        pypa_build.BuildBackendException,
+        subprocess.CalledProcessError,
+    ) as exc:
         cause = _last_line(log) or str(exc).splitlines()[0]
-        raise BuildError(f"the build backend failed for {project_dir}: {cause}",
-                         hint=f"the full log is {log}") from None
+        raise BuildError(
+            f"the build backend failed for {project_dir}: {cause}", hint=f"the full log is {log}"
+        ) from None
     if caught:
         with log.open("a", encoding="utf-8") as fh:
             for warning in caught:
@@ -316,8 +344,9 @@ def run_backend(project_dir: Path, outdir: Path, *, env: Mapping[str, str], log:
     return wheel, tools
 
 
-def _build_isolated(project_dir: Path, outdir: Path, runner, isolated: IsolatedEnvironment
-                    ) -> tuple[Path, dict[str, str]]:
+def _build_isolated(
+    project_dir: Path, outdir: Path, runner, isolated: IsolatedEnvironment
+) -> tuple[Path, dict[str, str]]:
     venv = isolated.ready()
     builder = pypa_build.ProjectBuilder.from_isolated_env(venv, project_dir, runner=runner)
     requires = list(builder.build_system_requires)
@@ -336,14 +365,16 @@ def _build_isolated(project_dir: Path, outdir: Path, runner, isolated: IsolatedE
 
 
 def _build_here(project_dir: Path, outdir: Path, runner) -> tuple[Path, dict[str, str]]:
-    builder = pypa_build.ProjectBuilder(project_dir, python_executable=sys.executable,
-                                        runner=runner)
+    builder = pypa_build.ProjectBuilder(
+        project_dir, python_executable=sys.executable, runner=runner
+    )
     missing = builder.check_dependencies("wheel")
     if missing:
         names = sorted({chain[0] for chain in missing})
-        raise BuildError(f"--no-isolation: this environment lacks the build requirements "
-                         f"{', '.join(names)}",
-                         hint="install them, or build without --no-isolation")
+        raise BuildError(
+            f"--no-isolation: this environment lacks the build requirements {', '.join(names)}",
+            hint="install them, or build without --no-isolation",
+        )
     requires = list(builder.build_system_requires)
     wheel = builder.build("wheel", outdir)
     return Path(wheel), _tool_versions(sys.executable, requires)
@@ -381,14 +412,14 @@ def _check_submodules(tree: Path, target: Target, base: Base) -> None:
                 f"{target.name}: the {base.source} base {base.commit[:12]} lacks the submodule "
                 f"{path}; its wheel would miss those files",
                 hint="build from the pinned sdist (a mirror without this git commit: "
-                     "a fresh PATCHKIT_CACHE)")
+                "a fresh PATCHKIT_CACHE)",
+            )
 
 
 def _move_aside(work: Path) -> None:
     """Rename the previous build of this target out of the way (instant; swept later)."""
     if work.exists():
-        os.replace(work, work.with_name(f".trash-{work.name}-{os.getpid()}-"
-                                         f"{time.monotonic_ns()}"))
+        os.replace(work, work.with_name(f".trash-{work.name}-{os.getpid()}-{time.monotonic_ns()}"))
 
 
 def _sweep(work: Path) -> threading.Thread:
@@ -420,28 +451,43 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_target(target: Target, series: Series, base: Base, *, series_version: str,
-                 profile: BuildProfile, options: BuildOptions, cache: Path | None = None,
-                 progress: Progress = _quiet) -> WheelBuild:
+def build_target(
+    target: Target,
+    series: Series,
+    base: Base,
+    *,
+    series_version: str,
+    profile: BuildProfile,
+    options: BuildOptions,
+    cache: Path | None = None,
+    progress: Progress = _quiet,
+) -> WheelBuild:
     """Apply `series` onto `base` in a clean tree and build the patched, versioned wheel."""
     started = time.monotonic()
     release_version = base.release.version if base.release else None
     if release_version is None:
-        raise BuildError(f"{target.name}: the base {base.commit[:12]} is not a pinned release; "
-                         "a wheel needs the upstream version")
+        raise BuildError(
+            f"{target.name}: the base {base.commit[:12]} is not a pinned release; "
+            "a wheel needs the upstream version"
+        )
     version = wheel_version(release_version, profile.variant, series.hash())
     work = options.work_root / target.name
-    with locked(options.work_root / f".{target.name}.lock", f"the build tree {work}",
-                notify=progress):
+    with locked(
+        options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
+    ):
         _move_aside(work)
         work.mkdir(parents=True)
         tree = work / "tree"
         mirror = Mirror(target, cache) if cache else Mirror(target)
-        isolated = (IsolatedEnvironment(base_build_requires(mirror.path, base, target.subdir))
-                    if options.isolation else None)
+        isolated = (
+            IsolatedEnvironment(base_build_requires(mirror.path, base, target.subdir))
+            if options.isolation
+            else None
+        )
         try:
-            report = apply_series(mirror.path, base, series, tree,
-                                  series_version=series_version, progress=progress)
+            report = apply_series(
+                mirror.path, base, series, tree, series_version=series_version, progress=progress
+            )
             sweeper = _sweep(work)  # after the checkout, which it would slow down
             epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
             _check_submodules(tree, target, base)
@@ -449,26 +495,39 @@ def build_target(target: Target, series: Series, base: Base, *, series_version: 
             # see the patch commits, not upstream.  (Moved aside: the next build sweeps it.)
             os.replace(tree / ".git", work / "tree.git")
             project_dir = tree / target.subdir if target.subdir else tree
-            env = {"SOURCE_DATE_EPOCH": str(epoch), "PYTHONHASHSEED": "0",
-                   **pin_version(project_dir, version, base.upstream_commit)}
+            env = {
+                "SOURCE_DATE_EPOCH": str(epoch),
+                "PYTHONHASHSEED": "0",
+                **pin_version(project_dir, version, base.upstream_commit),
+            }
             log = work / "build.log"
-            progress(f"building the {target.name} {version} wheel "
-                     f"({'isolated environment' if isolated else 'this environment'})")
-            raw, tools = run_backend(project_dir, work / "raw", env=env, log=log,
-                                     isolated=isolated)
+            progress(
+                f"building the {target.name} {version} wheel "
+                f"({'isolated environment' if isolated else 'this environment'})"
+            )
+            raw, tools = run_backend(project_dir, work / "raw", env=env, log=log, isolated=isolated)
         finally:
             if isolated is not None:
                 isolated.close()
         name, got = _wheel_metadata(raw)
         _, file_version, _, _ = parse_wheel_filename(raw.name)
         if Version(got) != Version(version) or file_version != Version(version):
-            raise BuildError(f"{target.name}: the backend built version {got} "
-                             f"(file {raw.name}), not {version}",
-                             hint=f"the full log is {log}")
-        prov = make_provenance(distribution=name, version=version, base=base,
-                               upstream_git=target.git, series=series,
-                               series_version=series_version, result_commit=report.result or "",
-                               profile=profile.to_json(), tools=tools, source_date_epoch=epoch)
+            raise BuildError(
+                f"{target.name}: the backend built version {got} (file {raw.name}), not {version}",
+                hint=f"the full log is {log}",
+            )
+        prov = make_provenance(
+            distribution=name,
+            version=version,
+            base=base,
+            upstream_git=target.git,
+            series=series,
+            series_version=series_version,
+            result_commit=report.result or "",
+            profile=profile.to_json(),
+            tools=tools,
+            source_date_epoch=epoch,
+        )
         sbom = make_sbom(prov, series)
         progress(f"writing {raw.name} (reproducible layout, provenance, SBOM)")
         with zipfile.ZipFile(raw) as zf:
@@ -479,30 +538,72 @@ def build_target(target: Target, series: Series, base: Base, *, series_version: 
         normalize_wheel(raw, dest, epoch, {prov_path: prov.dumps(), sbom_path: sbom})
         shutil.rmtree(work / "raw", ignore_errors=True)
         sweeper.join()
-    return WheelBuild(target.name, dest, _sha256(dest), prov, time.monotonic() - started, tree,
-                      log, prov_path, sbom_path)
+    return WheelBuild(
+        target.name,
+        dest,
+        _sha256(dest),
+        prov,
+        time.monotonic() - started,
+        tree,
+        log,
+        prov_path,
+        sbom_path,
+    )
 
 
-def build_wheels(workspace, specs: Sequence[RefSpec], *, profile: BuildProfile,
-                 options: BuildOptions, cache: Path | None = None,
-                 progress: Progress = _quiet) -> BuildReport:
+def build_wheels(
+    workspace,
+    specs: Sequence[RefSpec],
+    *,
+    profile: BuildProfile,
+    options: BuildOptions,
+    cache: Path | None = None,
+    progress: Progress = _quiet,
+) -> BuildReport:
     """Build the patched wheel of every target in `specs` (targets with no patches are skipped)."""
     report = BuildReport(profile=profile, isolation=options.isolation)
     for spec in specs:
         target = workspace.target(spec.target)
         series = workspace.series(spec.target)
         if not series.patches:
-            report.skipped.append(SkippedTarget(spec.target, "its series is empty; upstream's "
-                                                             "own wheel is the one to install"))
+            report.skipped.append(
+                SkippedTarget(
+                    spec.target, "its series is empty; upstream's own wheel is the one to install"
+                )
+            )
             continue
         release = target.release(spec.ref) if spec.ref else target.pinned
         # A pinned sdist is the build's preferred base: hash-checked, the same on every
         # machine, and it carries the submodules and generated files a git checkout lacks.
-        base = acquire(target, spec.ref, progress=progress, cache=cache,
-                       offline_git=True if release and release.sdist else None)
+        try:
+            base = acquire(
+                target,
+                spec.ref,
+                progress=progress,
+                cache=cache,
+                offline_git=True if release and release.sdist else None,
+            )
+        except PinError as exc:
+            if exc.hint and "--allow-unpinned" in exc.hint:
+                raise PinError(
+                    exc.message,
+                    hint="wheels are built only from pinned bases: pin "
+                    f"it with `patchkit rebase --target {target.name}@{spec.ref} "
+                    "--write`",
+                ) from None
+            raise
         if not base.pinned:
             raise ConfigError(f"{target.name}@{spec.ref}: not a pinned base")
-        report.wheels.append(build_target(
-            target, series, base, series_version=workspace.targets.series_version,
-            profile=profile, options=options, cache=cache, progress=progress))
+        report.wheels.append(
+            build_target(
+                target,
+                series,
+                base,
+                series_version=workspace.targets.series_version,
+                profile=profile,
+                options=options,
+                cache=cache,
+                progress=progress,
+            )
+        )
     return report

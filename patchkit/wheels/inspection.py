@@ -16,7 +16,8 @@ from email.parser import HeaderParser
 from importlib import metadata
 from pathlib import Path
 
-from patchkit.errors import UsageError
+from patchkit.archives import archive_problem
+from patchkit.errors import InvalidArchiveError, UsageError
 from patchkit.wheels.provenance import PROVENANCE_FILE, Provenance
 from patchkit.wheels.reproducible import check_record, dist_info_dir, record_hash
 from patchkit.wheels.sbom import SBOM_DIR
@@ -94,19 +95,35 @@ def inspect_wheel(path: Path) -> Inspection:
     except (OSError, zipfile.BadZipFile) as exc:
         raise UsageError(f"{path}: not a readable wheel ({exc})") from None
     with zf:
+        problem = archive_problem(zf.infolist())
+        if problem:
+            raise InvalidArchiveError(f"{path}: invalid archive: {problem}; nothing was read")
         names = zf.namelist()
         try:
             dist_info = dist_info_dir(names)
         except ValueError as exc:
-            raise UsageError(f"{path}: {exc}") from None
+            raise InvalidArchiveError(f"{path}: invalid archive: {exc}") from None
+        if f"{dist_info}/RECORD" not in names or f"{dist_info}/METADATA" not in names:
+            raise InvalidArchiveError(
+                f"{path}: invalid archive: {dist_info}/ lacks RECORD or METADATA"
+            )
         headers = HeaderParser().parsestr(zf.read(f"{dist_info}/METADATA").decode("utf-8"))
         prov_name = f"{dist_info}/{PROVENANCE_FILE}"
         text = zf.read(prov_name).decode("utf-8") if prov_name in names else None
         sboms = sorted(n for n in names if n.startswith(f"{dist_info}/{SBOM_DIR}/"))
         checked = sum(1 for n in names if not n.endswith("/"))
     problems = [FileProblem(name, problem) for name, problem in check_record(path)]
-    return Inspection("wheel", str(path), headers["Name"], headers["Version"], str(path),
-                      _provenance(text, str(path)), sboms, checked, problems)
+    return Inspection(
+        "wheel",
+        str(path),
+        headers["Name"],
+        headers["Version"],
+        str(path),
+        _provenance(text, str(path)),
+        sboms,
+        checked,
+        problems,
+    )
 
 
 def _find_distribution(name: str, paths: list[str] | None) -> metadata.Distribution:
@@ -114,8 +131,10 @@ def _find_distribution(name: str, paths: list[str] | None) -> metadata.Distribut
     for dist in metadata.distributions(name=name, path=search):
         return dist
     where = ", ".join(search) if paths is not None else "this interpreter's sys.path"
-    raise UsageError(f"no installed distribution '{name}' in {where}",
-                     hint="pass --path SITE_PACKAGES for another environment")
+    raise UsageError(
+        f"no installed distribution '{name}' in {where}",
+        hint="pass --path SITE_PACKAGES for another environment",
+    )
 
 
 def inspect_installed(name: str, paths: list[str] | None = None) -> Inspection:
@@ -145,8 +164,17 @@ def inspect_installed(name: str, paths: list[str] | None = None) -> Inspection:
     prov = _provenance(dist.read_text(PROVENANCE_FILE), f"{name} at {location}")
     meta_dir = _dist_info_name(records)
     sboms = sorted(p for p in recorded if meta_dir and p.startswith(f"{meta_dir}/{SBOM_DIR}/"))
-    return Inspection("installed", name, dist.metadata["Name"], dist.version, str(location),
-                      prov, sboms, checked, sorted(problems, key=lambda p: p.path))
+    return Inspection(
+        "installed",
+        name,
+        dist.metadata["Name"],
+        dist.version,
+        str(location),
+        prov,
+        sboms,
+        checked,
+        sorted(problems, key=lambda p: p.path),
+    )
 
 
 def _dist_info_name(records) -> str | None:

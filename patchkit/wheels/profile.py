@@ -35,8 +35,12 @@ class BuildProfile:
     variant_source: str  # which key the variant came from
 
     def to_json(self) -> dict:
-        return {"name": self.name, "file": f"build/profiles/{self.path.name}",
-                "sha256": self.sha256, "variant": self.variant}
+        return {
+            "name": self.name,
+            "file": f"build/profiles/{self.path.name}",
+            "sha256": self.sha256,
+            "variant": self.variant,
+        }
 
 
 def load_build_profile(profiles_dir: Path, name: str) -> BuildProfile:
@@ -44,8 +48,9 @@ def load_build_profile(profiles_dir: Path, name: str) -> BuildProfile:
     path = profiles_dir / f"{name}.toml"
     if not path.is_file():
         known = sorted(p.stem for p in profiles_dir.glob("*.toml")) if profiles_dir.is_dir() else []
-        raise UsageError(f"no build profile '{name}' in {profiles_dir} "
-                         f"(known: {', '.join(known) or 'none'})")
+        raise UsageError(
+            f"no build profile '{name}' in {profiles_dir} (known: {', '.join(known) or 'none'})"
+        )
     raw = path.read_bytes()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -53,12 +58,15 @@ def load_build_profile(profiles_dir: Path, name: str) -> BuildProfile:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     variant, source = _variant(data)
     if variant is None:
-        raise ConfigError(f"{path}: cannot tell the CUDA variant label",
-                          hint="add [build] variant = \"cu130\" (or a [torch] version with a "
-                               "local label)")
+        raise ConfigError(
+            f"{path}: cannot tell the CUDA variant label",
+            hint='add [build] variant = "cu130" (or a [torch] version with a local label)',
+        )
     if not VARIANT_RE.match(variant):
-        raise ConfigError(f"{path}: variant '{variant}' ({source}) is not a lowercase "
-                          "alphanumeric local-version segment")
+        raise ConfigError(
+            f"{path}: variant '{variant}' ({source}) is not a lowercase "
+            "alphanumeric local-version segment"
+        )
     return BuildProfile(name, path, hashlib.sha256(raw).hexdigest(), variant, source)
 
 

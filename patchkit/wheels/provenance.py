@@ -37,13 +37,24 @@ class PatchRecord:
 
     @classmethod
     def of(cls, patch: Patch) -> PatchRecord:
-        return cls(patch.name, patch.sha256, patch.subject, patch.trailer("Origin"),
-                   patch.trailer("Forwarded"), tuple(upstream_links(patch)))
+        return cls(
+            patch.name,
+            patch.sha256,
+            patch.subject,
+            patch.trailer("Origin"),
+            patch.trailer("Forwarded"),
+            tuple(upstream_links(patch)),
+        )
 
     def to_json(self) -> dict:
-        return {"name": self.name, "sha256": self.sha256, "subject": self.subject,
-                "origin": self.origin, "forwarded": self.forwarded,
-                "upstream_links": list(self.upstream_links)}
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "subject": self.subject,
+            "origin": self.origin,
+            "forwarded": self.forwarded,
+            "upstream_links": list(self.upstream_links),
+        }
 
 
 @dataclass(frozen=True)
@@ -108,27 +119,51 @@ class Provenance:
     def from_json(cls, data: dict) -> Provenance:
         up, series = data.get("upstream", {}), data.get("series", {})
         patches = tuple(
-            PatchRecord(p.get("name", "?"), p.get("sha256", ""), p.get("subject", ""),
-                        p.get("origin"), p.get("forwarded"), tuple(p.get("upstream_links", [])))
+            PatchRecord(
+                p.get("name", "?"),
+                p.get("sha256", ""),
+                p.get("subject", ""),
+                p.get("origin"),
+                p.get("forwarded"),
+                tuple(p.get("upstream_links", [])),
+            )
             for p in series.get("patches", [])
         )
         return cls(
-            distribution=data.get("distribution", "?"), version=data.get("version", "?"),
-            target=up.get("target", "?"), upstream_version=up.get("version", "?"),
-            upstream_git=up.get("git", ""), upstream_commit=up.get("commit"),
-            base_commit=up.get("base_commit", ""), base_source=up.get("source", ""),
-            sdist=up.get("sdist"), sdist_sha256=up.get("sdist_sha256"),
-            series_version=series.get("version", "?"), series_hash=series.get("hash", ""),
-            result_commit=series.get("result_commit", ""), patches=patches,
-            profile=data.get("profile", {}), tools=data.get("tools", {}),
+            distribution=data.get("distribution", "?"),
+            version=data.get("version", "?"),
+            target=up.get("target", "?"),
+            upstream_version=up.get("version", "?"),
+            upstream_git=up.get("git", ""),
+            upstream_commit=up.get("commit"),
+            base_commit=up.get("base_commit", ""),
+            base_source=up.get("source", ""),
+            sdist=up.get("sdist"),
+            sdist_sha256=up.get("sdist_sha256"),
+            series_version=series.get("version", "?"),
+            series_hash=series.get("hash", ""),
+            result_commit=series.get("result_commit", ""),
+            patches=patches,
+            profile=data.get("profile", {}),
+            tools=data.get("tools", {}),
             source_date_epoch=int(data.get("source_date_epoch", 0)),
             schema=int(data.get("schema", 0)),
         )
 
 
-def make_provenance(*, distribution: str, version: str, base: Base, upstream_git: str,
-                    series: Series, series_version: str, result_commit: str, profile: dict,
-                    tools: dict[str, str], source_date_epoch: int) -> Provenance:
+def make_provenance(
+    *,
+    distribution: str,
+    version: str,
+    base: Base,
+    upstream_git: str,
+    series: Series,
+    series_version: str,
+    result_commit: str,
+    profile: dict,
+    tools: dict[str, str],
+    source_date_epoch: int,
+) -> Provenance:
     """The provenance of one wheel build."""
     release = base.release
     return Provenance(

@@ -76,8 +76,9 @@ def _zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
     return time.gmtime(max(epoch, ZIP_EPOCH_MIN))[:6]
 
 
-def normalize_wheel(source: Path, dest: Path, epoch: int,
-                    extra: dict[str, bytes] | None = None) -> None:
+def normalize_wheel(
+    source: Path, dest: Path, epoch: int, extra: dict[str, bytes] | None = None
+) -> None:
     """Write `dest`: `source`'s files plus `extra` (paths inside the wheel), reproducibly.
 
     `extra` keys are relative to the wheel root (e.g. `<name>.dist-info/patchkit.json`);
@@ -128,8 +129,9 @@ def normalize_wheel(source: Path, dest: Path, epoch: int,
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 
 
-def _copy_compressed(zin: zipfile.ZipFile, old: zipfile.ZipInfo, zout: zipfile.ZipFile,
-                     info: zipfile.ZipInfo) -> None:
+def _copy_compressed(
+    zin: zipfile.ZipFile, old: zipfile.ZipInfo, zout: zipfile.ZipFile, info: zipfile.ZipInfo
+) -> None:
     """Append `old`'s compressed stream to `zout` under `info` without recompressing it."""
     assert zin.fp is not None and zout.fp is not None
     zin.fp.seek(old.header_offset)

@@ -57,22 +57,32 @@ def make_sbom(prov: Provenance, series: Series) -> bytes:
         bom_ref=f"upstream:{prov.distribution}@{prov.upstream_version}",
         purl=_purl(prov.distribution, prov.upstream_version),
         hashes=[HashType(alg=HashAlgorithm.SHA_256, content=prov.sdist_sha256)]
-        if prov.sdist_sha256 else None,
-        external_references=[ExternalReference(
-            type=ExternalReferenceType.VCS,
-            url=XsUri(prov.upstream_git + (f"#{prov.upstream_commit}" if prov.upstream_commit
-                                           else "")),
-        )] if prov.upstream_git else None,
+        if prov.sdist_sha256
+        else None,
+        external_references=[
+            ExternalReference(
+                type=ExternalReferenceType.VCS,
+                url=XsUri(
+                    prov.upstream_git + (f"#{prov.upstream_commit}" if prov.upstream_commit else "")
+                ),
+            )
+        ]
+        if prov.upstream_git
+        else None,
     )
     patches = []
     for patch in series.patches:
         record = next(r for r in prov.patches if r.name == patch.name)
         link = record.upstream_links[0] if record.upstream_links else None
-        patches.append(Patch(
-            type=PatchClassification.UNOFFICIAL,
-            diff=Diff(text=AttachedText(content=patch.diff, content_type="text/x-diff"),
-                      url=XsUri(link) if link else None),
-        ))
+        patches.append(
+            Patch(
+                type=PatchClassification.UNOFFICIAL,
+                diff=Diff(
+                    text=AttachedText(content=patch.diff, content_type="text/x-diff"),
+                    url=XsUri(link) if link else None,
+                ),
+            )
+        )
     component = Component(
         type=ComponentType.LIBRARY,
         name=prov.distribution,
@@ -80,7 +90,7 @@ def make_sbom(prov: Provenance, series: Series) -> bytes:
         bom_ref=f"{prov.distribution}@{prov.version}",
         purl=_purl(prov.distribution, prov.version),
         description=f"{prov.distribution} {prov.upstream_version} with the patchkit "
-                    f"{prov.series_label}",
+        f"{prov.series_label}",
         pedigree=Pedigree(
             ancestors=[ancestor],
             patches=patches,
@@ -91,16 +101,27 @@ def make_sbom(prov: Provenance, series: Series) -> bytes:
             Property(name="patchkit:series:hash", value=prov.series_hash),
             Property(name="patchkit:base:commit", value=prov.base_commit),
             Property(name="patchkit:profile", value=str(prov.profile.get("name", ""))),
-            *(Property(name=f"patchkit:patch:{r.name}:sha256", value=r.sha256)
-              for r in prov.patches),
+            *(
+                Property(name=f"patchkit:patch:{r.name}:sha256", value=r.sha256)
+                for r in prov.patches
+            ),
         ],
     )
-    tools = ToolRepository(components=[Component(
-        type=ComponentType.APPLICATION, name="patchkit", version=__version__,
-        bom_ref=f"tool:patchkit@{__version__}",
-    )])
-    serial = uuid.uuid5(NAMESPACE, f"{prov.distribution}=={prov.version}:{prov.series_hash}:"
-                                   f"{prov.base_commit}:{prov.profile.get('sha256', '')}")
+    tools = ToolRepository(
+        components=[
+            Component(
+                type=ComponentType.APPLICATION,
+                name="patchkit",
+                version=__version__,
+                bom_ref=f"tool:patchkit@{__version__}",
+            )
+        ]
+    )
+    serial = uuid.uuid5(
+        NAMESPACE,
+        f"{prov.distribution}=={prov.version}:{prov.series_hash}:"
+        f"{prov.base_commit}:{prov.profile.get('sha256', '')}",
+    )
     bom = Bom(serial_number=serial)
     bom.metadata.component = component
     bom.metadata.tools = tools

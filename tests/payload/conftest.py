@@ -61,8 +61,9 @@ def prepare_tree(target: str, patched: bool) -> Path:
     kind = "patched" if patched else "base"
     tree = _cache_root() / "trees" / f"{target}-{spec.pin}-{kind}-{series.hash()[:16]}"
     try:
-        apply_series(Mirror(spec).path, base, series, tree,
-                     series_version=ws.targets.series_version)
+        apply_series(
+            Mirror(spec).path, base, series, tree, series_version=ws.targets.series_version
+        )
     except NothingToDo:
         pass
     return tree

@@ -27,29 +27,52 @@ def record(section: str, line: str) -> None:
     FIGURES.setdefault(section, []).append(line)
 
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-           "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_AUTHOR_DATE": "1700000000 +0000",
+    "GIT_COMMITTER_DATE": "1700000000 +0000",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+}
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **GIT_ENV},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
-def cli(*args: str, env: dict[str, str], cwd: Path | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], cwd=cwd or ROOT,
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *args],
+        cwd=cwd or ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_cli(*args: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "patchkit", *args], cwd=ROOT,
-                            env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "patchkit", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def snapshot(path: Path) -> dict[str, bytes | str]:
@@ -82,8 +105,12 @@ class Toy:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"PATCHKIT_PROJECT": str(self.project), "PATCHKIT_CACHE": str(self.cache),
-                "PATCHKIT_OFFLINE_GIT": "0", "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple"}
+        return {
+            "PATCHKIT_PROJECT": str(self.project),
+            "PATCHKIT_CACHE": str(self.cache),
+            "PATCHKIT_OFFLINE_GIT": "0",
+            "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",
+        }
 
     def write_series(self, patches: dict[str, bytes], order: list[str] | None = None) -> None:
         d = self.project / "patches" / "toy"
@@ -132,20 +159,36 @@ def make_upstream(root: Path, seed: int = 0) -> tuple[Path, str, dict[str, bytes
     git(work, "checkout", "-q", "-b", "series")
     edits = [
         ("edit module 0", lambda: _edit(work / "pkg/mod00/file00.py", 5, "patched line A")),
-        ("edit modules 1 and 2", lambda: (_edit(work / "pkg/mod01/file03.py", 10, "patched B"),
-                                          _edit(work / "pkg/mod02/file07.py", 20, "patched C"))),
+        (
+            "edit modules 1 and 2",
+            lambda: (
+                _edit(work / "pkg/mod01/file03.py", 10, "patched B"),
+                _edit(work / "pkg/mod02/file07.py", 20, "patched C"),
+            ),
+        ),
         ("add a new module", lambda: _write(work / "pkg/mod03/new_module.py", "added = True\n")),
         ("delete a file", lambda: (work / "pkg/mod04/file09.py").unlink()),
-        ("rename a file", lambda: (work / "pkg/mod05/file01.py").rename(
-            work / "pkg/mod05/renamed.py")),
+        (
+            "rename a file",
+            lambda: (work / "pkg/mod05/file01.py").rename(work / "pkg/mod05/renamed.py"),
+        ),
     ]
     for subject, change in edits:
         change()
         git(work, "add", "-A")
         git(work, "commit", "-qm", subject)
     out = root / "format-patch"
-    git(work, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-stat", "-o",
-        str(out), f"{base}..series")
+    git(
+        work,
+        "format-patch",
+        "-q",
+        "--zero-commit",
+        "--no-signature",
+        "--no-stat",
+        "-o",
+        str(out),
+        f"{base}..series",
+    )
     patches = {}
     for i, p in enumerate(sorted(out.glob("*.patch")), 1):
         patches[f"toy-{i:02d}.patch"] = p.read_bytes()
@@ -182,15 +225,21 @@ commit = "{commit}"
 {sdist}"""
 
 
-def make_project(project: Path, upstream: Path, base: str, patches: dict[str, bytes],
-                 sdist_sha256: str | None = None) -> None:
+def make_project(
+    project: Path,
+    upstream: Path,
+    base: str,
+    patches: dict[str, bytes],
+    sdist_sha256: str | None = None,
+) -> None:
     d = project / "patches" / "toy"
     d.mkdir(parents=True)
     sdist = ""
     if sdist_sha256:
         sdist = f'sdist = "toy==1.0"\nsdist_sha256 = "{sdist_sha256}"\n'
     (project / "patches" / "targets.toml").write_text(
-        TARGETS.format(git=upstream, commit=base, sdist=sdist))
+        TARGETS.format(git=upstream, commit=base, sdist=sdist)
+    )
     for name, raw in patches.items():
         (d / name).write_bytes(raw)
     (d / "series").write_text("".join(f"{n}\n" for n in patches))
@@ -229,8 +278,12 @@ def toy_sdist(commit_id: str | None = None, files: int = 60) -> bytes:
     for i in range(files):
         members.append(file_member(f"toy-1.0/toy/m{i:03d}.py", f"value = {i}\n".encode() * 30))
     if commit_id:
-        members.append(file_member("toy-1.0/toy/_version.py",
-                                   f"__version__ = '1.0'\ncommit_id = 'g{commit_id}'\n".encode()))
+        members.append(
+            file_member(
+                "toy-1.0/toy/_version.py",
+                f"__version__ = '1.0'\ncommit_id = 'g{commit_id}'\n".encode(),
+            )
+        )
     return make_sdist(members)
 
 
@@ -238,8 +291,9 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def toy_sdist_project(root: Path, sdist: bytes, commit: str, pin_sha256: str | None = None,
-                      seed_cache: bool = True) -> Toy:
+def toy_sdist_project(
+    root: Path, sdist: bytes, commit: str, pin_sha256: str | None = None, seed_cache: bool = True
+) -> Toy:
     """A project whose only source for toy 1.0 is an sdist already in the cache."""
     root.mkdir(parents=True, exist_ok=True)
     project = root / "project"
@@ -260,13 +314,23 @@ def toy_sdist_project(root: Path, sdist: bytes, commit: str, pin_sha256: str | N
 
 def git_ok(repo: Path, *args: str, bare: bool = False) -> bool:
     cmd = ["git", *(["--git-dir", str(repo)] if bare else []), *args]
-    return subprocess.run(cmd, cwd=None if bare else repo, capture_output=True,
-                          env={**os.environ, **GIT_ENV}).returncode == 0
+    return (
+        subprocess.run(
+            cmd, cwd=None if bare else repo, capture_output=True, env={**os.environ, **GIT_ENV}
+        ).returncode
+        == 0
+    )
 
 
 def rev(repo: Path, ref: str, bare: bool = False) -> str | None:
-    cmd = ["git", *(["--git-dir", str(repo)] if bare else []), "rev-parse", "--verify", "-q",
-           f"{ref}^{{commit}}"]
+    cmd = [
+        "git",
+        *(["--git-dir", str(repo)] if bare else []),
+        "rev-parse",
+        "--verify",
+        "-q",
+        f"{ref}^{{commit}}",
+    ]
     out = subprocess.run(cmd, cwd=None if bare else repo, capture_output=True, text=True)
     return out.stdout.strip() or None
 
@@ -281,8 +345,12 @@ def checkout_problems(tree: Path, allowed_heads: set[str]) -> list[str]:
     head = rev(tree, "HEAD")
     if head not in allowed_heads:
         problems.append(f"HEAD {head} is neither the old nor the new state")
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=tree,
-                            capture_output=True, text=True)
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
     if status.returncode != 0 or status.stdout.strip():
         problems.append(f"not clean: {status.stdout.strip()[:200] or status.stderr.strip()}")
     if not git_ok(tree, "fsck", "--no-dangling", "--no-progress"):
@@ -299,8 +367,11 @@ def cache_problems(cache: Path, sdist_pins: dict[str, str] | None = None) -> lis
         elif not git_ok(mirror, "fsck", "--no-dangling", "--no-progress", bare=True):
             problems.append(f"{mirror.name}: fsck fails")
         else:
-            refs = subprocess.run(["git", "--git-dir", str(mirror), "for-each-ref",
-                                   "--format=%(objectname)"], capture_output=True, text=True)
+            refs = subprocess.run(
+                ["git", "--git-dir", str(mirror), "for-each-ref", "--format=%(objectname)"],
+                capture_output=True,
+                text=True,
+            )
             for sha in refs.stdout.split():
                 if not git_ok(mirror, "cat-file", "-e", f"{sha}^{{commit}}", bare=True):
                     problems.append(f"{mirror.name}: a ref names missing {sha}")
@@ -327,8 +398,11 @@ def leftovers(parent: Path, name: str, cache: Path) -> list[str]:
 def one_or_two_lines(stderr: str) -> bool:
     """A user-facing failure: one or two `patchkit:` lines, no traceback."""
     lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("  [")]
-    return (1 <= len(lines) <= 2 and all(ln.startswith("patchkit: ") for ln in lines)
-            and "Traceback" not in stderr)
+    return (
+        1 <= len(lines) <= 2
+        and all(ln.startswith("patchkit: ") for ln in lines)
+        and "Traceback" not in stderr
+    )
 
 
 def dedent(text: str) -> bytes:

@@ -44,8 +44,11 @@ def test_simultaneous_applies_one_cache(tmp_path, n):
     corrupted += bool(cache_issues)
     if len(heads) != 1:
         problems.append(f"different results: {heads}")
-    record(SECTION, f"{n} simultaneous applies, one cold cache, separate directories: "
-                    f"{corrupted} corrupted outcomes (goal 0)")
+    record(
+        SECTION,
+        f"{n} simultaneous applies, one cold cache, separate directories: "
+        f"{corrupted} corrupted outcomes (goal 0)",
+    )
     assert corrupted == 0 and len(heads) == 1, problems + cache_issues
 
 
@@ -57,12 +60,18 @@ def test_simultaneous_applies_one_target(tmp_path, n):
     codes = sorted(rc for rc, _, _ in results)
     waited = sum("waiting for another patchkit process" in err for _, _, err in results)
     head = rev(into, "HEAD")
-    issues = (checkout_problems(into, {head}) + cache_problems(toy.cache)
-              + leftovers(tmp_path, "wt", toy.cache))
+    issues = (
+        checkout_problems(into, {head})
+        + cache_problems(toy.cache)
+        + leftovers(tmp_path, "wt", toy.cache)
+    )
     # One applies (0); the rest waited for it and found nothing to do (3).
     corrupted = int(bool(issues)) + sum(rc not in (0, 3) for rc in codes)
-    record(SECTION, f"{n} simultaneous applies into the same directory: exit codes {codes}, "
-                    f"{waited} said they were waiting, {corrupted} corrupted outcomes (goal 0)")
+    record(
+        SECTION,
+        f"{n} simultaneous applies into the same directory: exit codes {codes}, "
+        f"{waited} said they were waiting, {corrupted} corrupted outcomes (goal 0)",
+    )
     assert corrupted == 0 and codes.count(0) == 1, (codes, issues, [e for _, _, e in results])
 
 
@@ -70,8 +79,12 @@ def test_two_applies_racing_on_the_real_sglang_import(tmp_path, sglang_sdist):
     cache = tmp_path / "cache"
     (cache / "sdists").mkdir(parents=True)
     os.link(sglang_sdist, cache / "sdists" / sglang_sdist.name)
-    env = {"PATCHKIT_PROJECT": str(ROOT), "PATCHKIT_CACHE": str(cache),
-           "PATCHKIT_OFFLINE_GIT": "1", "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple"}
+    env = {
+        "PATCHKIT_PROJECT": str(ROOT),
+        "PATCHKIT_CACHE": str(cache),
+        "PATCHKIT_OFFLINE_GIT": "1",
+        "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
     dirs = [tmp_path / "a", tmp_path / "b"]
     results = _run_all([("apply", "--target", "sglang", "--into", str(d)) for d in dirs], env)
     heads = {rev(d, "HEAD") for d in dirs}
@@ -80,8 +93,11 @@ def test_two_applies_racing_on_the_real_sglang_import(tmp_path, sglang_sdist):
     issues += cache_problems(cache) + [str(p) for p in (cache / "tmp").iterdir()]
     if len(heads) != 1 or None in heads:
         issues.append(f"results differ: {heads}")
-    record(SECTION, f"2 simultaneous applies of sglang racing on the sdist import: "
-                    f"{waited} waited for the mirror, {len(issues)} corrupted outcomes (goal 0)")
+    record(
+        SECTION,
+        f"2 simultaneous applies of sglang racing on the sdist import: "
+        f"{waited} waited for the mirror, {len(issues)} corrupted outcomes (goal 0)",
+    )
     assert not issues
     for d in dirs:
         shutil.rmtree(d)

@@ -50,24 +50,30 @@ def corpus(tmp_path_factory) -> list[dict]:
     index = make_corpus.generate(dest)
     committed = snapshot(CORPUS)
     if committed and committed != snapshot(dest):
-        pytest.fail("tests/reliability/corpus differs from make_corpus.py's output; "
-                    "run `python tests/reliability/make_corpus.py`")
+        pytest.fail(
+            "tests/reliability/corpus differs from make_corpus.py's output; "
+            "run `python tests/reliability/make_corpus.py`"
+        )
     for case in index:
         case["dir"] = dest / case["id"]
     yield index
     for kind, f in FIGS.items():
-        record("hostile-input corpus (tests/reliability/test_corpus.py)",
-               f"{kind}: {f.cases} cases -> refused cleanly {f.refused_cleanly}/{f.cases} "
-               f"(goal all), tracebacks {f.tracebacks} (goal 0), "
-               f"files written outside the target {f.outside_writes} (goal 0)")
+        record(
+            "hostile-input corpus (tests/reliability/test_corpus.py)",
+            f"{kind}: {f.cases} cases -> refused cleanly {f.refused_cleanly}/{f.cases} "
+            f"(goal all), tracebacks {f.tracebacks} (goal 0), "
+            f"files written outside the target {f.outside_writes} (goal 0)",
+        )
     total = Figures()
     for f in FIGS.values():
         for attr in ("cases", "refused_cleanly", "tracebacks", "outside_writes"):
             setattr(total, attr, getattr(total, attr) + getattr(f, attr))
-    record("hostile-input corpus (tests/reliability/test_corpus.py)",
-           f"TOTAL: {total.cases} generated cases -> refused cleanly {total.refused_cleanly}/"
-           f"{total.cases}, tracebacks {total.tracebacks}, files written outside "
-           f"{total.outside_writes}")
+    record(
+        "hostile-input corpus (tests/reliability/test_corpus.py)",
+        f"TOTAL: {total.cases} generated cases -> refused cleanly {total.refused_cleanly}/"
+        f"{total.cases}, tracebacks {total.tracebacks}, files written outside "
+        f"{total.outside_writes}",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +84,24 @@ def warm_toy(tmp_path_factory) -> Toy:
 
 
 def _outside_state(root: Path) -> dict:
-    state = {k: v for k, v in snapshot(root).items()
-             if not k.startswith(("cache", "project/patches", "wt")) and not k.endswith(".lock")}
+    state = {
+        k: v
+        for k, v in snapshot(root).items()
+        if not k.startswith(("cache", "project/patches", "wt")) and not k.endswith(".lock")
+    }
     state["/tmp escapes"] = [str(p) for p in ESCAPES if os.path.lexists(p)]
     return state
 
 
-def _judge(kind: str, cid: str, done, names: list[str], before: dict, after: dict,
-           extra_problems: list[str]) -> None:
+def _judge(
+    kind: str,
+    cid: str,
+    done,
+    names: list[str],
+    before: dict,
+    after: dict,
+    extra_problems: list[str],
+) -> None:
     figs = FIGS.setdefault(kind, Figures())
     figs.cases += 1
     text = done.stdout + done.stderr
@@ -129,8 +145,9 @@ def test_hostile_patches_refused(corpus, warm_toy):
         before = _outside_state(toy.root)
         done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
         extra = ["a work tree was created"] if into.exists() else []
-        _judge("patches", case["id"], done, ["hostile.patch"], before,
-               _outside_state(toy.root), extra)
+        _judge(
+            "patches", case["id"], done, ["hostile.patch"], before, _outside_state(toy.root), extra
+        )
         shutil.rmtree(into, ignore_errors=True)
     figs = FIGS["patches"]
     assert figs.refused_cleanly == figs.cases, "\n".join(figs.failures)
@@ -153,8 +170,9 @@ def test_hostile_series_refused(corpus, warm_toy):
         before = _outside_state(toy.root)
         done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
         extra = ["a work tree was created"] if into.exists() else []
-        _judge("series files", case["id"], done, ["series"], before, _outside_state(toy.root),
-               extra)
+        _judge(
+            "series files", case["id"], done, ["series"], before, _outside_state(toy.root), extra
+        )
         shutil.rmtree(into, ignore_errors=True)
     figs = FIGS["series files"]
     assert figs.refused_cleanly == figs.cases, "\n".join(figs.failures)
@@ -173,8 +191,9 @@ def test_hostile_sdists_refused(corpus, tmp_path):
             extra.append("imported into the mirror")
         if (toy.cache / "tmp").exists() and any((toy.cache / "tmp").iterdir()):
             extra.append("left scratch files in the cache")
-        _judge("sdists", case["id"], done, ["toy-1.0.tar.gz"], before, _outside_state(toy.root),
-               extra)
+        _judge(
+            "sdists", case["id"], done, ["toy-1.0.tar.gz"], before, _outside_state(toy.root), extra
+        )
     figs = FIGS["sdists"]
     assert figs.refused_cleanly == figs.cases, "\n".join(figs.failures)
 
@@ -187,8 +206,10 @@ def test_hostile_wheels_reported_invalid(corpus, tmp_path, verb):
     """`verify --wheelhouse` and `inspect` on hostile wheels: invalid, nothing read or written
     outside the scratch directory."""
     if not (COMMANDS / f"{verb}.py").exists():
-        record("hostile-input corpus (tests/reliability/test_corpus.py)",
-               f"wheels via `patchkit {verb}`: the command does not exist yet; not run")
+        record(
+            "hostile-input corpus (tests/reliability/test_corpus.py)",
+            f"wheels via `patchkit {verb}`: the command does not exist yet; not run",
+        )
         pytest.skip(f"patchkit {verb} does not exist yet")
     label = f"wheels ({'verify --wheelhouse' if verb == 'verify' else 'inspect'})"
     for case in _cases(corpus, "wheel"):
@@ -200,23 +221,35 @@ def test_hostile_wheels_reported_invalid(corpus, tmp_path, verb):
         sentinel = scratch / "sentinel"
         sentinel.mkdir()
         (sentinel / "precious.txt").write_text("do not touch\n")
-        env = {"PATCHKIT_CACHE": str(scratch / "cache"), "XDG_CACHE_HOME": str(scratch / "xdg"),
-               "HOME": str(scratch / "home")}
-        args = (("verify", "--wheelhouse", str(house), "--no-cache") if verb == "verify"
-                else ("inspect", str(wheel)))
+        env = {
+            "PATCHKIT_CACHE": str(scratch / "cache"),
+            "XDG_CACHE_HOME": str(scratch / "xdg"),
+            "HOME": str(scratch / "home"),
+        }
+        args = (
+            ("verify", "--wheelhouse", str(house), "--no-cache")
+            if verb == "verify"
+            else ("inspect", str(wheel))
+        )
         before = _outside_state(scratch)
         done = cli(*args, env=env, cwd=scratch)
         text = (done.stdout + done.stderr).lower()
-        extra = [] if ("invalid" in text or "not a valid" in text) else [
-            "the archive is not reported invalid"]
-        after = {k: v for k, v in _outside_state(scratch).items()
-                 if not k.startswith(("xdg", "home"))}
+        extra = (
+            []
+            if ("invalid" in text or "not a valid" in text)
+            else ["the archive is not reported invalid"]
+        )
+        after = {
+            k: v for k, v in _outside_state(scratch).items() if not k.startswith(("xdg", "home"))
+        }
         before = {k: v for k, v in before.items() if not k.startswith(("xdg", "home"))}
         _judge(label, case["id"], done, [], before, after, extra)
     figs = FIGS[label]
     if figs.refused_cleanly != figs.cases and figs.tracebacks == 0 and figs.outside_writes == 0:
         # Reading safely but not calling the archive invalid is a gap of that command, kept
         # visible here and in docs/reliability.md rather than failing every run.
-        pytest.xfail(f"patchkit {verb} does not report every hostile wheel as invalid:\n"
-                     + "\n".join(figs.failures))
+        pytest.xfail(
+            f"patchkit {verb} does not report every hostile wheel as invalid:\n"
+            + "\n".join(figs.failures)
+        )
     assert figs.refused_cleanly == figs.cases, "\n".join(figs.failures)

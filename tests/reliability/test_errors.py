@@ -16,8 +16,10 @@ def test_traceback_only_with_debug(toy):
     assert plain.returncode == 1 and one_or_two_lines(plain.stderr), plain.stderr
     assert "hostile.patch" in plain.stderr and "Traceback" not in plain.stderr
     assert "Traceback" in debug.stderr and "PatchFormatError" in debug.stderr
-    record("clear errors (tests/reliability/test_errors.py)",
-           "hostile patch: one line without --debug, a traceback with --debug")
+    record(
+        "clear errors (tests/reliability/test_errors.py)",
+        "hostile patch: one line without --debug, a traceback with --debug",
+    )
 
 
 def test_lock_timeout_and_internal_errors_are_one_or_two_lines(tmp_path):

@@ -46,7 +46,7 @@ def mutate(rng: random.Random, data: bytes, tokens: list[bytes]) -> bytes:
         if op == 0:
             out[i] = rng.randrange(256)
         elif op == 1:
-            del out[i:i + rng.randint(1, 64)]
+            del out[i : i + rng.randint(1, 64)]
         elif op == 2:
             out[i:i] = rng.choice(tokens)
         elif op == 3:
@@ -61,19 +61,40 @@ def mutate(rng: random.Random, data: bytes, tokens: list[bytes]) -> bytes:
             out = bytearray(b"\n".join(lines))
         elif op == 6:
             number = str(rng.choice([0, 1, 2, 7, 40, 10**9, 10**20, -1])).encode()
-            out[i:i + 1] = number
+            out[i : i + 1] = number
         else:
             out[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
     return bytes(out)
 
 
-PATCH_TOKENS = [b"\n", b"@@ -1,3 +1,4 @@\n", b"@@ -0,0 +1 @@\n", b"diff --git a/x b/x\n",
-                b"--- a/x\n", b"+++ b/x\n", b"--- /dev/null\n", b"+++ /dev/null\n",
-                b"new file mode 120000\n", b"deleted file mode 100644\n", b"rename from ../x\n",
-                b"rename to /etc/x\n", b"GIT binary patch\n", b"\\ No newline at end of file\n",
-                b"\r\n", b"\x00", b"\xff\xfe", b"From: <>\n", b"Subject: \n", b"Date: x\n",
-                b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n",
-                b"-- \n", b" context\n", b"+added\n", b"-removed\n", b"a/.git/config"]
+PATCH_TOKENS = [
+    b"\n",
+    b"@@ -1,3 +1,4 @@\n",
+    b"@@ -0,0 +1 @@\n",
+    b"diff --git a/x b/x\n",
+    b"--- a/x\n",
+    b"+++ b/x\n",
+    b"--- /dev/null\n",
+    b"+++ /dev/null\n",
+    b"new file mode 120000\n",
+    b"deleted file mode 100644\n",
+    b"rename from ../x\n",
+    b"rename to /etc/x\n",
+    b"GIT binary patch\n",
+    b"\\ No newline at end of file\n",
+    b"\r\n",
+    b"\x00",
+    b"\xff\xfe",
+    b"From: <>\n",
+    b"Subject: \n",
+    b"Date: x\n",
+    b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n",
+    b"-- \n",
+    b" context\n",
+    b"+added\n",
+    b"-removed\n",
+    b"a/.git/config",
+]
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +121,12 @@ def test_fuzz_parse_patch(patch_seeds):
             uncaught.append(f"input {n}: {type(exc).__name__}: {exc}")
         assert time.monotonic() - start < TIME_LIMIT_S, "fuzzing exceeded its time bound"
     seconds = time.monotonic() - start
-    record(SECTION, f"series.parse_patch: {PATCH_INPUTS} mutated patches (seed {SEED}) in "
-                    f"{seconds:.1f}s -> {refused} refused with PatchFormatError, "
-                    f"{len(uncaught)} uncaught exceptions (goal 0)")
+    record(
+        SECTION,
+        f"series.parse_patch: {PATCH_INPUTS} mutated patches (seed {SEED}) in "
+        f"{seconds:.1f}s -> {refused} refused with PatchFormatError, "
+        f"{len(uncaught)} uncaught exceptions (goal 0)",
+    )
     assert not uncaught, uncaught[:5]
 
 
@@ -110,11 +134,23 @@ _line = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.one_of(
-    _line, st.sampled_from([t.decode("latin-1") for t in PATCH_TOKENS]),
-    st.builds(lambda a, b, c, d: f"@@ -{a},{b} +{c},{d} @@", st.integers(-2, 10**12),
-              st.integers(-2, 99), st.integers(0, 10**12), st.integers(0, 99)),
-    st.builds(lambda p: f"diff --git a/{p} b/{p}", _line)), max_size=40))
+@given(
+    st.lists(
+        st.one_of(
+            _line,
+            st.sampled_from([t.decode("latin-1") for t in PATCH_TOKENS]),
+            st.builds(
+                lambda a, b, c, d: f"@@ -{a},{b} +{c},{d} @@",
+                st.integers(-2, 10**12),
+                st.integers(-2, 99),
+                st.integers(0, 10**12),
+                st.integers(0, 99),
+            ),
+            st.builds(lambda p: f"diff --git a/{p} b/{p}", _line),
+        ),
+        max_size=40,
+    )
+)
 def test_fuzz_parse_patch_structured(lines):
     text = make_corpus.HEADER.format(subject="fuzz") + "\n".join(lines)
     try:
@@ -154,9 +190,12 @@ def test_fuzz_elf_reader():
         except Exception as exc:  # noqa: BLE001
             uncaught.append(f"input {n}: {type(exc).__name__}: {exc}")
         assert time.monotonic() - start < TIME_LIMIT_S, "fuzzing exceeded its time bound"
-    record(SECTION, f"abi.elf.read_elf: {ELF_INPUTS} mutated shared objects in "
-                    f"{time.monotonic() - start:.1f}s -> {parsed} read, the rest refused with "
-                    f"MalformedElf, {len(uncaught)} uncaught exceptions (goal 0)")
+    record(
+        SECTION,
+        f"abi.elf.read_elf: {ELF_INPUTS} mutated shared objects in "
+        f"{time.monotonic() - start:.1f}s -> {parsed} read, the rest refused with "
+        f"MalformedElf, {len(uncaught)} uncaught exceptions (goal 0)",
+    )
     assert not uncaught, uncaught[:5]
 
 
@@ -168,11 +207,25 @@ def _fatbin_seed(rng: random.Random) -> bytes:
     cubin = bytearray(b"\x7fELF\x02\x01\x01" + bytes(57))
     struct.pack_into("<H", cubin, 18, fatbin.EM_CUDA)
     entries = b""
-    for kind, payload, arch, flags in ((fatbin.KIND_PTX, ptx, 120, fatbin.FLAG_ARCH_A),
-                                       (fatbin.KIND_CUBIN, bytes(cubin), 120, 0),
-                                       (fatbin.KIND_CUBIN, bytes(3000), 100, fatbin.FLAG_LZ4)):
-        header = struct.pack("<HHIQIIHHI8xQ8xQ", kind, 0x101, 0x40, len(payload), len(payload),
-                             0, 8, 8, arch, flags, len(payload) * 4)
+    for kind, payload, arch, flags in (
+        (fatbin.KIND_PTX, ptx, 120, fatbin.FLAG_ARCH_A),
+        (fatbin.KIND_CUBIN, bytes(cubin), 120, 0),
+        (fatbin.KIND_CUBIN, bytes(3000), 100, fatbin.FLAG_LZ4),
+    ):
+        header = struct.pack(
+            "<HHIQIIHHI8xQ8xQ",
+            kind,
+            0x101,
+            0x40,
+            len(payload),
+            len(payload),
+            0,
+            8,
+            8,
+            arch,
+            flags,
+            len(payload) * 4,
+        )
         entries += header + payload
     return struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, len(entries)) + entries
 
@@ -182,8 +235,14 @@ def test_fuzz_fatbin_reader():
 
     rng = random.Random(SEED)
     seed = _fatbin_seed(rng)
-    tokens = [struct.pack("<I", fatbin.FATBIN_MAGIC), struct.pack("<Q", 2**64 - 1),
-              struct.pack("<H", 2), struct.pack("<I", fatbin.FLAG_ZSTD), b"\x7fELF", bytes(16)]
+    tokens = [
+        struct.pack("<I", fatbin.FATBIN_MAGIC),
+        struct.pack("<Q", 2**64 - 1),
+        struct.pack("<H", 2),
+        struct.pack("<I", fatbin.FLAG_ZSTD),
+        b"\x7fELF",
+        bytes(16),
+    ]
     allowed = (fatbin.MalformedFatbin, fatbin.CompressionUnavailable)
     start = time.monotonic()
     uncaught: list[str] = []
@@ -192,15 +251,18 @@ def test_fuzz_fatbin_reader():
         data = mutate(rng, seed, tokens)
         try:
             parsed += bool(fatbin.describe(data, 0, len(data)))
-            fatbin.cubin_info(data[rng.randrange(len(data) or 1):] if data else data)
+            fatbin.cubin_info(data[rng.randrange(len(data) or 1) :] if data else data)
         except allowed:
             pass
         except Exception as exc:  # noqa: BLE001
             uncaught.append(f"input {n}: {type(exc).__name__}: {exc}")
         assert time.monotonic() - start < TIME_LIMIT_S, "fuzzing exceeded its time bound"
-    record(SECTION, f"abi.fatbin.describe + cubin_info: {FATBIN_INPUTS} mutated fatbins in "
-                    f"{time.monotonic() - start:.1f}s -> {parsed} described, the rest refused, "
-                    f"{len(uncaught)} uncaught exceptions (goal 0)")
+    record(
+        SECTION,
+        f"abi.fatbin.describe + cubin_info: {FATBIN_INPUTS} mutated fatbins in "
+        f"{time.monotonic() - start:.1f}s -> {parsed} described, the rest refused, "
+        f"{len(uncaught)} uncaught exceptions (goal 0)",
+    )
     assert not uncaught, uncaught[:5]
 
 
@@ -228,11 +290,26 @@ def test_fuzz_parse_patch_atheris(tmp_path, patch_seeds):
     for i, data in enumerate(patch_seeds):
         (seeds / f"seed{i}").write_bytes(data)
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", ATHERIS_SCRIPT, f"-runs={ATHERIS_RUNS}",
-                           "-max_len=8192", "-seed=8", str(seeds)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ATHERIS_SCRIPT,
+            f"-runs={ATHERIS_RUNS}",
+            "-max_len=8192",
+            "-seed=8",
+            str(seeds),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIME_LIMIT_S,
+    )
     crashed = done.returncode != 0
-    record(SECTION, f"atheris (coverage-guided) on series.parse_patch: {ATHERIS_RUNS} runs in "
-                    f"{time.monotonic() - start:.1f}s -> "
-                    f"{'an uncaught exception' if crashed else '0 uncaught exceptions'}")
+    record(
+        SECTION,
+        f"atheris (coverage-guided) on series.parse_patch: {ATHERIS_RUNS} runs in "
+        f"{time.monotonic() - start:.1f}s -> "
+        f"{'an uncaught exception' if crashed else '0 uncaught exceptions'}",
+    )
     assert not crashed, done.stderr[-2000:]

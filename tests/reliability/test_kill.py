@@ -40,10 +40,16 @@ from reliability_support import (
 SEED = int(os.environ.get("PATCHKIT_KILL_SEED", "20260815"))
 SIGNALS = [signal.SIGKILL] * 7 + [signal.SIGTERM] * 2 + [signal.SIGINT] * 2
 # (scenario, number of kills): 52 in all.
-PLAN = [("apply into a new directory", 12), ("apply onto an existing checkout", 10),
-        ("git import into the mirror", 4), ("sdist import (small sdist)", 6),
-        ("sdist import (real sglang 0.5.9)", 2), ("SIGKILL inside the in-place git checkout", 5),
-        ("rebase --write onto a new release", 8), ("SIGKILL between rebase --write's files", 5)]
+PLAN = [
+    ("apply into a new directory", 12),
+    ("apply onto an existing checkout", 10),
+    ("git import into the mirror", 4),
+    ("sdist import (small sdist)", 6),
+    ("sdist import (real sglang 0.5.9)", 2),
+    ("SIGKILL inside the in-place git checkout", 5),
+    ("rebase --write onto a new release", 8),
+    ("SIGKILL between rebase --write's files", 5),
+]
 
 # Runs the CLI with the in-place checkout replaced by one that writes part of the new tree,
 # leaves git's index.lock behind and SIGKILLs the process: the worst moment to die.
@@ -80,8 +86,9 @@ class Tally:
     problems: list[str] = field(default_factory=list)
 
 
-def _kill_at_random(args: tuple[str, ...], env: dict[str, str], delay: float,
-                    signum: int, tally: Tally) -> None:
+def _kill_at_random(
+    args: tuple[str, ...], env: dict[str, str], delay: float, signum: int, tally: Tally
+) -> None:
     proc = start_cli(*args, env=env)
     time.sleep(delay)
     if proc.poll() is None:
@@ -119,22 +126,26 @@ def tallies():
     yield result
     total = Tally()
     for name, t in result.items():
-        record("kill test (tests/reliability/test_kill.py)",
-               f"{name}: {t.kills} kills, {t.corrupt} partial/corrupted, "
-               f"{t.journaled} mid-checkout (journaled, rolled back by the next run), "
-               f"{t.next_ok}/{t.kills} next runs succeeded, "
-               f"{t.clean_interrupts}/{t.interrupts} SIGINT/SIGTERM exits were one line + 130")
-        for attr in ("kills", "corrupt", "journaled", "next_ok", "clean_interrupts",
-                     "interrupts"):
+        record(
+            "kill test (tests/reliability/test_kill.py)",
+            f"{name}: {t.kills} kills, {t.corrupt} partial/corrupted, "
+            f"{t.journaled} mid-checkout (journaled, rolled back by the next run), "
+            f"{t.next_ok}/{t.kills} next runs succeeded, "
+            f"{t.clean_interrupts}/{t.interrupts} SIGINT/SIGTERM exits were one line + 130",
+        )
+        for attr in ("kills", "corrupt", "journaled", "next_ok", "clean_interrupts", "interrupts"):
             setattr(total, attr, getattr(total, attr) + getattr(t, attr))
-    record("kill test (tests/reliability/test_kill.py)",
-           f"TOTAL: {total.kills} kills (seed {SEED}) -> partial or corrupted states: "
-           f"{total.corrupt} (goal 0); next runs that succeeded: {total.next_ok}/{total.kills} "
-           f"(goal {total.kills}); build not killed (see module docstring)")
+    record(
+        "kill test (tests/reliability/test_kill.py)",
+        f"TOTAL: {total.kills} kills (seed {SEED}) -> partial or corrupted states: "
+        f"{total.corrupt} (goal 0); next runs that succeeded: {total.next_ok}/{total.kills} "
+        f"(goal {total.kills}); build not killed (see module docstring)",
+    )
 
 
-def _run_plan(name: str, count: int, args, env, reset, check_after_kill, check_final,
-              tallies, rng) -> Tally:
+def _run_plan(
+    name: str, count: int, args, env, reset, check_after_kill, check_final, tallies, rng
+) -> Tally:
     tally = tallies.setdefault(name, Tally())
     duration = _calibrate(args, env, reset)
     for _ in range(count):
@@ -176,8 +187,7 @@ def test_kill_apply_new_directory(tmp_path, tallies):
     shutil.rmtree(into, ignore_errors=True)
     assert cli(*args, env=toy.env).returncode == 0
     result["sha"] = rev(into, "HEAD")
-    tally = _run_plan(PLAN[0][0], PLAN[0][1], args, toy.env, reset, after_kill, final,
-                      tallies, rng)
+    tally = _run_plan(PLAN[0][0], PLAN[0][1], args, toy.env, reset, after_kill, final, tallies, rng)
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
 
 
@@ -187,8 +197,17 @@ def test_kill_apply_existing_checkout(tmp_path, tallies):
     older = tmp_path / "project-v1"
     make_project(older, toy.upstream, toy.base, dict(list(toy.patches.items())[:2]))
     pristine = tmp_path / "pristine"
-    assert cli("apply", "--target", "toy", "--into", str(pristine),
-               env={**toy.env, "PATCHKIT_PROJECT": str(older)}).returncode == 0
+    assert (
+        cli(
+            "apply",
+            "--target",
+            "toy",
+            "--into",
+            str(pristine),
+            env={**toy.env, "PATCHKIT_PROJECT": str(older)},
+        ).returncode
+        == 0
+    )
     old_sha = rev(pristine, "HEAD")
     into = tmp_path / "wt"
     args = ("apply", "--target", "toy", "--into", str(into))
@@ -204,8 +223,7 @@ def test_kill_apply_existing_checkout(tmp_path, tallies):
     def after_kill():
         if journal.exists():
             return "journaled"
-        return "; ".join(checkout_problems(into, {old_sha, new["sha"]})
-                         + cache_problems(toy.cache))
+        return "; ".join(checkout_problems(into, {old_sha, new["sha"]}) + cache_problems(toy.cache))
 
     def final():
         problems = checkout_problems(into, {new["sha"]}) + cache_problems(toy.cache)
@@ -215,8 +233,7 @@ def test_kill_apply_existing_checkout(tmp_path, tallies):
     assert cli(*args, env=toy.env).returncode == 0
     new["sha"] = rev(into, "HEAD")
     assert new["sha"] != old_sha
-    tally = _run_plan(PLAN[1][0], PLAN[1][1], args, toy.env, reset, after_kill, final,
-                      tallies, rng)
+    tally = _run_plan(PLAN[1][0], PLAN[1][1], args, toy.env, reset, after_kill, final, tallies, rng)
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
 
 
@@ -228,8 +245,17 @@ def test_kill_inside_in_place_checkout(tmp_path, tallies):
     older = tmp_path / "project-v1"
     make_project(older, toy.upstream, toy.base, dict(list(toy.patches.items())[:1]))
     pristine = tmp_path / "pristine"
-    assert cli("apply", "--target", "toy", "--into", str(pristine),
-               env={**toy.env, "PATCHKIT_PROJECT": str(older)}).returncode == 0
+    assert (
+        cli(
+            "apply",
+            "--target",
+            "toy",
+            "--into",
+            str(pristine),
+            env={**toy.env, "PATCHKIT_PROJECT": str(older)},
+        ).returncode
+        == 0
+    )
     into = tmp_path / "wt"
     args = ("apply", "--target", "toy", "--into", str(into))
     journal = tmp_path / ".wt.patchkit.journal"
@@ -238,9 +264,13 @@ def test_kill_inside_in_place_checkout(tmp_path, tallies):
         shutil.rmtree(into, ignore_errors=True)
         shutil.copytree(pristine, into, symlinks=True)
         seed = str(rng.randrange(1 << 30))
-        killed = subprocess.run([sys.executable, "-c", MID_CHECKOUT, *args], cwd=ROOT,
-                                env={**os.environ, **toy.env, "KILL_SEED": seed},
-                                capture_output=True, text=True)
+        killed = subprocess.run(
+            [sys.executable, "-c", MID_CHECKOUT, *args],
+            cwd=ROOT,
+            env={**os.environ, **toy.env, "KILL_SEED": seed},
+            capture_output=True,
+            text=True,
+        )
         tally.kills += 1
         if killed.returncode != -signal.SIGKILL:
             tally.problems.append(f"the planted kill did not happen: {killed.stderr[-300:]}")
@@ -251,8 +281,11 @@ def test_kill_inside_in_place_checkout(tmp_path, tallies):
             tally.problems.append("no journal after a kill inside the checkout")
         done = cli(*args, env=toy.env)
         expected = expected or rev(into, "HEAD")
-        problems = (checkout_problems(into, {expected}) + cache_problems(toy.cache)
-                    + leftovers(tmp_path, "wt", toy.cache))
+        problems = (
+            checkout_problems(into, {expected})
+            + cache_problems(toy.cache)
+            + leftovers(tmp_path, "wt", toy.cache)
+        )
         if done.returncode == 0 and not problems and not (into / ".git/index.lock").exists():
             tally.next_ok += 1
         else:
@@ -277,8 +310,7 @@ def test_kill_git_import(tmp_path, tallies):
             problems.append("the pinned commit is not in the mirror")
         return problems
 
-    tally = _run_plan(PLAN[2][0], PLAN[2][1], args, toy.env, reset, after_kill, final,
-                      tallies, rng)
+    tally = _run_plan(PLAN[2][0], PLAN[2][1], args, toy.env, reset, after_kill, final, tallies, rng)
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
 
 
@@ -313,8 +345,12 @@ def test_kill_sdist_import_sglang(tmp_path, tallies, sglang_sdist, workspace):
     rng = random.Random(SEED + 4)
     cache = tmp_path / "cache"
     pins = {sglang_sdist.name: workspace.target("sglang").pinned.sdist_sha256}
-    env = {"PATCHKIT_PROJECT": str(ROOT), "PATCHKIT_CACHE": str(cache),
-           "PATCHKIT_OFFLINE_GIT": "1", "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple"}
+    env = {
+        "PATCHKIT_PROJECT": str(ROOT),
+        "PATCHKIT_CACHE": str(cache),
+        "PATCHKIT_OFFLINE_GIT": "1",
+        "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
     args = ("fetch", "--target", "sglang")
 
     def reset():
@@ -411,9 +447,13 @@ def test_kill_between_rebase_writes(tmp_path, tallies):
     tally = tallies.setdefault(name, Tally())
     for k in range(count):
         reset()
-        killed = subprocess.run([sys.executable, "-c", BETWEEN_WRITES, *args], cwd=ROOT,
-                                env={**os.environ, **toy.env, "KILL_AFTER": str(k)},
-                                capture_output=True, text=True)
+        killed = subprocess.run(
+            [sys.executable, "-c", BETWEEN_WRITES, *args],
+            cwd=ROOT,
+            env={**os.environ, **toy.env, "KILL_AFTER": str(k)},
+            capture_output=True,
+            text=True,
+        )
         tally.kills += 1
         if killed.returncode != -signal.SIGKILL:
             tally.problems.append(f"the planted kill did not happen: {killed.stderr[-300:]}")
@@ -432,8 +472,17 @@ def test_refused_checkout_keeps_user_files(tmp_path):
     older = tmp_path / "project-v1"
     make_project(older, toy.upstream, toy.base, dict(list(toy.patches.items())[:1]))
     into = tmp_path / "wt"
-    assert cli("apply", "--target", "toy", "--into", str(into),
-               env={**toy.env, "PATCHKIT_PROJECT": str(older)}).returncode == 0
+    assert (
+        cli(
+            "apply",
+            "--target",
+            "toy",
+            "--into",
+            str(into),
+            env={**toy.env, "PATCHKIT_PROJECT": str(older)},
+        ).returncode
+        == 0
+    )
     before = rev(into, "HEAD")
     mine = into / "pkg" / "mod03" / "new_module.py"  # a path the full series adds
     mine.write_text("my own work\n")

@@ -45,9 +45,15 @@ class _Index(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server API
         if self.path.startswith("/simple/"):
             project = self.path.split("/")[2]
-            entries = [{"filename": name, "url": f"http://{self.headers['Host']}/files/{name}",
-                        "hashes": {"sha256": self.listed_sha.get(name, sha256(data))}}
-                       for name, data in self.files.items() if name.startswith(project)]
+            entries = [
+                {
+                    "filename": name,
+                    "url": f"http://{self.headers['Host']}/files/{name}",
+                    "hashes": {"sha256": self.listed_sha.get(name, sha256(data))},
+                }
+                for name, data in self.files.items()
+                if name.startswith(project)
+            ]
             body = json.dumps({"files": entries}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
@@ -98,8 +104,11 @@ def test_sdist_hash_mismatch_refused_nothing_written(tmp_path, index_server):
     problems = _refused(done, "sha256", "does not match the pin")
     if (tmp_path / "wt").exists():
         problems.append("a work tree was created")
-    written = [k for k in snapshot(toy.cache)
-               if "sdists/" in k or k.startswith("mirrors/toy.git/refs/patchkit")]
+    written = [
+        k
+        for k in snapshot(toy.cache)
+        if "sdists/" in k or k.startswith("mirrors/toy.git/refs/patchkit")
+    ]
     if written:
         problems.append(f"cache entries written: {written}")
     verdict = "refused, nothing written" if not problems else problems
@@ -130,8 +139,12 @@ def test_sdist_recorded_commit_disagrees_with_pin(tmp_path, sglang_sdist):
     cache = tmp_path / "cache"
     (cache / "sdists").mkdir(parents=True)
     (cache / "sdists" / sglang_sdist.name).write_bytes(forged)
-    env = {"PATCHKIT_PROJECT": str(project), "PATCHKIT_CACHE": str(cache),
-           "PATCHKIT_OFFLINE_GIT": "1", "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple"}
+    env = {
+        "PATCHKIT_PROJECT": str(project),
+        "PATCHKIT_CACHE": str(cache),
+        "PATCHKIT_OFFLINE_GIT": "1",
+        "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
     done = cli("fetch", "--target", "sglang", env=env)
     problems = _refused(done, "records upstream commit 0123456789", "refusing")
     mirror = cache / "mirrors" / "sglang.git"
@@ -139,8 +152,11 @@ def test_sdist_recorded_commit_disagrees_with_pin(tmp_path, sglang_sdist):
         problems.append("imported anyway")
     if (cache / "tmp").exists() and any((cache / "tmp").iterdir()):
         problems.append("scratch left in the cache")
-    record(SECTION, "sdist whose recorded commit disagrees with the pin: "
-                    f"{'refused, nothing imported' if not problems else problems}")
+    record(
+        SECTION,
+        "sdist whose recorded commit disagrees with the pin: "
+        f"{'refused, nothing imported' if not problems else problems}",
+    )
     assert not problems
 
 
@@ -160,29 +176,59 @@ def test_moved_release_tag_refused(tmp_path, upstream_remote):
     later = git(upstream_remote, "rev-parse", "v0.5.9.1^{commit}").strip()
     project = _project_with_pin(tmp_path, later)
     cache = tmp_path / "cache"
-    env = {"PATCHKIT_PROJECT": str(project), "PATCHKIT_CACHE": str(cache),
-           "PATCHKIT_OFFLINE_GIT": "1", "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple"}
-    done = cli("apply", "--target", "sglang@v0.5.9", "--upstream", str(upstream_remote),
-               "--into", str(tmp_path / "wt"), env=env)
+    env = {
+        "PATCHKIT_PROJECT": str(project),
+        "PATCHKIT_CACHE": str(cache),
+        "PATCHKIT_OFFLINE_GIT": "1",
+        "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
+    done = cli(
+        "apply",
+        "--target",
+        "sglang@v0.5.9",
+        "--upstream",
+        str(upstream_remote),
+        "--into",
+        str(tmp_path / "wt"),
+        env=env,
+    )
     problems = _refused(done, "tag v0.5.9", "the pin says", "refusing")
     if (tmp_path / "wt").exists():
         problems.append("a work tree was created")
     mirror = cache / "mirrors" / "sglang.git"
-    if mirror.exists() and subprocess.run(["git", "--git-dir", str(mirror), "for-each-ref"],
-                                          capture_output=True, text=True).stdout.strip():
+    if (
+        mirror.exists()
+        and subprocess.run(
+            ["git", "--git-dir", str(mirror), "for-each-ref"], capture_output=True, text=True
+        ).stdout.strip()
+    ):
         problems.append("something was fetched")
-    record(SECTION, "release tag moved on the remote (git ref != pin): "
-                    f"{'refused, nothing fetched' if not problems else problems}")
+    record(
+        SECTION,
+        "release tag moved on the remote (git ref != pin): "
+        f"{'refused, nothing fetched' if not problems else problems}",
+    )
     assert not problems
 
 
 def test_unpinned_ref_needs_flag_and_says_so(tmp_path, upstream_remote):
     cache = tmp_path / "cache"
     project = _project_with_pin(tmp_path, "bbe9c7eeb520b0a67e92d133dfc137a3688dc7f2")
-    env = {"PATCHKIT_PROJECT": str(project), "PATCHKIT_CACHE": str(cache),
-           "PATCHKIT_OFFLINE_GIT": "1", "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple"}
-    args = ("apply", "--target", "sglang@v0.5.9.1", "--upstream", str(upstream_remote),
-            "--into", str(tmp_path / "wt"))
+    env = {
+        "PATCHKIT_PROJECT": str(project),
+        "PATCHKIT_CACHE": str(cache),
+        "PATCHKIT_OFFLINE_GIT": "1",
+        "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
+    args = (
+        "apply",
+        "--target",
+        "sglang@v0.5.9.1",
+        "--upstream",
+        str(upstream_remote),
+        "--into",
+        str(tmp_path / "wt"),
+    )
     refused = cli(*args, env=env)
     problems = _refused(refused, "--allow-unpinned")
     if (tmp_path / "wt").exists():
@@ -192,8 +238,11 @@ def test_unpinned_ref_needs_flag_and_says_so(tmp_path, upstream_remote):
         problems.append(f"--allow-unpinned failed: {allowed.stderr[-300:]}")
     if not re.search(r"WARNING: .*not pinned.*not\s+verified", allowed.stdout, re.S):
         problems.append(f"no loud warning: {allowed.stdout[-300:]!r}")
-    verdict = ("refused without --allow-unpinned; with it, applied with a WARNING"
-               if not problems else problems)
+    verdict = (
+        "refused without --allow-unpinned; with it, applied with a WARNING"
+        if not problems
+        else problems
+    )
     record(SECTION, f"unpinned ref: {verdict}")
     assert not problems
 
@@ -207,8 +256,9 @@ def _tamper(mirror: Path, sha: str) -> None:
             pack.rename(moved)
             pack.with_suffix(".idx").unlink()
             with moved.open("rb") as fh:
-                subprocess.run(["git", "--git-dir", str(mirror), "unpack-objects", "-q"],
-                               stdin=fh, check=True)
+                subprocess.run(
+                    ["git", "--git-dir", str(mirror), "unpack-objects", "-q"], stdin=fh, check=True
+                )
             moved.unlink()
     raw = zlib.decompress(path.read_bytes())
     header, body = raw.split(b"\0", 1)
@@ -229,14 +279,16 @@ def test_tampered_mirror_object_refused(tmp_path, cache):
     objects = len(git(mirror, "rev-list", "--objects", "--no-walk", base).splitlines())
     blob = git(mirror, "rev-parse", f"{base}:python/README.md").strip()
     _tamper(mirror, blob)
-    env = {"PATCHKIT_PROJECT": str(ROOT), "PATCHKIT_CACHE": str(cache),
-           "PATCHKIT_OFFLINE_GIT": "1"}
+    env = {"PATCHKIT_PROJECT": str(ROOT), "PATCHKIT_CACHE": str(cache), "PATCHKIT_OFFLINE_GIT": "1"}
     done = cli("apply", "--target", "sglang", "--into", str(tmp_path / "wt"), env=env)
     problems = _refused(done, "damaged or tampered", blob[:12])
     if (tmp_path / "wt").exists():
         problems.append("a work tree was created")
-    record(SECTION, "tampered mirror object: "
-                    f"{'refused before applying' if not problems else problems}; the check "
-                    f"re-hashes {objects} objects of the sglang 0.5.9 base in {seconds:.2f}s")
+    record(
+        SECTION,
+        "tampered mirror object: "
+        f"{'refused before applying' if not problems else problems}; the check "
+        f"re-hashes {objects} objects of the sglang 0.5.9 base in {seconds:.2f}s",
+    )
     assert not problems
     assert os.path.exists(mirror)
