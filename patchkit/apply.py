@@ -153,21 +153,25 @@ def build_series(
     """
     results: list[PatchResult] = []
     tip = base
-    with tempfile.TemporaryDirectory(prefix="patchkit-patches-") as tmp:
+    # One private index for the whole series: after each commit it already holds the tip's
+    # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
+    with (
+        tempfile.TemporaryDirectory(prefix="patchkit-patches-") as tmp,
+        gitops.scratch_index(repo, base, bare=bare) as env,
+    ):
         for patch in series.patches:
             progress(f"applying {patch.name}")
             _refuse_symlinked_paths(repo, tip, patch, bare)
             patch_file = Path(tmp) / patch.name
             patch_file.write_bytes(patch.raw)
-            with gitops.scratch_index(repo, tip, bare=bare) as env:
-                result = _apply_one(repo, env, patch, patch_file, options, bare)
-                if result.status == "failed":
-                    results.append(result)
-                    raise _apply_failure(series, patch, result, results)
-                if result.status == "already-applied":
-                    results.append(result)
-                    continue
-                tree = gitops.write_tree(repo, env, bare=bare)
+            result = _apply_one(repo, env, patch, patch_file, options, bare)
+            if result.status == "failed":
+                results.append(result)
+                raise _apply_failure(series, patch, result, results)
+            if result.status == "already-applied":
+                results.append(result)
+                continue
+            tree = gitops.write_tree(repo, env, bare=bare)
             tip = gitops.commit_tree(
                 repo, tree, tip, commit_message_for(patch), patch_identity(patch), bare=bare
             )
@@ -369,7 +373,7 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
     scratch = Path(tempfile.mkdtemp(dir=into.parent, prefix=f".{into.name}.patchkit-"))
     try:
         clone = scratch / "tree"
-        gitops.clone_local(mirror, clone)
+        gitops.clone_local(mirror, clone, [result, base.commit])
         _record_refs(clone, target, base, result)
         gitops.checkout_branch(clone, BRANCH.format(target=target), result)
         if into.exists():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -135,10 +136,26 @@ def is_repository(path: Path) -> bool:
     return (path / ".git").exists() and ok(path, "rev-parse", "--git-dir")
 
 
-def clone_local(mirror: Path, dest: Path) -> None:
-    """Clone a local mirror (hard-linked objects, no checkout, no remote left behind)."""
-    run(dest.parent, "clone", "--quiet", "--local", "--no-checkout", str(mirror), str(dest))
-    run(dest, "remote", "remove", "origin")
+def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None:
+    """A new repository at `dest` holding the mirror's objects (no checkout, no remote).
+
+    With `tips`, the mirror's packs are hard-linked and the objects of `tips` that are not in
+    any pack go into one new pack: the thousands of loose objects the mirror collects are
+    never copied. Without, a plain `git clone --local`.
+    """
+    if not tips:
+        run(dest.parent, "clone", "--quiet", "--local", "--no-checkout", str(mirror), str(dest))
+        run(dest, "remote", "remove", "origin")
+        return
+    run(dest.parent, "init", "--quiet", str(dest))
+    pack_dir = dest / ".git" / "objects" / "pack"
+    for source in sorted((mirror / "objects" / "pack").glob("pack-*")):
+        try:
+            os.link(source, pack_dir / source.name)
+        except OSError:  # another file system: copy instead
+            shutil.copy2(source, pack_dir / source.name)
+    run(mirror, "pack-objects", "--quiet", "--revs", "--incremental", str(pack_dir / "pack"),
+        stdin="".join(f"{tip}\n" for tip in tips).encode(), bare=True)
 
 
 def resolve(repo: Path, ref: str, bare: bool = False) -> str | None:

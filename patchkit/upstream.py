@@ -136,22 +136,28 @@ class Mirror:
 
     def _objects_signature(self, commit: str) -> str:
         """Identity of the files holding `commit`'s objects: every pack (git never rewrites a
-        pack in place) and the base's own loose objects; any replacement or rewrite of one of
-        them changes it."""
+        pack in place) and those of the base's objects that are loose; any replacement or
+        rewrite of one of them changes it."""
         digest = hashlib.sha256()
         objects = self.path / "objects"
         files = sorted((objects / "pack").glob("pack-*"))
-        files += [
-            objects / oid[:2] / oid[2:] for oid in gitops.object_ids(self.path, commit, bare=True)
-        ]
+        loose = {
+            f"{entry.name}{obj.name}"
+            for entry in os.scandir(objects)
+            if len(entry.name) == 2 and entry.is_dir()
+            for obj in os.scandir(entry.path)
+        }
+        if loose:
+            wanted = loose.intersection(gitops.object_ids(self.path, commit, bare=True))
+            files += [objects / oid[:2] / oid[2:] for oid in sorted(wanted)]
         for path in files:
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 continue
+            # not ctime: hard-linked clones of the mirror change it without touching a byte
             digest.update(
-                f"{path.relative_to(objects)}\0{st.st_size}\0{st.st_mtime_ns}\0"
-                f"{st.st_ctime_ns}\0{st.st_ino}\n".encode()
+                f"{path.relative_to(objects)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode()
             )
         return digest.hexdigest()
 
