@@ -109,8 +109,10 @@ def main() -> int:
     print(
         f"{len(patches)} patches on {args.target} {target.pin}, {args.runs} runs each, alternating"
     )
-    print(f"ratio patchkit/raw = {pk / raw:.2f}x of medians, {statistics.median(ratios):.2f}x "
-          "median of paired runs (goal <= 1.15x)")
+    print(
+        f"ratio patchkit/raw = {pk / raw:.2f}x of medians, {statistics.median(ratios):.2f}x "
+        "median of paired runs (goal <= 1.15x)"
+    )
     return 0
 
 

@@ -154,8 +154,16 @@ def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None
             os.link(source, pack_dir / source.name)
         except OSError:  # another file system: copy instead
             shutil.copy2(source, pack_dir / source.name)
-    run(mirror, "pack-objects", "--quiet", "--revs", "--incremental", str(pack_dir / "pack"),
-        stdin="".join(f"{tip}\n" for tip in tips).encode(), bare=True)
+    run(
+        mirror,
+        "pack-objects",
+        "--quiet",
+        "--revs",
+        "--incremental",
+        str(pack_dir / "pack"),
+        stdin="".join(f"{tip}\n" for tip in tips).encode(),
+        bare=True,
+    )
 
 
 def resolve(repo: Path, ref: str, bare: bool = False) -> str | None:
