@@ -1,5 +1,7 @@
 """Every git command patchkit runs, as named domain verbs.
 
+Plain `git` processes: GitPython would cost 0.2 s of import on every invocation and cannot
+stop a running git on an interrupt, which the lock and rollback guarantees need.
 Callers never spell git options; they ask for `import_directory`, `apply_to_index`,
 `commit_tree`, `clone_local` and so on.
 """
