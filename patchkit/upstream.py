@@ -63,9 +63,9 @@ class Base:
         if self.pinned:
             return ""
         return (
-            f"{self.target} base {self.commit[:12]} is NOT pinned in targets.toml: no pinned "
-            "commit or sdist sha256 vouches for it, and no release tag or recorded commit id "
-            "was compared"
+            f"{self.target} base {self.commit[:12]} is not pinned in targets.toml, so its "
+            "identity was not verified: no pinned commit or sdist sha256 vouches for it, and no "
+            "release tag or recorded commit id was compared"
         )
 
     @property
