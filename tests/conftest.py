@@ -7,7 +7,6 @@ second `make test` reuses them; each test that needs isolation copies what it ne
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +17,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from helpers import ROOT, TEST_CACHE, git, patchkit, sha_of, snapshot  # noqa: E402,F401
+from helpers import (  # noqa: E402,F401
+    ROOT,
+    TEST_CACHE,
+    git,
+    patchkit,
+    private_cache,
+    sha_of,
+    snapshot,
+)
 
 
 @pytest.fixture(scope="session")
@@ -64,23 +71,7 @@ def warm_mirrors(shared_cache, sglang_sdist, flashinfer_sdist, workspace) -> Pat
 @pytest.fixture
 def cache(tmp_path, warm_mirrors, monkeypatch) -> Path:
     """A private PATCHKIT_CACHE seeded from the warm one (mirrors cloned, sdists linked)."""
-    dest = tmp_path / "cache"
-    (dest / "sdists").mkdir(parents=True)
-    for sdist in (warm_mirrors / "sdists").glob("*.tar.gz"):
-        os.link(sdist, dest / "sdists" / sdist.name)
-    (dest / "mirrors").mkdir()
-    for mirror in (warm_mirrors / "mirrors").glob("*.git"):
-        subprocess.run(
-            [
-                "git",
-                "clone",
-                "--quiet",
-                "--mirror",
-                str(mirror),
-                str(dest / "mirrors" / mirror.name),
-            ],
-            check=True,
-        )
+    dest = private_cache(warm_mirrors, tmp_path / "cache")
     monkeypatch.setenv("PATCHKIT_CACHE", str(dest))
     monkeypatch.setenv("PATCHKIT_OFFLINE_GIT", "1")
     return dest

@@ -62,3 +62,25 @@ def snapshot(path: Path) -> dict[str, bytes | str]:
         elif p.is_dir():
             out[rel] = "dir"
     return out
+
+
+def private_cache(warm: Path, dest: Path) -> Path:
+    """A PATCHKIT_CACHE with the warm mirrors cloned and the sdists linked."""
+    (dest / "sdists").mkdir(parents=True)
+    for sdist in (warm / "sdists").glob("*.tar.gz"):
+        os.link(sdist, dest / "sdists" / sdist.name)
+    (dest / "mirrors").mkdir()
+    for mirror in (warm / "mirrors").glob("*.git"):
+        subprocess.run(
+            [
+                "git",
+                "clone",
+                "--quiet",
+                "--mirror",
+                str(mirror),
+                str(dest / "mirrors" / mirror.name),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return dest

@@ -7,7 +7,6 @@ and a private cache; a fresh virtual environment gets it with `pip install --no-
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, patchkit
+from helpers import ROOT, patchkit, private_cache
 
 
 @dataclass
@@ -31,27 +30,6 @@ def scratch_project(dest: Path) -> Path:
     dest.mkdir(parents=True)
     shutil.copytree(ROOT / "patches", dest / "patches")
     shutil.copytree(ROOT / "build", dest / "build", ignore=shutil.ignore_patterns("work"))
-    return dest
-
-
-def private_cache(warm: Path, dest: Path) -> Path:
-    """A PATCHKIT_CACHE with the warm mirrors cloned and the sdists linked."""
-    (dest / "sdists").mkdir(parents=True)
-    for sdist in (warm / "sdists").glob("*.tar.gz"):
-        os.link(sdist, dest / "sdists" / sdist.name)
-    (dest / "mirrors").mkdir()
-    for mirror in (warm / "mirrors").glob("*.git"):
-        subprocess.run(
-            [
-                "git",
-                "clone",
-                "--quiet",
-                "--mirror",
-                str(mirror),
-                str(dest / "mirrors" / mirror.name),
-            ],
-            check=True,
-        )
     return dest
 
 

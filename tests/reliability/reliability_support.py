@@ -18,6 +18,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers import snapshot  # noqa: F401 - re-exported for the reliability tests
+
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES: dict[str, list[str]] = {}
 
@@ -73,22 +75,6 @@ def start_cli(*args: str, env: dict[str, str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def snapshot(path: Path) -> dict[str, bytes | str]:
-    """Every entry under `path` with its bytes (symlinks by target)."""
-    out: dict[str, bytes | str] = {}
-    if not path.exists():
-        return out
-    for p in sorted(path.rglob("*")):
-        rel = str(p.relative_to(path))
-        if p.is_symlink():
-            out[rel] = "link:" + os.readlink(p)
-        elif p.is_file():
-            out[rel] = p.read_bytes()
-        elif p.is_dir():
-            out[rel] = "dir"
-    return out
 
 
 @dataclass
