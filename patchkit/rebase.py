@@ -57,6 +57,7 @@ from patchkit.upstream import (
     Mirror,
     acquire,
     download_sdist,
+    import_fields,
     import_sdist,
 )
 
@@ -295,13 +296,7 @@ def _sdist_base_tofu(
             provisional = dataclasses.replace(provisional, commit=recorded)
             progress(f"importing {archive.name} into the {target.name} mirror")
             sha = import_sdist(mirror, target, provisional, archive)
-    fields = dict(
-        re.findall(
-            r"^(Patchkit-[A-Za-z0-9-]+): (.*)$",
-            gitops.commit_message(mirror.path, sha, bare=True),
-            re.M,
-        )
-    )
+    fields = import_fields(gitops.commit_message(mirror.path, sha, bare=True))
     sha256 = fields.get("Patchkit-Sdist-Sha256")
     recorded = fields.get("Patchkit-Sdist-Commit-Id")
     recorded = None if recorded in (None, "none") else recorded

@@ -10,6 +10,7 @@ from patchkit.apply import BASE_REF, ApplyOptions, build_series
 from patchkit.errors import ApplyError, UsageError
 from patchkit.series import PATCH_FILE_TRAILER, Series
 from patchkit.targets import Target
+from patchkit.upstream import import_fields
 
 
 @dataclass
@@ -77,9 +78,7 @@ def describe_base(directory: Path, target: Target, base: str) -> tuple[str, str 
         if release.commit == base:
             return f"{release.tag or release.version} (git {base[:12]})", base
     message = gitops.commit_message(directory, base)
-    fields = dict(
-        line.split(": ", 1) for line in message.splitlines() if line.startswith("Patchkit-")
-    )
+    fields = import_fields(message)
     sdist = fields.get("Patchkit-Sdist")
     if sdist:
         upstream = fields.get("Patchkit-Upstream-Commit", "unknown")

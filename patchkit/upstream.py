@@ -415,7 +415,7 @@ def _normalize(name: str) -> str:
 def download_sdist(release: Release, cache: Path, progress: Progress = _quiet) -> Path:
     """Download the release's sdist into the cache (write-then-rename) and check its sha256."""
     dest = sdist_path(release, cache)
-    if dest.is_file() and _sha256(dest) == release.sdist_sha256:
+    if dest.is_file() and file_sha256(dest) == release.sdist_sha256:
         return dest
     name, _, version = (release.sdist or "").partition("==")
     url, index_sha = _find_sdist_url(name.strip(), version.strip())
@@ -452,7 +452,8 @@ def check_sdist_hash(release: Release, got: str, index_sha: str | None = None) -
         )
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -565,7 +566,7 @@ def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path
         message = (
             f"Import {release.sdist} from its sdist\n\n"
             f"Patchkit-Sdist: {archive.name}\n"
-            f"Patchkit-Sdist-Sha256: {_sha256(archive)}\n"
+            f"Patchkit-Sdist-Sha256: {file_sha256(archive)}\n"
             f"Patchkit-Sdist-Commit-Id: {recorded or 'none'}\n"
             f"Patchkit-Upstream-Commit: {upstream or 'unknown'}\n"
         )
@@ -596,9 +597,14 @@ def _from_sdist(
     return _sdist_base(mirror.path, target, release, sha)
 
 
+def import_fields(message: str) -> dict[str, str]:
+    """The `Patchkit-*` fields an sdist import commit records about itself."""
+    return dict(re.findall(r"^(Patchkit-[A-Za-z0-9-]+): (.*)$", message, re.M))
+
+
 def _sdist_base(repo: Path, target: Target, release: Release, sha: str) -> Base:
     message = gitops.commit_message(repo, sha, bare=True)
-    fields = dict(re.findall(r"^(Patchkit-[A-Za-z0-9-]+): (.*)$", message, re.M))
+    fields = import_fields(message)
     upstream = fields.get("Patchkit-Upstream-Commit")
     recorded_sha = fields.get("Patchkit-Sdist-Sha256")
     if release.sdist_sha256 and recorded_sha and recorded_sha != release.sdist_sha256:

@@ -6,7 +6,6 @@ The core returns `BuildReport`s and never prints; progress goes through the `pro
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from patchkit.errors import BuildError, ConfigError, PinError
 from patchkit.locks import locked
 from patchkit.series import Series
 from patchkit.targets import RefSpec, Target
-from patchkit.upstream import Base, Mirror, acquire
+from patchkit.upstream import Base, Mirror, acquire, file_sha256
 from patchkit.wheels.profile import BuildProfile
 from patchkit.wheels.provenance import PROVENANCE_FILE, Provenance, make_provenance
 from patchkit.wheels.reproducible import dist_info_dir, normalize_wheel
@@ -443,14 +442,6 @@ def _wheel_metadata(wheel: Path) -> tuple[str, str]:
     return headers["Name"], headers["Version"]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def build_target(
     target: Target,
     series: Series,
@@ -541,7 +532,7 @@ def build_target(
     return WheelBuild(
         target.name,
         dest,
-        _sha256(dest),
+        file_sha256(dest),
         prov,
         time.monotonic() - started,
         tree,
