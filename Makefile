@@ -7,7 +7,7 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 PROFILE   ?= cu130-sm120
 ARGS      ?=
 
-.PHONY: wheels test test-fast gpu-test verify review lint bench clean
+.PHONY: wheels test test-fast gpu-test gpu-bundle verify review lint bench clean
 
 $(BVENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(BVENV)
@@ -44,6 +44,13 @@ test-fast: $(VENV)/.stamp-core
 ## gpu-test: the GPU tier, on a host with the pinned stack and GPUs (skips cleanly without)
 gpu-test: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -m gpu tests/gpu $(ARGS)
+
+## gpu-bundle: the GPU tier's pinned, hash-checked bundle for the lent H200 (docs/gpu.md);
+## SGLANG_WHEEL=path picks the sglang wheel (default: dist/'s patched 0.5.12 cp312 wheel)
+GPU_BUNDLE   ?= .gpu-stage
+SGLANG_WHEEL ?=
+gpu-bundle: $(BVENV)/.stamp
+	$(BVENV)/bin/python gpu/bundle.py --out $(GPU_BUNDLE) $(if $(SGLANG_WHEEL),--sglang-wheel $(SGLANG_WHEEL))
 
 ## verify: static CUDA 13 / torch cu130 ABI check of this interpreter's environment
 verify: $(BVENV)/.stamp

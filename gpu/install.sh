@@ -1,0 +1,10 @@
+#!/bin/sh
+# install.sh STAGE_DIR [SITE]: check a bundle stage's sha256 sums, then install its wheels
+# into SITE (default /tmp/site) with pip, offline and without dependency resolution.
+set -eu
+stage=$1
+site=${2:-/tmp/site}
+(cd "$stage" && sha256sum -c --quiet SHA256SUMS)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --disable-pip-version-check --target "$site" "$stage"/*.whl
+echo "install.sh: $(ls "$stage"/*.whl | wc -l) wheels from $stage into $site"
