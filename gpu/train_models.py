@@ -140,7 +140,9 @@ def train_target(lang, device, seed, budget_s, log):
 
     torch.manual_seed(seed)
     cfg = {k: v for k, v in TARGET_CONFIG.items() if k not in ("architectures", "model_type")}
-    model = DeepseekV3ForCausalLM(DeepseekV3Config(**cfg)).to(device)
+    # the per-expert loop: plain autograd, the path checked on the CPU as well
+    config = DeepseekV3Config(**cfg, experts_implementation="eager")
+    model = DeepseekV3ForCausalLM(config).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0, betas=(0.9, 0.98))
     data = Batches(lang, device, seed)
     held = Batches(lang, device, seed + 99).sample(256)
