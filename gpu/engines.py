@@ -103,9 +103,18 @@ def _piecewise_by_default() -> bool:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below 45000: SGLang also binds port + 10000 (gRPC) and + more."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(20000, 45000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-45000")
 
 
 def http_get(url: str, timeout: float = 10.0) -> tuple[int, str]:
@@ -136,6 +145,7 @@ class Server:
     proc: subprocess.Popen | None = None
     probe: Path | None = None
     started_s: float = 0.0
+    pid: int | None = None  # of an attached server (its own process group)
     _out: object = field(default=None, repr=False)
 
     @classmethod
@@ -163,6 +173,12 @@ class Server:
         )
         server = cls(config, log, f"http://127.0.0.1:{port}", proc, probe_dir, time.time(), out)
         return server
+
+    def serving_text(self) -> str:
+        """The log from the moment the server was ready (start-up noise left out)."""
+        text = self.text()
+        mark = text.find("The server is fired up and ready to roll")
+        return text[mark:] if mark >= 0 else text
 
     def text(self) -> str:
         if self._out is not None:
@@ -245,6 +261,13 @@ class Server:
                 flag.write_text("")
 
     def stop(self) -> None:
+        if self.proc is None and self.pid:
+            for sig in (15, 9):
+                try:
+                    os.killpg(self.pid, sig)
+                except ProcessLookupError:
+                    break
+                time.sleep(5)
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, 15)
@@ -268,11 +291,12 @@ def launch_all(
     timeout: float = 480.0,
     log=lambda msg: None,
 ) -> dict[str, Server]:
-    """Start the servers one after another, each once the previous has sized its KV pool.
+    """Start the servers together and wait until every one is healthy.
 
-    A server is launched once the previous one logged "Memory pool end", so that no two
-    measure free GPU memory at the same time; their kernel compiles and graph captures
-    overlap. Raises RuntimeError (after stopping them all) when one does not come up.
+    Concurrent starts are safe here: each server's KV pool is capped by --max-total-tokens
+    far below the share --mem-fraction-static leaves it, whatever the others allocate while
+    it measures free memory. Raises RuntimeError (after stopping them all) when one does not
+    come up in time.
     """
     servers: dict[str, Server] = {}
     deadline = time.time() + timeout
@@ -281,12 +305,6 @@ def launch_all(
             server = Server.launch(CONFIGS[label], models, logs, attention_backend, probe)
             servers[label] = server
             log(f"launched {label} at {server.url}")
-            while "Memory pool end" not in server.text():
-                if server.exited():
-                    raise RuntimeError(f"{label}: server exited: {server.tail()}")
-                if time.time() > deadline:
-                    raise RuntimeError(f"{label}: no KV pool after {timeout:.0f}s")
-                time.sleep(1)
         for label, server in servers.items():
             took = server.wait_ready(max(1.0, deadline - time.time()))
             log(f"{label} ready in {took:.0f}s")
@@ -294,6 +312,27 @@ def launch_all(
         for server in servers.values():
             server.stop()
         raise
+    return servers
+
+
+def save(servers: dict[str, Server], path: Path) -> None:
+    """Write what ``load`` needs to reach (and stop) the servers from another process."""
+    data = {
+        label: {"url": s.url, "pid": s.proc.pid if s.proc else s.pid, "log": str(s.log)}
+        for label, s in servers.items()
+    }
+    path.write_text(json.dumps(data, indent=1))
+
+
+def load(path: Path) -> dict[str, Server]:
+    servers = {}
+    for label, item in json.loads(path.read_text()).items():
+        log = Path(item["log"])
+        probe = log.parent / f"{label}.probe"
+        servers[label] = Server(
+            CONFIGS[label], log, item["url"], None, probe if probe.is_dir() else None,
+            pid=item["pid"],
+        )  # fmt: skip
     return servers
 
 

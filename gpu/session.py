@@ -1,16 +1,22 @@
 """One GPU-tier session on a GPU host: train, start the servers once, test, benchmark.
 
     python gpu/session.py --out DIR [--labels baseline,eagle3-v1,...] [--no-tests]
-                          [--no-bench] [--bench-runs 3] [--budget-s 540]
+                          [--no-bench] [--bench-runs 3] [--budget-s 540] [--keep-servers]
+    python gpu/session.py --out DIR --attach [--no-tests] [--no-bench] [--stop]
 
 Trains the tiny models (``gpu/train_models.py``) into ``DIR/models`` unless they are there,
 launches one SGLang server per configuration (``gpu/engines.py``; the threshold
 configurations only when the installed sglang has the flag), runs the GPU tests against
 them (``pytest -m gpu tests/gpu/test_spec_threshold_gpu.py``), then the throughput benchmark
-(``bench/spec_threshold.py``, probe off), and stops the servers. Everything it writes goes
-under ``DIR``: ``session.log``, ``pytest.log``, ``bench.json``, ``bench.md``, ``logs/``.
-Each step is bounded by what is left of ``--budget-s``; the exit status is pytest's (or 3 when
-the servers did not start).
+(``bench/spec_threshold.py``, probe off), and stops the servers.
+
+A host that limits one command's run time can split the session: ``--keep-servers`` leaves
+the servers running (each in its own process session) and lists them in
+``DIR/servers.json``; a later ``--attach`` run uses them, and ``--stop`` stops them at its
+end. Everything goes under ``DIR``: ``session.log``, ``pytest.log``, ``bench.json``,
+``bench.md``, ``logs/`` (server logs, probe records, what each ramp saw). Each step is bounded
+by what is left of ``--budget-s``; the exit status is pytest's (2: training failed, 3: the
+servers did not start).
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import engines  # noqa: E402
 
+HAS_FLAG = (
+    "import dataclasses, sys; from sglang.srt.server_args import ServerArgs; "
+    "sys.exit(0 if 'speculative_disable_batch_threshold' in "
+    "{f.name for f in dataclasses.fields(ServerArgs)} else 3)"
+)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench-concurrency", default="1,4,16,32,64,128")
     parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument("--attention-backend", default="triton")
+    parser.add_argument("--keep-servers", action="store_true")
+    parser.add_argument("--attach", action="store_true", help="use DIR/servers.json")
+    parser.add_argument("--stop", action="store_true", help="with --attach: stop them at the end")
     args = parser.parse_args(argv)
     t0 = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -53,38 +68,41 @@ def main(argv: list[str] | None = None) -> int:
         return args.budget_s - (time.time() - t0)
 
     models, logs = args.out / "models", args.out / "logs"
-    if not (models / "target" / "model.safetensors").exists():
-        log("training the tiny models")
-        train = subprocess.run(
-            [sys.executable, str(ROOT / "gpu" / "train_models.py"), "--out", str(models)],
-            stdout=session_log, stderr=subprocess.STDOUT, timeout=max(60.0, left() - 200),
-        )  # fmt: skip
-        log(f"training exit {train.returncode}: {(models / 'training.json').exists()}")
+    if args.attach:
+        servers = engines.load(args.out / "servers.json")
+        down = [label for label, s in servers.items() if not s.healthy()]
+        if down:
+            log(f"attached servers not healthy: {down}")
+            return 3
+    else:
         if not (models / "target" / "model.safetensors").exists():
-            return 2
-
-    labels = [label for label in args.labels.split(",") if label]
-    has_flag = subprocess.run(
-        [sys.executable, "-c",
-         "import dataclasses, sys; from sglang.srt.server_args import ServerArgs; "
-         "sys.exit(0 if 'speculative_disable_batch_threshold' in "
-         "{f.name for f in dataclasses.fields(ServerArgs)} else 3)"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    if has_flag.returncode != 0:
-        dropped = [label for label in labels if "threshold" in label]
-        labels = [label for label in labels if "threshold" not in label]
-        log(f"sglang lacks --speculative-disable-batch-threshold: not starting {dropped}")
-        if has_flag.returncode != 3:
-            log(has_flag.stderr[-2000:])
-    try:
-        servers = engines.launch_all(
-            labels, models, logs, args.attention_backend, probe=True,
-            timeout=max(60.0, left() - 120), log=log,
-        )  # fmt: skip
-    except RuntimeError as error:
-        log(f"servers did not start: {error}")
-        return 3
+            log("training the tiny models")
+            train = subprocess.run(
+                [sys.executable, str(ROOT / "gpu" / "train_models.py"), "--out", str(models)],
+                stdout=session_log, stderr=subprocess.STDOUT, timeout=max(60.0, left() - 200),
+            )  # fmt: skip
+            log(f"training exit {train.returncode}")
+            if not (models / "target" / "model.safetensors").exists():
+                return 2
+        labels = [label for label in args.labels.split(",") if label]
+        flag = subprocess.run(
+            [sys.executable, "-c", HAS_FLAG], capture_output=True, text=True, timeout=300
+        )
+        if flag.returncode != 0:
+            dropped = [label for label in labels if "threshold" in label]
+            labels = [label for label in labels if "threshold" not in label]
+            log(f"sglang lacks --speculative-disable-batch-threshold: not starting {dropped}")
+            if flag.returncode != 3:
+                log(flag.stderr[-2000:])
+        try:
+            servers = engines.launch_all(
+                labels, models, logs, args.attention_backend, probe=True,
+                timeout=max(60.0, left() - 120), log=log,
+            )  # fmt: skip
+        except RuntimeError as error:
+            log(f"servers did not start: {error}")
+            return 3
+        engines.save(servers, args.out / "servers.json")
     status = 0
     try:
         spec = ",".join(f"{label}={s.url}" for label, s in servers.items())
@@ -97,13 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         if not args.no_tests:
             log(f"pytest against {spec}")
+            reserve = 20 if args.no_bench else 120
             with open(args.out / "pytest.log", "w") as out:
                 try:
                     status = subprocess.run(
                         [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider",
                          "-v", "-rA", "tests/gpu/test_spec_threshold_gpu.py"],
                         cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                        timeout=max(30.0, left() - (90 if not args.no_bench else 20)),
+                        timeout=max(30.0, left() - reserve),
                     ).returncode  # fmt: skip
                 except subprocess.TimeoutExpired:
                     status = 124
@@ -131,11 +150,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 log(f"bench exit {bench.returncode}")
             except subprocess.TimeoutExpired:
-                log("bench ran out of time (partial results in bench.json)")
+                log("bench ran out of time (the runs done so far are in bench.json)")
     finally:
-        for server in servers.values():
-            server.stop()
-        log("servers stopped")
+        if args.stop or not (args.keep_servers or args.attach):
+            for server in servers.values():
+                server.stop()
+            log("servers stopped")
+        else:
+            log(f"servers left running: {args.out / 'servers.json'}")
     return status
 
 

@@ -38,9 +38,9 @@ from language import BOS, EOS, FIRST_CONTENT, MODES, VOCAB, ChainLanguage  # noq
 HIDDEN = 256
 LAYERS = 8
 AUX_LAYER_IDS = [0, 3, 5]  # SGLang captures the residual stream entering layers id + 1
-SEQ = 64
+SEQ = 160  # covers every position the tests and the bench decode (prompt + output)
 DEVICE = "cuda"
-BATCH = 256
+BATCH = 128
 EVAL_EVERY = 50
 TARGET_CONFIG = {
     "architectures": ["DeepseekV3ForCausalLM"],

@@ -212,7 +212,11 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
         phase.events = (start_events, len(server.probe_events()))
         ramp.phases.append(phase)
     ramp.events = server.probe_events()
-    ramp.log = server.text()
+    ramp.log = server.serving_text()
+    if server.log.parent.is_dir():  # what the ramp saw, for reading after the run
+        record = {"outputs": ramp.outputs, "phase_of": ramp.phase_of, "meta": ramp.meta}
+        record["phases"] = [vars(phase) for phase in ramp.phases]
+        (server.log.parent / f"ramp-{ramp.label}.json").write_text(json.dumps(record))
     return ramp
 
 
