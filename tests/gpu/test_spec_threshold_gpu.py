@@ -4,7 +4,7 @@ Needs an NVIDIA GPU and the 0.5.12 line's stack (on the lent H200: ``make gpu-bu
 ``gpu/session.py``, docs/gpu.md); skips cleanly otherwise. One server per configuration, CUDA
 graphs on (``gpu/engines.py``): baseline (no speculation), EAGLE-3 spec v1, EAGLE-3 spec v2
 (``SGLANG_ENABLE_SPEC_V2=True``, topk 1), and both EAGLE-3 modes with
-``--speculative-disable-batch-threshold 32`` (re-enabled at <= 24). The models are the tiny
+``--speculative-disable-batch-threshold 8`` (re-enabled at <= 6). The models are the tiny
 trained ones of ``gpu/train_models.py`` (a DeepseekV3 MLA + MoE target and an EAGLE-3 draft on
 its aux layers), so greedy decoding has large margins and the draft is accepted.
 
