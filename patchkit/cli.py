@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.get("PATCHKIT_DEBUG")
     )
     try:
-        rv = group.main(args=argv, prog_name="patchkit", standalone_mode=False)
+        rv = _dispatch(argv)
     except PatchkitError as exc:
         if debug:
             raise
@@ -174,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 70
     return rv if isinstance(rv, int) else 0
+
+
+def _dispatch(argv: list[str] | None):
+    try:
+        return group.main(args=argv, prog_name="patchkit", standalone_mode=False)
+    finally:
+        if "patchkit.ui" in sys.modules:
+            sys.modules["patchkit.ui"].stop_all()
 
 
 def _one_line(text: str) -> str:
