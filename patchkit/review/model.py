@@ -60,6 +60,9 @@ class PatchRow:
     diff: str
     classification: str | None = None
     evidence: list[str] = field(default_factory=list)
+    note: str = ""  # the rebase note (e.g. "equivalent implementation: read it before dropping")
+    provisional: bool = False  # classified while an earlier patch was left out
+    conflicts: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -252,6 +255,9 @@ def _classify_against(
             continue
         row.classification = outcome.label
         row.evidence = [f"{s.name}: {s.detail}" for s in outcome.signals if s.fired]
+        row.note = outcome.note
+        row.provisional = outcome.provisional
+        row.conflicts = list(outcome.conflicts)
         if outcome.conflicts:
             row.evidence.append("conflicts in " + ", ".join(outcome.conflicts))
 
