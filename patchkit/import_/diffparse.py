@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 HUNK_RE = re.compile(r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@(.*)$")
 MBOX_FROM_RE = re.compile(r"^From (?:[0-9a-f]{40} |\S+@\S+ |\S+ +[A-Z][a-z]{2} [A-Z][a-z]{2} )")
 GIT_HEADER_RE = re.compile(r"^diff --git (?:a/)?(.+?) (?:b/)?(\S+)$")
+PATCH_PREFIX_RE = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.I)
 MARKER_RE = re.compile(r"^(<{7}|>{7})(?: |$)|^={7}$")
 EXTENDED = (
     "old mode ",
@@ -153,7 +154,8 @@ def _parse_message(lines: list[str], a: int, b: int, mbox: bool, problems: list[
         )
         message.author = str(parsed.get("From", "") or "")
         message.date = str(parsed.get("Date", "") or "")
-        message.subject = " ".join(str(parsed.get("Subject", "") or "").split())
+        subject = " ".join(str(parsed.get("Subject", "") or "").split())
+        message.subject = PATCH_PREFIX_RE.sub("", subject)  # as `git am` strips it
         i += 1
     body_start = i
     start = _first_diff_line(lines, i, b)

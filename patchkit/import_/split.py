@@ -112,7 +112,7 @@ def area_of(path: str, subdir: str) -> tuple[str, str]:
     if len(dirs) <= 2 and parts[-1].endswith(".py") and parts[-1] != "__init__.py":
         shown = "/".join([*dirs, PurePosixPath(parts[-1]).stem])
     else:
-        shown = "/".join(dirs[:AREA_DEPTH])
+        shown = "/".join(dirs[: AREA_DEPTH + 1])
     words = shown.split("/")
     if len(words) > 1:
         words = words[1:]  # the top package is the same for every file: leave it out of names
