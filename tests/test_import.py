@@ -9,7 +9,7 @@ import re
 import subprocess
 
 import pytest
-from helpers import git, patchkit, snapshot
+from helpers import ROOT, git, patchkit, snapshot
 from import_fixtures import NEW_FILE, SERVER_ARGS, mapping_file, monolith  # noqa: F401
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401
 from series_fixtures import write_series
@@ -356,3 +356,50 @@ def test_diff_against_another_pinned_release_says_which(cache_0510, project, mon
     assert r.returncode == 1
     assert "does not apply at zero fuzz to sglang 0.5.9" in r.stdout
     assert "applies cleanly to the pinned release sglang 0.5.10" in r.stdout
+
+
+def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monolith, tmp_path):  # noqa: F811
+    """A diff made against the plain base that touches lines the existing series changed:
+    refused at zero fuzz (file and hunk named), merged with --3way, appended, and the whole
+    series then applies and lints clean but for the new patches' Patchkit-Tests."""
+    work = tmp_path / "w"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(work)], check=True
+    )
+    git(work, "checkout", "-q", monolith.base)
+    kimi = work / KIMI
+    loaded = "            self.language_model.load_weights(language_weights)\n"
+    kimi.write_text(kimi.read_text().replace(loaded, loaded + "            self._loaded = True\n"))
+    io_struct = work / "python/sglang/srt/managers/io_struct.py"
+    io_struct.write_text(io_struct.read_text() + "\n# carried with the series\n")
+    diff = tmp_path / "ontop.patch"
+    diff.write_text(git(work, "diff"))
+    series_dir = project / "patches" / "sglang"
+    before = snapshot(series_dir)
+    r = patchkit("import", str(diff), "--target", "sglang", "--into-series")
+    assert r.returncode == 1
+    hunk = _first_hunk_of(diff.read_text(), KIMI)
+    assert f"error: ontop.patch: {KIMI} " in r.stdout
+    assert "it overlaps the existing series: retry with --3way" in r.stdout
+    assert "pinned" not in r.stdout  # it does apply to its release: no release hunt
+    assert snapshot(series_dir) == before
+    r = patchkit("import", str(diff), "--target", "sglang", "--into-series", "--3way")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"overlap: {KIMI} " in r.stdout and "kimi-k25-eagle3-delegation.patch" in r.stdout
+    assert "applied to the base and the existing series" in r.stdout
+    old_names = load_series(ROOT / "patches" / "sglang", "sglang").names
+    assert load_series(series_dir, "sglang").names == [
+        *old_names,
+        "srt-managers-changes.patch",
+        "srt-models-changes.patch",
+    ]
+    assert all(snapshot(series_dir)[n] == before[n] for n in old_names)  # nothing rewritten
+    assert f"{KIMI} {hunk}" in r.stdout
+    out = tmp_path / "applied"
+    r = patchkit("apply", "--target", "sglang", "--into", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (out / KIMI).read_text()
+    assert "self._loaded = True" in text and "def get_embed_and_head" in text
+    lint = patchkit("lint", "--target", "sglang")
+    errors = [ln for ln in lint.stdout.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 2 and all("Patchkit-Tests: 'TODO'" in e for e in errors), lint.stdout

@@ -63,7 +63,7 @@ def command(
     ws = Workspace.load()
     spec = parse_target_spec(target_spec)
     target = ws.target(spec.target)
-    existing = ws.series(spec.target) if into_series else None
+    existing = ws.series(spec.target)
     base = acquire(target, spec.ref, progress=output.progress)
     repo = Mirror(target).path
     options = ImportOptions(
@@ -99,6 +99,7 @@ def command(
         source,
         subdir=target.subdir,
         existing=existing,
+        on_top=into_series,
         options=options,
         other_bases=other_bases,
     )
@@ -152,9 +153,10 @@ def render_import(report: ImportReport, *, dry_run: bool) -> str:
         )
         lines += [f"    {ln}" for ln in report.difference.splitlines()]
         return "\n".join(lines)
+    onto = "the base and the existing series" if report.onto == "series" else "the base"
     lines.append(
         f"  proof: the series gives tree {str(report.proved_tree)[:12]}, the same as "
-        f"{report.source} applied to the base"
+        f"{report.source} applied to {onto}"
     )
     lines.append(
         "  Patchkit-Tests: is left as TODO in every new patch: name the tests (lint flags it)"

@@ -18,7 +18,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +127,7 @@ class ImportReport:
     proved_tree: str | None = None
     difference: str = ""
     status: str = "proposed"  # proposed | refused | mismatch | written
+    failed_on_base: bool = False  # the input itself does not apply to the base release
     directory: Path | None = None
     written: list[str] = field(default_factory=list)
 
@@ -188,17 +188,19 @@ def propose_import(
     *,
     subdir: str,
     existing: Series | None = None,
+    on_top: bool = False,
     options: ImportOptions | None = None,
     other_bases: OtherBases | None = None,
 ) -> ImportReport:
-    """Propose a series for `source` against `base` (on top of `existing` when given)."""
+    """Propose a series for `source` against `base`, or on top of the `existing` series with
+    `on_top`; overlaps with `existing` are reported either way."""
     options = options or ImportOptions()
     today = options.today or dt.datetime.now(dt.timezone.utc).date()
     report = ImportReport(
-        base.target, source.label, source.sha256, base, "series" if existing else "base"
+        base.target, source.label, source.sha256, base, "series" if on_top else "base"
     )
     start = base.commit
-    if existing is not None and existing.patches:
+    if on_top and existing is not None and existing.patches:
         try:
             start, _ = build_series(repo, base.commit, existing, bare=True)
         except ApplyError as exc:
@@ -232,7 +234,7 @@ def propose_import(
             reference = _apply_whole(
                 repo, base.commit, start, messages, options.threeway, report, release
             )
-        if reference is None and other_bases is not None:
+        if reference is None and report.failed_on_base and other_bases is not None:
             _say_which_release_fits(repo, messages, other_bases, report)
     if reference is None:
         report.status = "refused"
@@ -248,6 +250,11 @@ def propose_import(
     _build_and_prove(repo, start, drafts, options, report)
     if existing is not None and report.patches:
         report.overlaps = find_overlaps(existing, report.patches, on_top=start != base.commit)
+        if report.overlaps and not on_top:
+            report.notes.append(
+                "the import overlaps the existing series: to carry both, import on top of it "
+                "(--into-series, with --3way where needed)"
+            )
     return report
 
 
@@ -297,6 +304,7 @@ def _apply_messages(
                 report.notes.append(f"message {number} ({message.subject}) needed a 3-way merge")
                 continue
             where = release + (" + the series" if report.onto == "series" else "")
+            report.failed_on_base = report.onto == "base"
             for problem in failing_hunks(repo, env, message.files, where):
                 report.problems.append(problem.text(report.source))
             if not threeway and report.onto == "series":
@@ -332,6 +340,7 @@ def _apply_whole(
         with gitops.scratch_index(repo, base, bare=True) as env:
             applied, _ = gitops.apply_to_index(repo, env, path, bare=True)
             if not applied:
+                report.failed_on_base = True
                 for problem in failing_hunks(repo, env, files, release):
                     report.problems.append(problem.text(report.source))
                 if not report.problems:
@@ -431,7 +440,7 @@ def _concern_drafts(
     block = "\n".join(f"{k}: {v}" for k, v in _trailers(source, today))
     drafts = []
     for concern, diff in zip(concerns, concern_diffs(concerns), strict=True):
-        body = f"{textwrap.fill(concern.description.strip(), 72)}\n\n{block}\n"
+        body = f"{concern.description.strip()}\n\n{block}\n"
         drafts.append(
             _Draft(concern.name, concern.subject, body, options.author, _date(today), diff)
         )

@@ -13,6 +13,7 @@ import ast
 import fnmatch
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -272,10 +273,11 @@ def assign(
         if not concern.description:
             shown = areas.get(concern.name)
             what = f"the {shown} part" if shown else f"the part named {concern.name}"
-            concern.description = (
+            concern.description = textwrap.fill(
                 f"{what[0].upper()}{what[1:]} of {source_name}, imported as one patch "
                 f"({len(concern.files)} file(s)). Say here why the change exists and when it "
-                "can be dropped."
+                "can be dropped.",
+                72,
             )
     return result, notes
 
