@@ -403,3 +403,54 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     lint = patchkit("lint", "--target", "sglang")
     errors = [ln for ln in lint.stdout.splitlines() if ln.startswith("error:")]
     assert len(errors) == 2 and all("Patchkit-Tests: 'TODO'" in e for e in errors), lint.stdout
+
+
+def test_plain_diff_made_in_site_packages(cache, monolith, tmp_path):  # noqa: F811
+    """`diff -ruN old/ new/` of two site-packages copies (no git, package-relative paths, a new
+    file): placed under python/, the new file created, the tree equal to git's."""
+    changed = [SERVER_ARGS, KIMI, NEW_FILE]
+    for side, source in (("old", None), ("new", monolith.tree)):
+        for path in changed:
+            data = (
+                (source / path).read_bytes()
+                if source
+                else gitops.show_file(monolith.tree, monolith.base, path)
+            )
+            if data is None:
+                continue
+            dest = tmp_path / side / path.removeprefix("python/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+    result = subprocess.run(
+        ["diff", "-ruN", "old", "new"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 1 and result.stdout.startswith("diff -ruN old/")
+    diff = tmp_path / "site.diff"
+    diff.write_text(result.stdout)
+    report = _propose(ImportSource.from_file(diff))
+    assert report.status == "proposed", report.problems
+    assert any("placed under python/" in n for n in report.notes)
+    files = sorted(f for p in report.patches for f in p.files)
+    assert files == sorted(changed)
+    expected = subprocess.run(
+        ["git", "diff", "--full-index", monolith.base, "HEAD", "--", *changed],
+        cwd=monolith.tree, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    proved = gitops.diff_trees(Mirror(Workspace.load().target("sglang")).path, monolith.base,
+                               report.proved_tree, bare=True)  # fmt: skip
+    assert proved.encode() == expected
+
+
+def test_refuses_to_write_over_files(cache, monolith, tmp_path):  # noqa: F811
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    r = patchkit("import", str(monolith.diff), "--target", "sglang", "--out", str(out))
+    assert r.returncode == 2
+    assert "is not an empty directory; nothing was written" in r.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    empty = tmp_path / "empty.diff"
+    empty.write_text("just words\n")
+    r = patchkit("import", str(empty), "--target", "sglang", "--dry-run")
+    assert r.returncode == 2 and "contains no diff" in r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
