@@ -378,8 +378,9 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     before = snapshot(series_dir)
     r = patchkit("import", str(diff), "--target", "sglang", "--into-series")
     assert r.returncode == 1
-    hunk = _first_hunk_of(diff.read_text(), KIMI)
-    assert f"error: ontop.patch: {KIMI} " in r.stdout
+    assert re.search(
+        rf"error: ontop.patch: {KIMI} @@ -\d+,\d+ \+\d+,\d+ @@: does not apply", r.stdout
+    )
     assert "it overlaps the existing series: retry with --3way" in r.stdout
     assert "pinned" not in r.stdout  # it does apply to its release: no release hunt
     assert snapshot(series_dir) == before
@@ -394,7 +395,7 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
         "srt-models-changes.patch",
     ]
     assert all(snapshot(series_dir)[n] == before[n] for n in old_names)  # nothing rewritten
-    assert f"{KIMI} {hunk}" in r.stdout
+    assert re.search(rf"overlap: {KIMI} lines \d+-\d+ in srt-models-changes.patch meet", r.stdout)
     out = tmp_path / "applied"
     r = patchkit("apply", "--target", "sglang", "--into", str(out))
     assert r.returncode == 0, r.stdout + r.stderr

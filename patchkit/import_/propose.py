@@ -104,7 +104,7 @@ class Overlap:
 
     def text(self) -> str:
         return (
-            f"{self.path} {self.hunk} of {self.patch} overlaps lines {self.lines} changed by "
+            f"{self.path} {self.hunk} in {self.patch} meet lines {self.lines} changed by "
             f"{self.existing}"
         )
 
@@ -128,6 +128,9 @@ class ImportReport:
     difference: str = ""
     status: str = "proposed"  # proposed | refused | mismatch | written
     failed_on_base: bool = False  # the input itself does not apply to the base release
+    # (patch, path, old start, old length) of every hunk, in the coordinates of the tree the
+    # import starts from (base, or the existing series' result)
+    hunk_ranges: list[tuple[str, str, int, int]] = field(default_factory=list)
     directory: Path | None = None
     written: list[str] = field(default_factory=list)
 
@@ -249,7 +252,14 @@ def propose_import(
         drafts = _concern_drafts(repo, start, reference, source, subdir, options, today, report)
     _build_and_prove(repo, start, drafts, options, report)
     if existing is not None and report.patches:
-        report.overlaps = find_overlaps(existing, report.patches, on_top=start != base.commit)
+        if not report.hunk_ranges:  # one patch per message: each hunk as its patch says
+            report.hunk_ranges = [
+                (p.name, c.source or c.path, src, src_len)
+                for p in report.patches
+                for c in parse_patch(p.name, p.raw).files
+                for src, src_len, _, _ in c.hunks
+            ]
+        report.overlaps = find_overlaps(existing, report.hunk_ranges, on_top=start != base.commit)
         if report.overlaps and not on_top:
             report.notes.append(
                 "the import overlaps the existing series: to carry both, import on top of it "
@@ -437,6 +447,12 @@ def _concern_drafts(
     }
     concerns, notes = assign(files, names_of, subdir, options.mapping, source.label)
     report.notes += notes
+    report.hunk_ranges = [
+        (f"{c.name}.patch", diff.path, diff.hunks[i].old_start, diff.hunks[i].old_len)
+        for c in concerns
+        for diff, indexes in c.parts
+        for i in indexes
+    ]
     block = "\n".join(f"{k}: {v}" for k, v in _trailers(source, today))
     drafts = []
     for concern, diff in zip(concerns, concern_diffs(concerns), strict=True):
@@ -539,10 +555,12 @@ def _build_and_prove(
             )
 
 
-def find_overlaps(existing: Series, patches: list[ProposedPatch], *, on_top: bool) -> list[Overlap]:
-    """Hunks of the proposal that meet hunks of the existing series on the same file (as lint
-    compares them: post-image of the series against the pre-image of the import when the
-    import sits on top, pre-images of both when both start from the base)."""
+def find_overlaps(
+    existing: Series, hunks: list[tuple[str, str, int, int]], *, on_top: bool
+) -> list[Overlap]:
+    """Hunks of the import that meet hunks of the existing series on the same file (as lint
+    compares them: the series' post-images when the import sits on top of it, pre-images of
+    both when both start from the base)."""
     ranges: dict[str, list[tuple[str, int, int]]] = {}
     for patch in existing.patches:
         for change in patch.files:
@@ -551,21 +569,11 @@ def find_overlaps(existing: Series, patches: list[ProposedPatch], *, on_top: boo
                 key = change.path if on_top else (change.source or change.path)
                 ranges.setdefault(key, []).append((patch.name, start, start + max(length, 1) - 1))
     found = []
-    for proposed in patches:
-        for change in parse_patch(proposed.name, proposed.raw).files:
-            for src, src_len, tgt, tgt_len in change.hunks:
-                lo, hi = src, src + max(src_len, 1) - 1
-                for name, a, b in ranges.get(change.source or change.path, []):
-                    if a <= hi and lo <= b:
-                        found.append(
-                            Overlap(
-                                change.path,
-                                f"@@ -{src},{src_len} +{tgt},{tgt_len} @@",
-                                proposed.name,
-                                name,
-                                f"{a}-{b}",
-                            )
-                        )
+    for name, path, start, length in hunks:
+        lo, hi = start, start + max(length, 1) - 1
+        for other, a, b in ranges.get(path, []):
+            if a <= hi and lo <= b:
+                found.append(Overlap(path, f"lines {lo}-{hi}", name, other, f"{a}-{b}"))
     return found
 
 
