@@ -271,7 +271,7 @@ def _bad(monolith, kind: str) -> tuple[str, str]:  # noqa: F811
             part, grown
         ), f"{KIMI} {hunk}: adds the conflict marker '>>>>>>> theirs'"
     if kind == "crlf":
-        return text.replace(part, part.replace("\n", "\r\n")), f"{KIMI}: CRLF line ending"
+        return text.replace(part, part.replace("\n", "\r\n")), f"{KIMI} {hunk}: CRLF line ending"
     if kind == "binary":
         return text + (
             "diff --git a/python/sglang/logo.png b/python/sglang/logo.png\n"
@@ -311,7 +311,7 @@ def test_bad_input_is_named_and_nothing_written(cache, project, monolith, tmp_pa
     r = patchkit("import", str(bad), "--target", "sglang", "--out", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     errors = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("error:")]
-    assert any(words in e for e in errors), (words, r.stdout)
+    assert len(errors) == 1 and words in errors[0], (words, r.stdout)  # one line, to the point
     assert all(e.startswith("error: bad.patch") for e in errors)
     assert "refused: nothing was written" in r.stdout
     assert "Traceback" not in r.stderr

@@ -31,6 +31,10 @@ def normalize_paths(
     files = [f for m in messages for f in m.files]
     problems: list[Problem] = []
     for diff in files:
+        if diff.git and any(e.startswith("new file mode") for e in diff.extended):
+            diff.old = None
+        if diff.git and any(e.startswith("deleted file mode") for e in diff.extended):
+            diff.new = None
         if not diff.git and len(diff.hunks) == 1:
             hunk = diff.hunks[0]
             if hunk.old_start == 0 and hunk.old_len == 0:
@@ -90,7 +94,7 @@ def normalize_paths(
             if what:
                 bad = True
                 problems.append(Problem(diff.line, path, _first_hunk(diff), what))
-        if not bad and diff.old and diff.old not in base_paths:
+        if not bad and not diff.binary and diff.old and diff.old not in base_paths:
             problems.append(
                 Problem(
                     diff.line,

@@ -82,6 +82,7 @@ class FileDiff:
     extended: list[str] = field(default_factory=list)
     hunks: list[Hunk] = field(default_factory=list)
     binary: bool = False
+    crlf: bool = False
 
     @property
     def path(self) -> str:
@@ -187,22 +188,10 @@ def _diff_path(value: str) -> str | None:
 def _parse_files(lines: list[str], i: int, b: int, message: Message, problems: list[Problem]):
     current: FileDiff | None = None
     hunk_at: str | None = None
-    crlf_seen: set[str] = set()
     while i < b:
         line = lines[i]
         number = i + 1
         path = current.path if current else None
-        if line.endswith("\r") and (path or "") not in crlf_seen:
-            crlf_seen.add(path or "")
-            problems.append(
-                Problem(
-                    number,
-                    path,
-                    hunk_at,
-                    "CRLF line ending (the diff was converted to DOS line endings); "
-                    "convert it back (dos2unix) or make it again",
-                )
-            )
         line = line.rstrip("\r")
         if line == "-- " and (current is None or current.hunks):
             return  # format-patch's signature ends the diff
@@ -264,10 +253,27 @@ def _parse_files(lines: list[str], i: int, b: int, message: Message, problems: l
             )
             hunk_at = hunk.at
             current.hunks.append(hunk)
+            if lines[i].endswith("\r"):
+                _crlf(number, current, hunk, problems)
             i = _consume_hunk(lines, i + 1, b, current, hunk, problems)
             continue
         i += 1
     return
+
+
+def _crlf(number: int, current: FileDiff, hunk: Hunk, problems: list[Problem]) -> None:
+    if current.crlf:
+        return
+    current.crlf = True
+    problems.append(
+        Problem(
+            number,
+            current.path,
+            hunk.at,
+            "CRLF line ending (the diff was converted to DOS line endings); "
+            "convert it back (dos2unix) or make it again",
+        )
+    )
 
 
 def _marker(number: int, path: str | None, hunk: str | None, line: str, *, added: bool):
@@ -290,7 +296,8 @@ def _consume_hunk(
         raw = lines[i]
         line = raw.rstrip("\r")
         if raw.endswith("\r") and raw[:1] in " +-":
-            line = raw  # keep the byte; the CRLF was reported once per file
+            line = raw  # keep the byte, report it once per file
+            _crlf(i + 1, current, hunk, problems)
         tag = line[:1]
         if MARKER_RE.match(line):
             problems.append(_marker(i + 1, current.path, hunk.at, line, added=False))

@@ -397,7 +397,8 @@ def _say_which_release_fits(
     repo: Path, messages: list[Message], other_bases: OtherBases, report: ImportReport
 ) -> None:
     text = "".join(_diff_text(m) for m in messages)
-    for label, commit in other_bases():
+    others = other_bases()
+    for label, commit in others:
         try:
             fits = applies_cleanly(repo, commit, text)
         except (PatchkitError, gitops.GitError):
@@ -408,7 +409,9 @@ def _say_which_release_fits(
                 f"with --target {report.target}@{label.split()[-1]}, then `patchkit rebase`"
             )
             return
-    report.problems.append(f"{report.source}: no pinned {report.target} release fits it either")
+    if others:
+        tried = ", ".join(label for label, _ in others)
+        report.problems.append(f"{report.source}: the other pinned releases ({tried}) do not fit")
 
 
 # --- drafts ---------------------------------------------------------------------------------
