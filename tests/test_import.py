@@ -455,3 +455,57 @@ def test_refuses_to_write_over_files(cache, monolith, tmp_path):  # noqa: F811
     r = patchkit("import", str(empty), "--target", "sglang", "--dry-run")
     assert r.returncode == 2 and "contains no diff" in r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
+
+
+def test_dockerfile_sed_edits_via_a_diff_of_the_sdist(cache, sglang_sdist, tmp_path):
+    """The recipe of docs/migrating.md: the Dockerfile's `sed -i` run on a copy of the pinned
+    sdist, `diff -ruN`, import; it overlaps the series' SM120 fusion patch, which is said."""
+    subprocess.run(["tar", "xzf", str(sglang_sdist), "-C", str(tmp_path)], check=True)
+    (tmp_path / "sglang-0.5.9").rename(tmp_path / "old")
+    subprocess.run(["cp", "-a", "old", "new"], cwd=tmp_path, check=True)
+    site = "/usr/local/lib/python3.12/dist-packages"
+    (tmp_path / "Dockerfile").write_text(
+        "FROM lmsysorg/sglang:v0.5.9-cu130\n"
+        "RUN sed -i 's/(_is_sm90_supported or _is_sm100_supported)/"
+        "(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)/' \\\n"
+        f"      {site}/sglang/srt/layers/communicator.py\n"
+    )
+    script = (
+        f"grep -A1 'sed -i' Dockerfile | tr -d '\\\\\\n' | sed 's#RUN ##; s#{site}/#new/#g' "
+        "> seds.sh && bash seds.sh && diff -ruN old new > docker-sed.diff; test $? = 1"
+    )
+    subprocess.run(["bash", "-c", script], cwd=tmp_path, check=True)
+    r = patchkit("import", str(tmp_path / "docker-sed.diff"), "--target", "sglang", "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"srt-layers-changes\.patch\s+1\s+1\s+1$", r.stdout, re.M)
+    assert "placed under python/" in r.stdout
+    assert "changed by sm120-flashinfer-allreduce-fusion.patch" in r.stdout
+
+
+def test_mapping_file_errors_are_one_line(tmp_path):
+    from patchkit.errors import UsageError
+
+    cases = {
+        "[[patch]\n": "not valid TOML",
+        '[[patch]]\nname = "a"\npaths = ["x"]\ncolour = 1\n': "unknown key(s) colour",
+        '[[patch]]\nname = "a/b"\npaths = ["x"]\n': "is not a patch name",
+        '[[patch]]\nname = "a"\nhunks = ["x.py:f"]\n': "is not PATH_GLOB::FUNCTION_GLOB",
+        '[[patch]]\nname = "a"\n': "give paths or hunks",
+        '[[patch]]\nname = "a"\npaths = ["x"]\n[[patch]]\nname = "a"\npaths = ["y"]\n': "twice",
+    }
+    for text, words in cases.items():
+        path = tmp_path / "m.toml"
+        path.write_text(text)
+        with pytest.raises(UsageError, match=re.escape(words)):
+            load_mapping(path)
+
+
+def test_reimport_onto_a_series_that_carries_it(cache, project, monolith, tmp_path):  # noqa: F811
+    write_series(project, "sglang", {})
+    args = ("import", str(monolith.diff), "--target", "sglang", "--into-series")
+    assert patchkit(*args).returncode == 0
+    before = snapshot(project / "patches" / "sglang")
+    r = patchkit(*args)
+    assert r.returncode == 1
+    assert "the existing series already carries every change of it" in r.stdout
+    assert snapshot(project / "patches" / "sglang") == before

@@ -232,6 +232,13 @@ def propose_import(
             return report
         if _per_message(parsed, options):
             report.mode = "messages"
+            for number, message in enumerate(messages, 1):
+                if not message.files:
+                    report.notes.append(
+                        f"skipped message {number} ({message.subject or 'no subject'}): "
+                        "it holds no diff (a cover letter?)"
+                    )
+            messages = [m for m in messages if m.files]
             reference = _apply_messages(repo, start, messages, options.threeway, report, release)
         else:
             reference = _apply_whole(
@@ -381,6 +388,12 @@ def _carry(
         if threeway and gitops.apply_to_index(repo, env, path, threeway=True, bare=True)[0]:
             report.notes.append("merged onto the existing series with a 3-way merge")
             return gitops.write_tree(repo, env, bare=True)
+        if gitops.apply_to_index(repo, env, path, reverse=True, check=True, bare=True)[0]:
+            report.problems.append(
+                f"{report.source}: the existing series already carries every change of it; "
+                "nothing to import"
+            )
+            return None
         carried = parse_input(change).messages[0].files
         for problem in failing_hunks(repo, env, carried, f"{release} + the series"):
             report.problems.append(
