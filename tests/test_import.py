@@ -509,3 +509,27 @@ def test_reimport_onto_a_series_that_carries_it(cache, project, monolith, tmp_pa
     assert r.returncode == 1
     assert "the existing series already carries every change of it" in r.stdout
     assert snapshot(project / "patches" / "sglang") == before
+
+
+def test_mbox_headers_the_series_cannot_round_trip_are_refused(cache, monolith, tmp_path):  # noqa: F811
+    repo = tmp_path / "h"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(repo)], check=True
+    )
+    git(repo, "checkout", "-q", monolith.base)
+    io_struct = repo / "python/sglang/srt/managers/io_struct.py"
+    for n, (who, subject) in enumerate((("Jürgen", "Tune io"), ("t", "Délégation"))):
+        io_struct.write_text(io_struct.read_text() + f"# {n}\n")
+        git(repo, "commit", "-qam", subject, env={"GIT_AUTHOR_NAME": who})
+    mbox = tmp_path / "team.mbox"
+    mbox.write_bytes(
+        subprocess.run(
+            ["git", "format-patch", "--stdout", f"{monolith.base}..HEAD"],
+            cwd=repo, check=True, capture_output=True,
+        ).stdout
+    )  # fmt: skip
+    report = _propose(ImportSource.from_file(mbox))
+    assert report.status == "refused"
+    assert len(report.problems) == 2
+    assert "From 'Jürgen <t@example.invalid>' is not ASCII" in report.problems[0]
+    assert "subject 'Délégation' is not ASCII" in report.problems[1]

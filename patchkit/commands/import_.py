@@ -60,6 +60,8 @@ def command(
         raise UsageError("give either a DIFF file or --overlay DIR")
     if out is not None and into_series:
         raise UsageError("--out and --into-series are two destinations; pick one")
+    if not author.isascii() or "@" not in author:
+        raise UsageError(f"--author {author!r}: give 'Name <address>' in ASCII")
     ws = Workspace.load()
     spec = parse_target_spec(target_spec)
     target = ws.target(spec.target)
@@ -147,10 +149,13 @@ def render_import(report: ImportReport, *, dry_run: bool) -> str:
     for overlap in report.overlaps:
         lines.append(f"  overlap: {overlap.text()}")
     if report.status == "mismatch":
-        lines.append(
-            f"  proof FAILED: the proposed series gives tree {str(report.proved_tree)[:12]}, "
-            f"the input gives {str(report.expected_tree)[:12]}; nothing was written"
+        got = (
+            f"the proposed series gives tree {report.proved_tree[:12]}, the input gives "
+            f"{str(report.expected_tree)[:12]}; "
+            if report.proved_tree
+            else ""
         )
+        lines.append(f"  proof FAILED: {got}nothing was written")
         lines += [f"    {ln}" for ln in report.difference.splitlines()]
         return "\n".join(lines)
     onto = "the base and the existing series" if report.onto == "series" else "the base"

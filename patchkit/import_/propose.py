@@ -239,6 +239,17 @@ def propose_import(
                         "it holds no diff (a cover letter?)"
                     )
             messages = [m for m in messages if m.files]
+            for message in messages:
+                for field_name, value in (("subject", message.subject), ("From", message.author)):
+                    if not value.isascii():
+                        report.problems.append(
+                            f"{source.label}:{message.line}: {field_name} {value!r} is not "
+                            "ASCII, which the series format does not round-trip: reword the "
+                            "commit (git commit --amend), or import with --by-area"
+                        )
+            if report.problems:
+                report.status = "refused"
+                return report
             reference = _apply_messages(repo, start, messages, options.threeway, report, release)
         else:
             reference = _apply_whole(
@@ -550,6 +561,16 @@ def _build_and_prove(
     try:
         proved, _ = build_series(repo, start, _series_of(report.target, again), bare=True)
         report.proved_tree = gitops.tree_of(repo, proved, bare=True)
+        # what `lint` checks: apply + export gives back the very bytes
+        reexported = {p.name: p.raw for p in export_commits(repo, start, proved, bare=True)}
+        for first in exported:
+            if reexported.get(first.name) != first.raw:
+                report.difference = (
+                    f"{first.name} does not re-export byte for byte (apply + export changes "
+                    "it; a header with non-ASCII text?)"
+                )
+                report.proved_tree = None
+                break
     except ApplyError as exc:
         report.difference = f"the exported series does not apply: {exc.message}"
     for patch in again:

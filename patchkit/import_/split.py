@@ -78,6 +78,11 @@ def load_mapping(path: Path) -> Mapping:
             raise UsageError(f"{where}: paths and hunks are lists of strings")
         if not paths and not hunks:
             raise UsageError(f"{where} ({name}): give paths or hunks")
+        subject = raw.get("subject")
+        if subject is not None and (not isinstance(subject, str) or not subject.isascii()):
+            raise UsageError(
+                f"{where}: subject {subject!r}: the series format keeps subjects ASCII"
+            )
         selectors = []
         for sel in hunks:
             glob, sep, qual = sel.partition("::")
