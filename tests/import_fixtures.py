@@ -1,7 +1,7 @@
 """A realistic monolithic `sglang.patch` made from the real SGLang 0.5.9 tree.
 
 Three concerns (SM120 all-reduce, Kimi-K2.5 EAGLE-3, the speculative threshold) and a dozen
-unrelated edits across 28 files, edited at real functions found with `ast`; server_args.py is
+unrelated edits across 27 files, edited at real functions found with `ast`; server_args.py is
 touched by two concerns, in two functions. The edited tree is committed in a throw-away clone, so
 its tree id is an oracle independent of patchkit.
 """

@@ -1,4 +1,4 @@
-"""`patchkit import`: a real monolithic diff of SGLang 0.5.9 (28 files, three concerns and a
+"""`patchkit import`: a real monolithic diff of SGLang 0.5.9 (27 files, three concerns and a
 dozen unrelated edits) becomes a per-concern series whose application equals the diff's tree;
 overlays, mboxes, the existing series and every kind of bad input."""
 
