@@ -5,6 +5,7 @@ overlays, mboxes, the existing series and every kind of bad input."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import subprocess
 
@@ -73,6 +74,10 @@ def test_monolithic_diff_by_area_dry_run_writes_nothing(cache, project, monolith
     assert sum(v[0] for v in rows.values()) == len(monolith.files) == 27
     assert "the same as sglang.patch applied to the base" in r.stdout
     assert "nothing written (--dry-run)" in r.stdout
+    doc = json.loads(patchkit("import", str(monolith.diff), "--target", "sglang", "--json").stdout)
+    assert doc["status"] == "proposed" and doc["proof"]["equal"] is True
+    assert doc["proof"]["expected_tree"] == monolith.tree_id
+    assert {p["name"]: p["added"] for p in doc["patches"]}["packaging-changes.patch"] == 1
 
 
 def test_mapping_splits_a_file_by_function(cache, monolith, mapping_file, tmp_path):  # noqa: F811
