@@ -24,6 +24,7 @@ VERBS = {
     "export": "export",
     "lint": "lint",
     "review": "review",
+    "import": "import_",
 }
 
 # One line per verb for `patchkit --help`, so listing the verbs imports none of them.
