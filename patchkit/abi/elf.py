@@ -54,10 +54,91 @@ class ElfInfo:
     verdef: list[str] = field(default_factory=list)
     cxx11_abi: int | None = None
     sections: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # strong undefined symbol -> "library version" it is bound to (.gnu.version), if versioned
+    undefined_versions: dict[str, str] = field(default_factory=dict)
 
     def section(self, name: str) -> tuple[int, int, int] | None:
         """(file offset, size, address) of a section, if present."""
         return self.sections.get(name)
+
+    def symbol_library(self, name: str) -> str | None:
+        """The library a versioned undefined symbol binds to (``logf`` -> ``libm.so.6``)."""
+        v = self.undefined_versions.get(name)
+        return v.split(" ", 1)[0] if v else None
+
+    def example(self, lib: str, version: str) -> str | None:
+        """One undefined symbol that needs ``version`` of ``lib`` (evidence for a message)."""
+        want = f"{lib} {version}"
+        return next((s for s, v in self.undefined_versions.items() if v == want), None)
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "machine": self.machine,
+            "soname": self.soname,
+            "needed": self.needed,
+            "rpath": self.rpath,
+            "runpath": self.runpath,
+            "defined": sorted(self.defined),
+            "undefined": list(self.undefined),
+            "verneed": self.verneed,
+            "verdef": self.verdef,
+            "cxx11_abi": self.cxx11_abi,
+            "sections": {k: list(v) for k, v in self.sections.items()},
+            "undefined_versions": self.undefined_versions,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> ElfInfo:
+        """Rebuild from to_json() output; raises TypeError/KeyError on anything else."""
+        sections = {}
+        for k, v in _dict(d["sections"]).items():
+            if not (isinstance(v, list) and len(v) == 3 and all(type(i) is int for i in v)):
+                raise TypeError("section")
+            sections[k] = (v[0], v[1], v[2])
+        verneed = {k: _strs(v) for k, v in _dict(d["verneed"]).items()}
+        versions = _dict(d["undefined_versions"])
+        _strs(list(versions.values()))
+        cxx = d["cxx11_abi"]
+        if cxx not in (None, 0, 1):
+            raise TypeError("cxx11_abi")
+        return cls(
+            path=_str(d["path"]),
+            machine=_str(d["machine"]),
+            soname=_opt_str(d["soname"]),
+            needed=_strs(d["needed"]),
+            rpath=_strs(d["rpath"]),
+            runpath=_strs(d["runpath"]),
+            defined=frozenset(_strs(d["defined"])),
+            undefined=tuple(_strs(d["undefined"])),
+            verneed=verneed,
+            verdef=_strs(d["verdef"]),
+            cxx11_abi=cxx,
+            sections=sections,
+            undefined_versions=versions,
+        )
+
+
+def _str(x) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"expected a string, got {type(x).__name__}")
+    return x
+
+
+def _opt_str(x) -> str | None:
+    return None if x is None else _str(x)
+
+
+def _strs(x) -> list[str]:
+    if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
+        raise TypeError("expected a list of strings")
+    return x
+
+
+def _dict(x) -> dict:
+    if not isinstance(x, dict):
+        raise TypeError("expected an object")
+    return x
 
 
 def is_elf(path: str) -> bool:
@@ -173,6 +254,7 @@ def _parse(path: str, buf) -> ElfInfo:
                 runpath.extend(p for p in cstr(table, value).split(":") if p)
 
     verneed: dict[str, list[str]] = {}
+    version_index: dict[int, str] = {}  # vna_other -> "library version"
     vn = by_type.get(SHT_GNU_VERNEED)
     if vn is not None:
         table = strings(vn)
@@ -185,8 +267,10 @@ def _parse(path: str, buf) -> ElfInfo:
             for _ in range(min(cnt, 4096)):
                 if apos + 16 > len(data):
                     raise MalformedElf("version-needed entry runs past .gnu.version_r")
-                _h, _f, _other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
-                verneed.setdefault(lib, []).append(cstr(table, name_off))
+                _h, _f, other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
+                vname = cstr(table, name_off)
+                verneed.setdefault(lib, []).append(vname)
+                version_index[other & 0x7FFF] = f"{lib} {vname}"
                 if not anext:
                     break
                 apos += anext
@@ -210,7 +294,7 @@ def _parse(path: str, buf) -> ElfInfo:
                 break
             pos += nxt
 
-    defined, undefined, cxx11 = _symbols(buf, sections)
+    defined, undefined, cxx11, versions = _symbols(buf, sections, version_index)
     return ElfInfo(
         path=path,
         machine=str(machine),
@@ -224,38 +308,68 @@ def _parse(path: str, buf) -> ElfInfo:
         verdef=verdef,
         cxx11_abi=cxx11,
         sections=sections,
+        undefined_versions=versions,
     )
 
 
-def _symbols(buf, sections):
+def _symbols(buf, sections, version_index: dict[int, str]):
+    """Exported and strong-undefined dynamic symbols, read column-wise from .dynsym."""
     sym = sections.get(".dynsym")
     strs = sections.get(".dynstr")
     if sym is None or strs is None:
-        return frozenset(), (), None
+        return frozenset(), (), None, {}
     soff, ssize, _ = sym
     toff, tsize, _ = strs
     count = ssize // 24
     table = bytes(buf[toff : toff + tsize])
-    defined: set[str] = set()
-    undefined: list[str] = []
-    find = table.find
     raw = bytes(buf[soff : soff + count * 24])
-    exported = (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
-    for name_off, info, other, shndx in struct.iter_unpack("<IBBH16x", raw):
-        if not name_off or (info >> 4) not in exported:
-            continue
-        end = find(b"\0", name_off)
-        if end < 0:
-            raise MalformedElf(f"symbol name at {name_off:#x} runs past .dynstr")
-        if shndx == SHN_UNDEF:
-            # Weak references may stay unresolved; only strong ones fail a RTLD_NOW load.
-            if info >> 4 != STB_WEAK:
-                undefined.append(table[name_off:end].decode("utf-8", "replace"))
-        elif (other & 3) in EXPORTED_VISIBILITY:
-            defined.add(table[name_off:end].decode("utf-8", "replace"))
+    view = memoryview(raw)
+    # Columns of the 24-byte Elf64_Sym: st_name u32 @0, st_info @4, st_other @5, st_shndx @6.
+    names = view.cast("I")[0::6]
+    info = raw[4::24]
+    other = raw[5::24]
+    shndx = view.cast("H")[3::12]
+    text = table.decode("utf-8", "surrogateescape")
+    if len(text) != len(table):  # non-ASCII names: offsets are byte offsets, decode per name
+
+        def name(off: int) -> str:
+            end = table.find(b"\0", off)
+            if end < 0:
+                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
+            return table[off:end].decode("utf-8", "replace")
+    else:
+        find = text.find
+
+        def name(off: int) -> str:
+            end = find("\0", off)
+            if end < 0:
+                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
+            return text[off:end]
+
+    # Bindings GLOBAL 1, WEAK 2, GNU_UNIQUE 10; visibility DEFAULT 0 / PROTECTED 3 is exported.
+    defined = frozenset(
+        name(o)
+        for o, i, v, s in zip(names, info, other, shndx, strict=True)
+        if o and s and (i >> 4) in (1, 2, 10) and (v & 3) in (0, 3)
+    )
+    # Weak references may stay unresolved; only strong ones fail a RTLD_NOW load.
+    strong = [
+        k
+        for k, (o, i, s) in enumerate(zip(names, info, shndx, strict=True))
+        if o and not s and (i >> 4) in (1, 10)
+    ]
+    undefined = tuple(name(names[k]) for k in strong)
+    versions: dict[str, str] = {}
+    ver = sections.get(".gnu.version")
+    if ver is not None and version_index and ver[1] >= count * 2:
+        versym = memoryview(bytes(buf[ver[0] : ver[0] + count * 2])).cast("H")
+        for k, sym_name in zip(strong, undefined, strict=True):
+            v = version_index.get(versym[k] & 0x7FFF)
+            if v:
+                versions[sym_name] = v
     cxx11 = None
     if any(marker in table for marker in _CXX11_MARKERS):
         cxx11 = 1
     elif any(ns in table for ns in _TORCH_NAMESPACES) and _OLD_ABI_STRING.search(table):
         cxx11 = 0
-    return frozenset(defined), tuple(undefined), cxx11
+    return defined, undefined, cxx11, versions

@@ -85,15 +85,45 @@ class Fatbin:
     def archs(self) -> list[str]:
         return sorted({e.name for e in self.entries})
 
-    # Cached and sent between processes by the thousand: entries travel as plain tuples.
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["entries"] = [tuple(e) for e in self.entries]
-        return state
+    def to_json(self) -> list:
+        return [
+            self.offset,
+            self.size,
+            [list(e[:9]) + [list(e.version), e.flags] for e in self.entries],
+            self.wrapper_version,
+            self.has_kernels,
+            self.kernels,
+            self.toolkit,
+        ]
 
-    def __setstate__(self, state: dict) -> None:
-        state["entries"] = list(map(FatbinEntry._make, state["entries"]))
-        self.__dict__.update(state)
+    @classmethod
+    def from_json(cls, d: list) -> Fatbin:
+        """Rebuild from to_json() output; raises TypeError/ValueError on anything else."""
+        offset, size, entries, wrapper, has, kernels, toolkit = d
+        out = []
+        for e in entries:
+            kind, arch, variant, comp, off, hsize, psize, csize, usize, ver, flags = e
+            if kind not in ("cubin", "ptx") or variant not in ("", "a", "f"):
+                raise ValueError("entry kind")
+            if comp not in ("", "lz4", "zstd"):
+                raise ValueError("entry compression")
+            ints = (arch, off, hsize, psize, csize, usize, flags, *ver)
+            if len(ver) != 2 or not all(type(i) is int for i in ints):
+                raise TypeError("entry fields")
+            out.append(
+                FatbinEntry(
+                    kind, arch, variant, comp, off, hsize, psize, csize, usize, tuple(ver), flags
+                )
+            )
+        if not (type(offset) is int and type(size) is int):
+            raise TypeError("fatbin offset")
+        if wrapper is not None and type(wrapper) is not int:
+            raise TypeError("wrapper")
+        if has not in (None, True, False) or (kernels is not None and type(kernels) is not int):
+            raise TypeError("kernels")
+        if toolkit is not None and not isinstance(toolkit, str):
+            raise TypeError("toolkit")
+        return cls(offset, size, out, wrapper, has, kernels, toolkit)
 
 
 def parse_fatbins(buf, start: int = 0, end: int | None = None) -> list[Fatbin]:
@@ -221,7 +251,9 @@ def cubin_info(image: bytes) -> CubinInfo:
         raise MalformedFatbin(f"cubin machine is {machine}, not EM_CUDA")
     (eflags,) = struct.unpack_from("<I", image, 0x30)
     if osabi == 0x41 or abiver >= 8:
-        sm, arch_a = (eflags >> 8) & 0xFF, False
+        # Bit 0x8 marks `a` in ptxas 12.9 output (13.0 leaves it clear): trusted only when set;
+        # the tkinfo target, where there is one, decides (scan.analyze_cubin).
+        sm, arch_a = (eflags >> 8) & 0xFF, bool(eflags & 0x8)
     else:
         sm, arch_a = eflags & 0xFF, bool(eflags & 0x800)
     kernels = 0
