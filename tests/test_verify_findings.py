@@ -301,31 +301,36 @@ def _verify_json(args: list[str], env: dict, hide: list[str] | None = None) -> d
 
 
 def test_same_result_with_the_cuda_toolkit_hidden(tmp_path):
-    """A CUDA object needing libcudart.so.13 with no CUDA runtime wheel in the environment is
-    an error whether or not the verifying machine has a CUDA 13 toolkit (this one does)."""
+    """Libraries this machine's CUDA 13 toolkit has (libcupti.so.13, libcudart.so.13), with no
+    wheel shipping them in the environment, are missing whether the toolkit is visible or not:
+    the first fails without the loader's host independence (found through ld.so.cache)."""
     if builders.nvcc() is None or shutil.which("unshare") is None:
         pytest.skip("needs nvcc and unshare")
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
-    if probe.returncode:
-        pytest.skip("cannot make a mount namespace here")
-    obj = builders.cuda_object("sm_120")
-    site = builders.make_site(str(tmp_path), None, {"kern/_ops.so": obj})
+    cupti = "/usr/local/cuda-13.0/lib/libcupti.so.13"
+    if probe.returncode or not os.path.exists(cupti):
+        pytest.skip("cannot make a mount namespace here, or no CUDA 13 toolkit to hide")
+    site = builders.make_site(
+        str(tmp_path),
+        None,
+        {
+            "sgl_kernel/common_ops.abi3.so": builders.linking("needs-host-cupti", [cupti]),
+            "kern/_ops.so": builders.cuda_object("sm_120"),
+        },
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "f").write_text("")
     env = {k: v for k, v in os.environ.items() if k != "PATCHKIT_PROFILE"}
     env["PK_EMPTY"] = str(empty)
-    hide = [
-        p
-        for p in ("/usr/local/cuda", "/usr/local/cuda-13.0", "/etc/ld.so.cache")
-        if os.path.exists(p)
-    ]
-    assert hide, "no CUDA toolkit to hide"
+    hide = [p for p in ("/usr/local/cuda-13.0", "/etc/ld.so.cache") if os.path.exists(p)]
     seen = _verify_json(["--env", site], env)
     hidden = _verify_json(["--env", site], env, hide=hide)
     assert seen == hidden
-    missing = [f for f in seen["findings"] if f["check"] == "needed-missing"]
-    assert missing and missing[0]["message"].startswith("libcudart.so.13: cannot open")
+    missing = sorted(
+        f["message"].split(":")[0] for f in seen["findings"] if f["check"] == "needed-missing"
+    )
+    assert missing == ["libcudart.so.13", "libcupti.so.13"]
 
 
 def test_partial_wheelhouse_notes_and_env_errors(tmp_path):
