@@ -1073,6 +1073,11 @@ def check_device_toolkit(ctx: Context, extensions: dict[str, FileReport]) -> Non
         if rel in ctx.grouped:
             continue  # its CUDA build is already one finding (check 6)
         tk = next((f.toolkit for f in rep.fatbins if f.toolkit), None)
+        if tk is None and rep.kernel_fatbins:
+            fat = next((f for f in rep.kernel_fatbins if f.kernels is None), None)
+            if fat is not None:
+                _open_undecided(ctx, rel, rep, [fat])
+                tk = fat.toolkit
         if not tk or rep.elf is None:
             continue
         host = next((int(m.group(2)) for n in rep.elf.needed if (m := CUDA_RUNTIME.match(n))), None)

@@ -9,10 +9,12 @@ independent oracle for these facts instead.
 from __future__ import annotations
 
 import mmap
+import operator
 import os
 import re
 import struct
 from dataclasses import dataclass, field
+from itertools import accumulate, compress, count
 
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
@@ -79,7 +81,7 @@ class ElfInfo:
             "needed": self.needed,
             "rpath": self.rpath,
             "runpath": self.runpath,
-            "defined": sorted(self.defined),
+            "defined": _lines(self.defined),
             "undefined": list(self.undefined),
             "verneed": self.verneed,
             "verdef": self.verdef,
@@ -109,7 +111,7 @@ class ElfInfo:
             needed=_strs(d["needed"]),
             rpath=_strs(d["rpath"]),
             runpath=_strs(d["runpath"]),
-            defined=frozenset(_strs(d["defined"])),
+            defined=frozenset(_unlines(d["defined"])),
             undefined=tuple(_strs(d["undefined"])),
             verneed=verneed,
             verdef=_strs(d["verdef"]),
@@ -117,6 +119,18 @@ class ElfInfo:
             sections=sections,
             undefined_versions=versions,
         )
+
+
+def _lines(names) -> str | list[str]:
+    """A big name set as one newline-joined string (fast to encode and decode as JSON)."""
+    joined = "\n".join(names)
+    return joined if joined.count("\n") == max(len(names) - 1, 0) else list(names)
+
+
+def _unlines(x) -> list[str]:
+    if isinstance(x, str):
+        return x.split("\n") if x else []
+    return _strs(x)
 
 
 def _str(x) -> str:
@@ -139,6 +153,22 @@ def _dict(x) -> dict:
     if not isinstance(x, dict):
         raise TypeError("expected an object")
     return x
+
+
+PAGE = mmap.PAGESIZE
+
+
+def prefetch(buf, ranges) -> None:
+    """Start reading ``(offset, length)`` ranges of a mapped file in the background
+    (MADV_WILLNEED); a no-op for bytes already in memory."""
+    if not isinstance(buf, mmap.mmap):
+        return
+    for off, length in ranges:
+        start = off - off % PAGE
+        try:
+            buf.madvise(mmap.MADV_WILLNEED, start, min(length + off - start, len(buf) - start))
+        except (OSError, ValueError, OverflowError):
+            return
 
 
 def is_elf(path: str) -> bool:
@@ -222,6 +252,16 @@ def _parse(path: str, buf) -> ElfInfo:
             _check_range(size, off, sec_size, f"section {name or index}")
         sections[name] = (off, sec_size, addr)
         by_type.setdefault(stype, sec)
+    # Ask for every range read below at once: the reads then overlap instead of queueing.
+    prefetch(
+        buf,
+        [
+            sections[n][:2]
+            for n in (".dynamic", ".dynsym", ".dynstr", ".gnu.version", ".gnu.version_r",
+                      ".gnu.version_d", ".nvFatBinSegment")
+            if n in sections
+        ],
+    )  # fmt: skip
 
     def strings(sec) -> bytes:
         link = sec[6]
@@ -312,6 +352,28 @@ def _parse(path: str, buf) -> ElfInfo:
     )
 
 
+_EXPORTED_BIND = bytes(1 if (i >> 4) in (1, 2, 10) else 0 for i in range(256))
+_STRONG_BIND = bytes(1 if (i >> 4) in (1, 10) else 0 for i in range(256))
+_VISIBLE = bytes(1 if (i & 3) in (0, 3) else 0 for i in range(256))
+_NONZERO = bytes([0] + [1] * 255)
+
+
+def _names(text: str, name, offsets) -> list[str]:
+    """Strings of .dynstr at ``offsets``: through an index of string starts, ``name`` (find)
+    for offsets inside another string (the linker merges common suffixes)."""
+    offsets = list(offsets)
+    if len(offsets) < 64:
+        return [name(o) for o in offsets]
+    parts = text.split("\0")
+    # start of part i = total length of the parts before it + i separators
+    starts = map(operator.add, accumulate(map(len, parts), initial=0), count())
+    index = dict(zip(starts, parts, strict=False))
+    out = list(map(index.get, offsets))
+    if None in out:
+        out = [v if v is not None else name(o) for v, o in zip(out, offsets, strict=True)]
+    return out
+
+
 def _symbols(buf, sections, version_index: dict[int, str]):
     """Exported and strong-undefined dynamic symbols, read column-wise from .dynsym."""
     sym = sections.get(".dynsym")
@@ -328,7 +390,6 @@ def _symbols(buf, sections, version_index: dict[int, str]):
     names = view.cast("I")[0::6]
     info = raw[4::24]
     other = raw[5::24]
-    shndx = view.cast("H")[3::12]
     text = table.decode("utf-8", "surrogateescape")
     if len(text) != len(table):  # non-ASCII names: offsets are byte offsets, decode per name
 
@@ -346,19 +407,21 @@ def _symbols(buf, sections, version_index: dict[int, str]):
                 raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
             return text[off:end]
 
-    # Bindings GLOBAL 1, WEAK 2, GNU_UNIQUE 10; visibility DEFAULT 0 / PROTECTED 3 is exported.
-    defined = frozenset(
-        name(o)
-        for o, i, v, s in zip(names, info, other, shndx, strict=True)
-        if o and s and (i >> 4) in (1, 2, 10) and (v & 3) in (0, 3)
+    # The filters run as byte-string operations, not a Python loop over ~100k symbols:
+    # bindings GLOBAL 1, WEAK 2, GNU_UNIQUE 10; visibility DEFAULT 0 / PROTECTED 3 exported.
+    n = len(info)
+    bound = int.from_bytes(info.translate(_EXPORTED_BIND), "little")
+    strong_bind = int.from_bytes(info.translate(_STRONG_BIND), "little")
+    visible = int.from_bytes(other.translate(_VISIBLE), "little")
+    in_section = int.from_bytes(raw[6::24].translate(_NONZERO), "little") | int.from_bytes(
+        raw[7::24].translate(_NONZERO), "little"
     )
-    # Weak references may stay unresolved; only strong ones fail a RTLD_NOW load.
-    strong = [
-        k
-        for k, (o, i, s) in enumerate(zip(names, info, shndx, strict=True))
-        if o and not s and (i >> 4) in (1, 10)
-    ]
-    undefined = tuple(name(names[k]) for k in strong)
+    ones = int.from_bytes(b"\x01" * n, "little")
+    defined_mask = (bound & visible & in_section).to_bytes(n, "little")
+    undefined_mask = (strong_bind & (ones ^ in_section)).to_bytes(n, "little")
+    defined = frozenset(_names(text, name, filter(None, compress(names, defined_mask))))
+    strong = [k for k in compress(range(n), undefined_mask) if names[k]]
+    undefined = tuple(_names(text, name, (names[k] for k in strong)))
     versions: dict[str, str] = {}
     ver = sections.get(".gnu.version")
     if ver is not None and version_index and ver[1] >= count * 2:

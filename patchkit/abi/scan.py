@@ -154,7 +154,12 @@ def analyze_file(path: str, relpath: str, origin: str, kind: str = "elf") -> Fil
 
 
 def analyze_buffer(buf, relpath: str, origin: str) -> FileReport:
-    """Like analyze_file for an ELF object, over bytes already in memory (mmap or member)."""
+    """Like analyze_file for an ELF object, over bytes already in memory (mmap or member).
+
+    Over an mmap (a file that stays on disk) no fatbin image is opened here: the checks open
+    one only where an answer depends on it (a fatbin lacking a target; the toolkit of an
+    extension), so a cold run does not read compressed payloads it never needs.
+    """
     report = FileReport(relpath=relpath, origin=origin)
     if len(buf) < 64:
         report.error = f"file is {len(buf)} bytes, too short for an ELF header"
@@ -171,7 +176,12 @@ def analyze_buffer(buf, relpath: str, origin: str) -> FileReport:
         segment = bytes(buf[seg[0] : seg[0] + seg[1]]) if seg and seg[1] < (1 << 24) else None
         try:
             report.fatbins = describe(
-                buf, sec[0], sec[0] + sec[1], segment, sec[2], open_images=OPEN_ALL_BELOW
+                buf,
+                sec[0],
+                sec[0] + sec[1],
+                segment,
+                sec[2],
+                open_images=0 if isinstance(buf, mmap.mmap) else OPEN_ALL_BELOW,
             )
         except MalformedFatbin as exc:
             report.fatbin_error = str(exc)
