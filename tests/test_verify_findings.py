@@ -520,3 +520,30 @@ def test_verify_from_a_non_editable_install(tmp_path):
     assert json.loads(proc.stdout)["profile"] == "team"
     proc = run("--profile", "team", cwd=elsewhere)
     assert proc.returncode == 2 and "no profile 'team'" in proc.stderr
+
+
+def test_env_names_a_venv_or_its_python(tmp_path, capsys, monkeypatch):
+    """`--env .venv` (what `make verify` passes) checks that venv's site-packages; a venv with
+    nothing to check is a failure, not a pass."""
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    for arg in (str(venv), str(venv / "bin" / "python")):
+        rc = main(["verify", "--env", arg, "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == 1 and doc["source"].endswith("site-packages"), doc
+        assert doc["source"].startswith(str(venv))
+        assert [f["check"] for f in doc["findings"] if f["severity"] == "error"] == [
+            "nothing-checked"
+        ]
+
+
+def test_make_verify_checks_the_named_environment(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    out = subprocess.run(
+        ["make", "-n", "verify", f"VERIFY_ENV={tmp_path}", "PATCHKIT_PROFILE=cu130-sm90"],
+        cwd=REPO, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    line = [ln for ln in out.splitlines() if "patchkit verify" in ln][-1]
+    assert f"--env {tmp_path}" in line and "--profile cu130-sm90" in line

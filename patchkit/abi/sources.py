@@ -9,6 +9,7 @@ decompression bombs) and only shared objects are extracted, into a scratch folde
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import sysconfig
@@ -110,6 +111,27 @@ class Tree:
 def default_site_packages() -> str:
     """The running interpreter's purelib folder."""
     return sysconfig.get_paths()["purelib"]
+
+
+def resolve_env(path: str) -> str:
+    """A site-packages folder from what a user names: the folder itself, a virtual environment
+    (``.venv``, which has ``pyvenv.cfg``), or its interpreter (``.venv/bin/python``)."""
+    path = os.path.abspath(path)
+    if os.path.isfile(path) and os.path.basename(os.path.dirname(path)) == "bin":
+        path = os.path.dirname(os.path.dirname(path))
+    if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+        found = sorted(glob.glob(os.path.join(path, "lib", "python3*", "site-packages")))
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise FileNotFoundError(os.path.join(path, "lib", "python3*", "site-packages"))
+        from patchkit.errors import VerifyInputError
+
+        raise VerifyInputError(
+            f"{path} holds several site-packages ({', '.join(found)})",
+            "pass the site-packages folder to check",
+        )
+    return path
 
 
 _HEADER = re.compile(r"^(Name|Version|Requires-Dist):[ \t]*(.*?)\s*$", re.M)

@@ -19,7 +19,8 @@ MAX_EVIDENCE = 8
     flag_value="",
     default=None,
     metavar="[PATH]",
-    help="Verify a site-packages folder (default: this interpreter's).",
+    help="Verify a site-packages folder, a virtual environment or its python "
+    "(default: this interpreter's).",
 )
 @click.option(
     "--wheelhouse",
@@ -52,12 +53,12 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
     """
     from patchkit.abi import verify
     from patchkit.abi.profiles import ProfileError
-    from patchkit.abi.sources import default_site_packages
+    from patchkit.abi.sources import default_site_packages, resolve_env
 
     if env is None and wheelhouse is None:
         env = ""
-    env_path = (env or default_site_packages()) if env is not None else None
     try:
+        env_path = resolve_env(env or default_site_packages()) if env is not None else None
         report = verify(
             env=env_path,
             wheelhouse=wheelhouse,
