@@ -73,6 +73,7 @@ def _evict(paths: list[str]) -> int:
         except OSError:
             continue
         try:
+            os.fsync(fd)  # pages just written (extracted members) are dirty until then
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
@@ -135,6 +136,7 @@ def main() -> int:
     ap.add_argument("--wheelhouse", default=None)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--profile", default="cu130-sm120")
+    ap.add_argument("--cuobjdump", default=None, help="path of cuobjdump (default: found)")
     args = ap.parse_args()
     site = None if args.env in (None, "none") else args.env
     house = args.wheelhouse if args.wheelhouse and glob.glob(f"{args.wheelhouse}/*.whl") else None

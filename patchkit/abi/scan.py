@@ -311,7 +311,8 @@ def _analyze_member(member: Member) -> FileReport:
 
 def _analyze_and_store(member: Member, cache: ResultCache) -> FileReport:
     report = _analyze_member(member)
-    if not (report.error or "").startswith("invalid archive"):
+    # Wheel members are stored together, one entry per wheel, by the caller.
+    if member.wheel is None and not (report.error or "").startswith("invalid archive"):
         cache.store(member.cache_key, member.size, member.mtime, report.to_json())
     return report
 
@@ -345,16 +346,47 @@ def _batches(todo: list[Member], jobs: int) -> list[list[Member]]:
     return out
 
 
+def _wheel_key(wheel: str) -> tuple[str, int, int]:
+    st = os.stat(wheel)
+    return "wheel:" + os.path.realpath(wheel), st.st_size, st.st_mtime_ns
+
+
 def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dict[str, FileReport]:
-    """A FileReport per object in ``tree``: from the cache, else computed in parallel."""
+    """A FileReport per object in ``tree``: from the cache, else computed in parallel.
+
+    Installed files are cached one entry per file; the members of a wheel one entry per wheel
+    (a wheel of 5,000 cubins is one file to write and read, not 5,000)."""
     reports: dict[str, FileReport] = {}
     todo: list[Member] = []
+    wheels: dict[str, list[Member]] = {}
     for member in tree.members.values():
+        if member.wheel is not None:
+            wheels.setdefault(member.wheel, []).append(member)
+            continue
         hit = load_cached(cache, member)
         if hit is not None:
             reports[member.relpath] = hit
         else:
             todo.append(member)
+    computed: list[str] = []
+    for wheel, members in wheels.items():
+        origins = {m.relpath: m.origin for m in members}
+
+        def decode(d, origins=origins):
+            if not isinstance(d, dict) or set(d) != set(origins):
+                raise ValueError("members")
+            return {rel: FileReport.from_json(v, rel, origins[rel]) for rel, v in d.items()}
+
+        try:
+            key = _wheel_key(wheel)
+        except OSError:
+            key = None
+        hit = cache.load(*key, decode) if key else None
+        if hit is not None:
+            reports.update(hit)
+        else:
+            todo.extend(members)
+            computed.append(wheel)
     todo.sort(key=lambda m: -m.size)
     jobs = jobs if jobs is not None else min(len(todo), os.cpu_count() or 1)
     big = sum(m.size for m in todo)
@@ -367,4 +399,12 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
         results = [_analyze_and_store(m, cache) for m in todo]
     for member, report in zip(todo, results, strict=True):
         reports[member.relpath] = report
+    for wheel in computed:
+        members = [reports[m.relpath] for m in wheels[wheel]]
+        if any((r.error or "").startswith("invalid archive") for r in members):
+            continue
+        try:
+            cache.store(*_wheel_key(wheel), {r.relpath: r.to_json() for r in members})
+        except OSError:
+            pass
     return reports
