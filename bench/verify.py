@@ -137,12 +137,11 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--profile", default="cu130-sm120")
     ap.add_argument("--cuobjdump", default=None, help="path of cuobjdump (default: found)")
+    ap.add_argument("--no-cuobjdump", action="store_true", help="baseline of readelf and nm only")
     args = ap.parse_args()
     site = None if args.env in (None, "none") else args.env
     house = args.wheelhouse if args.wheelhouse and glob.glob(f"{args.wheelhouse}/*.whl") else None
-    cuobjdump = _cuobjdump(
-        site or next(iter(glob.glob(os.path.join(REPO, ".venv/lib/python3*/site-packages"))), None)
-    )
+    cuobjdump = None if args.no_cuobjdump else args.cuobjdump or _cuobjdump(site or default_site)
 
     scratch = tempfile.mkdtemp(prefix="pk-bench-")
     cache = tempfile.mkdtemp(prefix="pk-bench-cache-")
