@@ -547,3 +547,28 @@ def test_make_verify_checks_the_named_environment(tmp_path):
     ).stdout  # fmt: skip
     line = [ln for ln in out.splitlines() if "patchkit verify" in ln][-1]
     assert f"--env {tmp_path}" in line and "--profile cu130-sm90" in line
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ('GLIBC = "2.35"', 'GLIBC = "two"'),
+        ("[host.versions]", "versions = 3\n[hostx]"),
+        ('symbols = "torch-2.9.1.symbols.json.gz"', 'symbols = "missing.json.gz"'),
+    ],
+)
+def test_broken_profile_is_one_line(tmp_path, capsys, edit):
+    """A malformed profile is a one-line error (exit 2), a missing torch symbol set one error."""
+    text = open(os.path.join(REPO, "build", "profiles", "cu130-sm120.toml")).read()
+    assert edit[0] in text
+    prof = tmp_path / "p.toml"
+    prof.write_text(text.replace(edit[0], edit[1]))
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.make_wheel(str(house), "pure-1.0-py3-none-any.whl", {"pure/x.py": b""})
+    rc = main(["verify", "--wheelhouse", str(house), "--profile", str(prof)])
+    out, err = capsys.readouterr()
+    if "missing" in edit[1]:
+        assert rc == 1 and "the profile's torch symbol set cannot be used" in out
+    else:
+        assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,13 +131,16 @@ def load_profile(name_or_path: str | None = None, directories: list[str] | None 
         raise ProfileError(f"cannot read profile {path}: {exc}") from None
     try:
         return _build(data, path)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProfileError(f"profile {path} is incomplete: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProfileError(f"profile {path} is incomplete or malformed: {exc}") from None
 
 
 def _build(data: dict[str, Any], path: str) -> Profile:
     torch = data["torch"]
     cuda = data["cuda"]
+    for key, value in data.get("host", {}).get("versions", {}).items():
+        if not isinstance(value, str) or not re.fullmatch(r"\d+(\.\d+)*", value):
+            raise ValueError(f"[host.versions] {key} = {value!r} is not a version like 2.35")
     return Profile(
         name=data.get("name", os.path.basename(path)[:-5]),
         torch_version=torch["version"],
