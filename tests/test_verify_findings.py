@@ -282,6 +282,41 @@ def test_glibc_need_from_libm_against_tag_and_host(tmp_path):
     )
 
 
+@pytest.mark.slow
+def test_real_cusparselt_glibc_from_libm(tmp_path, cache_dir):
+    """nvidia-cusparselt-cu12 0.7.1 from PyPI is tagged manylinux2014 (glibc 2.17); readelf -V
+    shows its libc needs stop at 2.17, but it needs GLIBC_2.27 from libm.so.6."""
+    wheel = builders.real_wheel(
+        "nvidia-cusparselt-cu12==0.7.1", "nvidia_cusparselt_cu12-0.7.1-*manylinux2014*.whl"
+    )
+    if wheel is None:
+        pytest.skip("cannot download nvidia-cusparselt-cu12 0.7.1")
+    house = tmp_path / "house"
+    house.mkdir()
+    os.symlink(os.path.realpath(wheel), house / os.path.basename(wheel))
+    report = verify(wheelhouse=str(house), cache_dir=cache_dir)
+    (tag,) = _checks(report)["wheel-glibc-tag"]
+    assert tag.message == "tagged manylinux_2_17 but needs GLIBC_2.27"
+    assert any("GLIBC_2.27 from libm.so.6" in e for e in tag.evidence), tag.evidence
+    member = "nvidia/cusparselt/lib/libcusparseLt.so.0"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract(member, tmp_path)
+    out = subprocess.run(
+        ["readelf", "-V", "-W", str(tmp_path / member)], capture_output=True, text=True
+    ).stdout
+    by_lib: dict[str, set] = {}
+    lib = None
+    for line in out.splitlines():
+        m = re.search(r"File: (\S+)", line)
+        if m:
+            lib = m.group(1)
+        m = re.search(r"Name: (GLIBC_[\d.]+)", line)
+        if m and lib:
+            by_lib.setdefault(lib, set()).add(m.group(1))
+    newest = {k: max(v, key=lambda x: tuple(map(int, x[6:].split(".")))) for k, v in by_lib.items()}
+    assert newest["libc.so.6"] == "GLIBC_2.17" and newest["libm.so.6"] == "GLIBC_2.27"
+
+
 # ---------------------------------------------------------------- host independence
 
 
