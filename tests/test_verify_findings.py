@@ -491,10 +491,18 @@ def test_verify_from_a_non_editable_install(tmp_path):
     """patchkit built as a wheel and installed into a fresh venv runs verify outside any
     checkout with its packaged profiles, and a project's build/profiles/ overrides them."""
     _need_gcc()
+    # Built from a copy: an in-tree build would write build/lib into the project's build/.
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(REPO, "patchkit"), src / "patchkit", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(os.path.join(REPO, "build", "profiles"), src / "build" / "profiles")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if os.path.exists(os.path.join(REPO, name)):
+            shutil.copy(os.path.join(REPO, name), src / name)
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(dist), REPO],
+         "-w", str(dist), str(src)],
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     (wheel,) = dist.glob("patchkit-*.whl")
