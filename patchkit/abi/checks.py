@@ -557,13 +557,21 @@ def check_needed(ctx: Context, extensions: dict[str, FileReport]) -> None:
         users = sorted({u for us in names.values() for u in us})
         ctx.emit(
             "needed-elsewhere",
-            users[0] if len(users) == 1 else f"{len(users)} files",
+            users[0] if len(users) == 1 else _many(users),
             evidence=tuple(
                 f"{u}: needs {', '.join(sorted(n for n in names if u in names[n]))}" for u in users
             ),
             names=", ".join(sorted(names)),
             dist=dist,
         )
+
+
+def _many(origins: list[str]) -> str:
+    """A name for a group of files: their wheel, if they share one."""
+    wheels = {o.split("!", 1)[0] for o in origins if "!" in o}
+    if len(wheels) == 1 and all("!" in o for o in origins):
+        return f"{wheels.pop()} ({len(origins)} objects)"
+    return f"{len(origins)} objects"
 
 
 def _report_missing(ctx: Context, cl: Closure, seen: set, elsewhere, missing) -> None:
@@ -971,6 +979,8 @@ def check_coverage(ctx: Context) -> None:
         isas = [isa for isa, cuda in PTX_ISA_TO_CUDA.items() if cuda <= ctx.driver.cuda]
         max_isa = max(isas) if isas else None
     for cc in ctx.targets:
+        # PTX-only objects of one package: one note-like warning, the objects as evidence
+        jits: dict[tuple, list[str]] = defaultdict(list)
         for rel, kind in sorted(coverage_subjects(ctx, cc).items()):
             rep = ctx.reports[rel]
             lacking = [f for f in rep.kernel_fatbins if coverage(f, cc).verdict == "none"]
@@ -1015,9 +1025,16 @@ def check_coverage(ctx: Context) -> None:
                         v=ctx.driver.version,
                     )
                 else:
-                    ctx.emit(
-                        "arch-jit", rep.origin, cc=cc.sm, ptx=jit[0].image, isa=f"{isa[0]}.{isa[1]}"
-                    )
+                    jits[(owner_label(ctx, rel, rep), cc.sm, jit[0].image, isa)].append(rep.origin)
+        for (label, sm, image, isa), files in sorted(jits.items()):
+            ctx.emit(
+                "arch-jit",
+                files[0] if len(files) == 1 else f"{label} ({len(files)} objects)",
+                evidence=tuple(files) if len(files) > 1 else (),
+                cc=sm,
+                ptx=image,
+                isa=f"{isa[0]}.{isa[1]}",
+            )
 
 
 def check_device_files(ctx: Context) -> None:
