@@ -45,9 +45,12 @@ test-fast: $(VENV)/.stamp-core
 gpu-test: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -m gpu tests/gpu $(ARGS)
 
-## verify: static CUDA 13 / torch cu130 ABI check of this interpreter's environment
+## verify: static CUDA 13 / torch cu130 ABI check of the environment that runs the stack:
+##   VERIFY_ENV (a venv, its python or a site-packages; default the active virtualenv, else
+##   .venv); an environment with nothing to check fails
+VERIFY_ENV ?= $(or $(VIRTUAL_ENV),$(VENV))
 verify: $(BVENV)/.stamp
-	$(BVENV)/bin/patchkit verify --env --profile $(PROFILE) $(ARGS)
+	$(BVENV)/bin/patchkit verify --env $(VERIFY_ENV) --profile $(or $(PATCHKIT_PROFILE),$(PROFILE)) $(ARGS)
 
 ## review: the upstream-diff review page
 review: $(BVENV)/.stamp
