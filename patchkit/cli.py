@@ -24,6 +24,7 @@ VERBS = {
     "export": "export",
     "lint": "lint",
     "review": "review",
+    "doctor": "doctor",
 }
 
 

@@ -88,7 +88,17 @@ def _default_loader(interp: Interpreter, param: Any, weight: Any, *rest: Any) ->
         interp.loads.append((param.name, None))
 
 
+def _get_rope(interp: Interpreter, *args: Any, **kwargs: Any) -> Any:
+    """Record what the model hands SGLang's rope factory (head size, base, scaling)."""
+    names = ("head_size", "rotary_dim", "max_position", "base", "is_neox_style", "rope_scaling")
+    call = dict(zip(names, args))
+    call.update(kwargs)
+    interp.ropes.append(call)
+    return Opaque
+
+
 EXTERNALS = {
+    "sglang.srt.layers.rotary_embedding.get_rope": _get_rope,
     "sglang.srt.utils.add_prefix": _add_prefix,
     "sglang.srt.utils.common.add_prefix": _add_prefix,
     "sglang.srt.distributed.get_tensor_model_parallel_world_size": _tp_world_size,
@@ -302,6 +312,7 @@ class DraftExpectation:
     refused_where: str | None = None
     model_attrs: dict[str, Any] = field(default_factory=dict)
     cls: ClassInfo | None = None
+    ropes: list[dict] = field(default_factory=list)  # get_rope() calls while building
 
     def loaded_params(self) -> dict[str, set]:
         out: dict[str, set] = {}
@@ -370,6 +381,7 @@ def derive_draft(
     except ModelRaise as exc:
         return DraftExpectation(arch, cls.module.name, {}, {}, {}, exc.message, exc.where, cls=cls)
     params = dict(model.named_parameters())
+    ropes = list(interp.ropes)
     stream = WeightStream(sorted(tensors.items()))
     interp.tracked_self = model
     try:
@@ -382,8 +394,9 @@ def derive_draft(
     }
     supplied = _after_loading(interp, model, params)
     return DraftExpectation(
-        arch, cls.module.name, params, outcomes, supplied, model_attrs=dict(model.attrs), cls=cls
-    )
+        arch, cls.module.name, params, outcomes, supplied,
+        model_attrs=dict(model.attrs), cls=cls, ropes=ropes,
+    )  # fmt: skip
 
 
 def _after_loading(interp: Interpreter, model: ModuleObj, params: dict) -> dict[str, str]:

@@ -298,6 +298,7 @@ class Interpreter:
         self.loads: list[tuple[str, Any]] = []  # (param name, shard) of the key in progress
         self.self_sets: list[str] = []
         self.tracked_self: Any = None
+        self.ropes: list[dict] = []
 
     # ---- entry points -------------------------------------------------------------------
     def construct(self, cls: ClassInfo, args: list, kwargs: dict) -> ModuleObj:
