@@ -7,6 +7,7 @@ each with its status and the exact fix.  Nothing is printed here and no weight i
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,9 @@ def _check_format(report: DraftReport, ckpt: Checkpoint, view: dict) -> None:
 def _refusal_fix(exp: DraftExpectation) -> str:
     if "no model class" in (exp.refused or ""):
         return f'set "architectures": ["{SGLANG_ARCH}"] in the draft\'s config.json'
+    missing = re.search(r"has no '(\w+)'", exp.refused or "")
+    if missing:
+        return f'add "{missing.group(1)}" to the draft\'s config.json (the model code reads it)'
     return "change the draft's config so the model code accepts it (see the message)"
 
 

@@ -673,9 +673,8 @@ class Interpreter:
             try:
                 return obj.get(name)
             except AttributeError:
-                raise DerivationError(
-                    f"{self._where(node, func)}: {obj._name} has no {name!r}"
-                ) from None
+                # transformers' configs raise AttributeError too: the real model fails here
+                raise ModelRaise(f"the {obj._name} has no {name!r}", self._where(node, func)) from None
         if isinstance(obj, ModuleObj):
             for store in (obj.children, obj.params, obj.attrs):
                 if name in store:

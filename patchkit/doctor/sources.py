@@ -78,8 +78,8 @@ class ModelSource:
         return None if data is None else data.decode("utf-8")
 
 
-def _cache_dir(key: str, provenance: dict) -> Path:
-    root = cache_root() / "doctor" / "sources" / key
+def _cache_dir(key: str, provenance: dict, cache: Path | None = None) -> Path:
+    root = (cache or cache_root()) / "doctor" / "sources" / key
     root.mkdir(parents=True, exist_ok=True)
     manifest = root / "source.json"
     if not manifest.exists():
@@ -116,7 +116,9 @@ def from_path(path: Path) -> ModelSource:
     )
 
 
-def from_wheel(wheel: Path, *, patched: bool, label: str | None = None) -> ModelSource:
+def from_wheel(
+    wheel: Path, *, patched: bool, label: str | None = None, cache: Path | None = None
+) -> ModelSource:
     """Read the wheel's members directly (no extraction)."""
     digest = _sha256(wheel)
     try:
@@ -134,20 +136,27 @@ def from_wheel(wheel: Path, *, patched: bool, label: str | None = None) -> Model
         patched,
         f"wheel-{digest[:16]}",
         read_member,
-        _cache_dir(f"wheel-{digest[:16]}", provenance),
+        _cache_dir(f"wheel-{digest[:16]}", provenance, cache),
         provenance,
         lambda: sorted(names),
     )
 
 
-def for_line(line: str | None, *, progress=lambda _m: None) -> ModelSource:
+def for_line(
+    line: str | None,
+    *,
+    progress=lambda _m: None,
+    project: Path | None = None,
+    cache: Path | None = None,
+) -> ModelSource:
     """The model source of SGLang ``line`` (a release version; default: the pinned one)."""
+    from patchkit.errors import PatchkitError
     from patchkit.workspace import Workspace
 
     try:
-        ws = Workspace.load()
+        ws = Workspace.load(project)
         target = ws.target(PACKAGE)
-    except Exception:  # outside a project checkout: only wheel lines are possible
+    except PatchkitError:  # outside a project checkout: only wheel lines are possible
         ws, target = None, None
     version = line or (target.pin if target else None)
     if version is None:
@@ -157,11 +166,11 @@ def for_line(line: str | None, *, progress=lambda _m: None) -> ModelSource:
         )
     release = next((r for r in target.releases if r.version == version), None) if target else None
     if target is not None and release is not None and version == target.pin:
-        return _pinned_line(ws, target, release, progress)
-    return _wheel_line(version, progress)
+        return _pinned_line(ws, target, release, progress, cache or cache_root())
+    return _wheel_line(version, progress, cache or cache_root())
 
 
-def _pinned_line(ws, target, release, progress) -> ModelSource:
+def _pinned_line(ws, target, release, progress, cache_dir: Path) -> ModelSource:
     from patchkit import gitops
     from patchkit.apply import ApplyOptions, build_series
     from patchkit.upstream import Mirror
@@ -176,7 +185,7 @@ def _pinned_line(ws, target, release, progress) -> ModelSource:
         "series_hash": series.hash(),
         "patches": [p.name for p in series.patches],
     }
-    cache = _cache_dir(key, provenance)
+    cache = _cache_dir(key, provenance, cache_dir)
     state: dict[str, object] = {}
 
     def tip() -> str:
@@ -184,9 +193,9 @@ def _pinned_line(ws, target, release, progress) -> ModelSource:
             from patchkit.upstream import acquire
 
             progress(f"acquiring {target.name} {release.version} and applying the series")
-            base = acquire(target, None, progress=progress)
+            base = acquire(target, None, progress=progress, cache=cache_dir)
             commit, _ = build_series(
-                Mirror(target).path, base.commit, series, ApplyOptions(), bare=True
+                Mirror(target, cache_dir).path, base.commit, series, ApplyOptions(), bare=True
             )
             state["tip"] = commit
         return str(state["tip"])
@@ -194,17 +203,17 @@ def _pinned_line(ws, target, release, progress) -> ModelSource:
     prefix = f"{target.subdir}/" if target.subdir else ""
 
     def read_git(rel: str) -> bytes | None:
-        return gitops.show_file(Mirror(target).path, tip(), prefix + rel, bare=True)
+        return gitops.show_file(Mirror(target, cache_dir).path, tip(), prefix + rel, bare=True)
 
     def list_git() -> list[str]:
-        paths = gitops.tree_paths(Mirror(target).path, tip(), bare=True)
+        paths = gitops.tree_paths(Mirror(target, cache_dir).path, tip(), bare=True)
         return [p[len(prefix) :] for p in paths if p.startswith(prefix)]
 
     return ModelSource(label, True, key, read_git, cache, provenance, list_git)
 
 
-def _wheel_line(version: str, progress) -> ModelSource:
-    wheels = cache_root() / "doctor" / "wheels"
+def _wheel_line(version: str, progress, cache_dir: Path) -> ModelSource:
+    wheels = cache_dir / "doctor" / "wheels"
     found = sorted(wheels.glob(f"{PACKAGE}-{version}-*.whl")) if wheels.is_dir() else []
     if not found:
         progress(f"downloading the sglang {version} wheel from the package index")
@@ -227,6 +236,7 @@ def _wheel_line(version: str, progress) -> ModelSource:
         found[0],
         patched=False,
         label=f"sglang {version} wheel {found[0].name} (unpatched: no series for this line)",
+        cache=cache_dir,
     )
 
 

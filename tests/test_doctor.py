@@ -1,0 +1,397 @@
+"""`patchkit doctor draft`: real safetensors checkpoints against the real SGLang model code.
+
+The model code is the pinned SGLang 0.5.9 sdist with the series applied (acquired and
+patched by patchkit itself, in a private cache), and for the 0.5.12 line the real wheel from
+the package index.  Each broken draft must be reported with its fix.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("safetensors")
+pytest.importorskip("numpy")
+
+import numpy as np  # noqa: E402
+from doctor_fixtures import (  # noqa: E402
+    AUX_IDS,
+    HIDDEN,
+    TARGET_LAYERS,
+    VOCAB,
+    sglang_config,
+    sglang_draft,
+    speculators_draft,
+    speculators_record,
+    target_config,
+    vocab_maps,
+)
+from helpers import ROOT, TEST_CACHE, patchkit, private_cache  # noqa: E402
+
+from patchkit.doctor import sources  # noqa: E402
+from patchkit.doctor.draft import check_draft  # noqa: E402
+from patchkit.doctor.expected import SourceTree, derive_draft  # noqa: E402
+from patchkit.doctor.interp import TensorValue  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def doctor_cache(tmp_path_factory, warm_mirrors) -> Path:
+    """A private PATCHKIT_CACHE with the pinned mirrors, shared by this module's tests."""
+    return private_cache(warm_mirrors, tmp_path_factory.mktemp("doctor") / "cache")
+
+
+@pytest.fixture(scope="session")
+def line059(doctor_cache):
+    """SGLang 0.5.9 + the series, as `doctor draft` acquires it by default."""
+    return sources.for_line(None, project=ROOT, cache=doctor_cache)
+
+
+@pytest.fixture(scope="session")
+def wheel0512() -> Path:
+    """The real sglang 0.5.12 wheel from the package index (cached)."""
+    folder = TEST_CACHE / "wheels"
+    found = sorted(folder.glob("sglang-0.5.12-*.whl"))
+    if not found:
+        folder.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
+             "--dest", str(folder), "sglang==0.5.12"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        found = sorted(folder.glob("sglang-0.5.12-*.whl"))
+        if proc.returncode or not found:
+            pytest.skip(f"cannot download the sglang 0.5.12 wheel: {proc.stderr[-200:]}")
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def line0512(wheel0512, doctor_cache):
+    return sources.from_wheel(wheel0512, patched=False, cache=doctor_cache)
+
+
+@pytest.fixture
+def target(tmp_path) -> Path:
+    return target_config(tmp_path / "target")
+
+
+def by_id(report) -> dict:
+    return {c.id: c for c in report.checks}
+
+
+def failing(report) -> set[str]:
+    return {c.id for c in report.problems}
+
+
+# ---- the good draft ------------------------------------------------------------------------
+def test_sglang_layout_draft_passes(tmp_path, target, line059):
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, line059)
+
+    assert report.ok, [(c.id, c.detail) for c in report.problems]
+    checks = by_id(report)
+    assert "11 parameters filled" in checks["keys.expected"].detail
+    assert "target embedding" in checks["keys.expected"].detail
+    assert "captures the input of layers [2, 4, 6] of 8" in checks["aux.layers"].detail
+    assert "KimiK25ForConditionalGeneration -> DeepseekV3ForCausalLM" in checks["aux.layers"].detail
+    assert checks["aux.width"].detail == f"{3 * HIDDEN} = 3 x {HIDDEN}"
+    assert report.source.startswith("sglang 0.5.9 + series")
+
+
+def test_cli_clean_draft_exit_0_and_json(tmp_path, target, doctor_cache):
+    draft = sglang_draft(tmp_path / "draft")
+    env = {"PATCHKIT_CACHE": str(doctor_cache)}
+
+    text = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target), env=env)
+    doc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target.parent), "--json", env=env)
+
+    assert text.returncode == 0, text.stderr
+    assert "doctor: no problems" in text.stdout
+    assert doc.returncode == 0, doc.stderr
+    parsed = json.loads(doc.stdout)
+    assert parsed["ok"] is True and parsed["problems"] == 0
+    assert parsed["capture"]["captured"] == [2, 4, 6]
+    assert {c["id"] for c in parsed["checks"]} >= {"keys.expected", "aux.width", "vocab", "rope"}
+
+
+# ---- speculators layout and --fix ------------------------------------------------------------
+def test_speculators_draft_names_the_mapping(tmp_path, target, line059):
+    report = check_draft(speculators_draft(tmp_path / "spec"), target, line059)
+
+    assert report.convention == "speculators"
+    assert failing(report) == {"config", "keys.expected", "keys.leftover"}
+    keys = by_id(report)["keys.expected"]
+    assert "7 of 11 parameters keep their initial values" in keys.detail
+    assert "layers.0.* -> midlayer.* (10 tensors)" in keys.fix
+    assert report.rename["layers.0.self_attn.q_proj.weight"] == "midlayer.self_attn.q_proj.weight"
+    assert "t2d" not in report.rename and "fc.weight" not in report.rename
+
+
+def test_fix_writes_renamed_copy_byte_for_byte(tmp_path, target, doctor_cache):
+    from safetensors.numpy import load_file
+
+    draft = speculators_draft(tmp_path / "spec")
+    out = tmp_path / "fixed"
+    before = (draft / "model.safetensors").read_bytes()
+
+    proc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target),
+                    "--fix", str(out), env={"PATCHKIT_CACHE": str(doctor_cache)})
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "doctor: 3 problem(s)" in proc.stdout and proc.stdout.rstrip().endswith("doctor: no problems")
+    assert (draft / "model.safetensors").read_bytes() == before  # the source is untouched
+    original, fixed = load_file(str(draft / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    manifest = json.loads((out / "patchkit-doctor-fix.json").read_text())
+    assert len(fixed) == len(original)
+    for new, entry in manifest["tensors"].items():
+        assert fixed[new].tobytes() == original[entry["from"]].tobytes()
+        assert fixed[new].dtype == original[entry["from"]].dtype
+    assert manifest["renamed"]["layers.0.mlp.up_proj.weight"] == "midlayer.mlp.up_proj.weight"
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == AUX_IDS
+    assert config["rope_theta"] == 50000.0
+    assert "config.py" in manifest["not_copied"] and not (out / "config.py").exists()
+
+
+def test_fix_refuses_a_non_empty_out(tmp_path, target, doctor_cache):
+    draft = speculators_draft(tmp_path / "spec")
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+
+    proc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target),
+                    "--fix", str(out), env={"PATCHKIT_CACHE": str(doctor_cache)})
+
+    assert proc.returncode == 2
+    assert "already exists and is not empty; nothing was written" in proc.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".taken")]
+
+
+# ---- broken drafts -----------------------------------------------------------------------------
+def test_wrong_aux_width(tmp_path, target, line059):
+    report = check_draft(sglang_draft(tmp_path / "draft", n_aux=2), target, line059)
+
+    width = by_id(report)["aux.width"]
+    assert width.status == "fail"
+    assert f"takes {2 * HIDDEN} inputs; the target feeds 3 x {HIDDEN} = {3 * HIDDEN}" in width.detail
+    assert "configure 2 aux layer ids" in width.fix
+    assert "shapes" in failing(report)  # SGLang builds fc for 3 aux states and would refuse it
+
+
+def test_aux_width_of_a_different_target_hidden(tmp_path, line059):
+    target = target_config(tmp_path / "target", hidden=2 * HIDDEN)
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, line059)
+
+    assert {"aux.width", "hidden"} <= failing(report)
+    assert f"set target_hidden_size {2 * HIDDEN}" in by_id(report)["hidden"].fix
+
+
+@pytest.mark.parametrize(
+    ("ids", "message", "fix"),
+    [
+        ([1, 3, 7], "ids [7] capture nothing", "use ids in 0..6"),
+        ([1, 3, 40], "ids [40] capture nothing", "use ids in 0..6"),
+        ([1, 3, 3], "the target captures 2 unique layers, not 3", "list each aux layer once"),
+    ],
+)
+def test_bad_layer_ids(tmp_path, target, line059, ids, message, fix):
+    draft = sglang_draft(tmp_path / "draft", config=sglang_config(aux_ids=ids, torch_dtype="float16"))
+    report = check_draft(draft, target, line059)
+
+    layers = by_id(report)["aux.layers"]
+    assert layers.status == "fail"
+    assert message in layers.detail and fix in layers.fix
+    assert "aux.width" in failing(report)  # fewer captured layers than fc was trained on
+
+
+def test_default_layer_ids_come_from_the_target_code(tmp_path, line059):
+    target = target_config(tmp_path / "target", layers=12)
+    draft = sglang_draft(tmp_path / "draft", config=sglang_config(aux_ids=None, torch_dtype="float16"))
+    report = check_draft(draft, target, line059)
+
+    assert report.ok, [(c.id, c.detail) for c in report.problems]
+    assert report.capture["captured"] == [2, 12 // 2, 12 - 3]  # set_eagle3_layers_to_capture's rule
+    assert "none configured: the target's default" in by_id(report)["aux.layers"].detail
+
+
+def test_top_level_ids_are_ignored_by_sglang(tmp_path, target, line059):
+    config = sglang_config(aux_ids=None, torch_dtype="float16", eagle_aux_hidden_state_layer_ids=[0, 1, 2])
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line059)
+
+    check = by_id(report)["aux.config"]
+    assert check.status == "fail"
+    assert '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}' in check.fix
+
+
+def test_missing_d2t(tmp_path, target, line059):
+    report = check_draft(sglang_draft(tmp_path / "draft", d2t=False), target, line059)
+
+    vocab = by_id(report)["vocab"]
+    assert failing(report) == {"vocab"}
+    assert "draft_vocab_size 128 < target 256 and no d2t" in vocab.detail
+    assert "add the d2t tensor" in vocab.fix
+
+
+def test_vocab_mismatch(tmp_path, line059):
+    target = target_config(tmp_path / "target", vocab=2 * VOCAB)
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, line059)
+
+    vocab = by_id(report)["vocab"]
+    assert vocab.status == "fail"
+    assert f"draft vocab_size {VOCAB} != target vocab_size {2 * VOCAB}" in vocab.detail
+    assert f"set vocab_size {2 * VOCAB}" in vocab.fix
+
+
+def test_d2t_and_t2d_disagree(tmp_path, target, line059):
+    from doctor_fixtures import sglang_tensors, write_draft
+
+    tensors = sglang_tensors(dtype=np.float16)
+    d2t, t2d = vocab_maps()
+    t2d[1] = True
+    t2d[0] = False
+    tensors["t2d"] = t2d
+    draft = write_draft(tmp_path / "draft", sglang_config(torch_dtype="float16"), tensors)
+
+    vocab = by_id(check_draft(draft, target, line059))["vocab"]
+    assert vocab.status == "fail" and "t2d and d2t disagree" in vocab.detail
+
+
+def test_norm_before_residual_claim_is_checked_against_the_code(tmp_path, target, line059):
+    config = sglang_config(torch_dtype="float16", norm_before_residual=True)
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line059)
+
+    flags = by_id(report)["flags"]
+    assert flags.status == "fail" and "norm_before_residual=true" in flags.detail
+
+
+def test_tied_config_with_own_head(tmp_path, target, line059):
+    config = sglang_config(torch_dtype="float16", tie_word_embeddings=True, draft_vocab_size=VOCAB)
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config, draft_vocab=VOCAB), target, line059)
+
+    assert by_id(report)["tying"].status == "fail"
+    assert "lm_head.weight" in by_id(report)["keys.leftover"].detail  # SGLang skips it silently
+
+
+def test_config_the_model_code_cannot_read(tmp_path, target, line059):
+    """A tied draft without draft_vocab_size: 0.5.9's __init__ reads it and fails."""
+    config = sglang_config(torch_dtype="float16", tie_word_embeddings=True, draft_vocab_size=None)
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config, draft_vocab=VOCAB), target, line059)
+
+    model = by_id(report)["model"]
+    assert model.status == "fail"
+    assert "has no 'draft_vocab_size'" in model.detail and "llama_eagle3.py" in model.detail
+    assert 'add "draft_vocab_size"' in model.fix
+
+
+def test_rope_parameters_only_lose_theta_on_0_5_9(tmp_path, target, line059):
+    config = sglang_config(torch_dtype="float16", rope_theta=None,
+                           rope_parameters={"rope_theta": 50000.0, "rope_type": "default"})
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line059)
+
+    rope = by_id(report)["rope"]
+    assert rope.status == "fail"
+    assert "builds rope with base 10000" in rope.detail and '"rope_theta": 50000.0' in rope.fix
+
+
+def test_unpatched_tree_cannot_capture_for_kimi(tmp_path, target, sglang_sdist):
+    from patchkit.upstream import safe_extract_sdist
+
+    tree = safe_extract_sdist(sglang_sdist, tmp_path / "base")
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, sources.from_path(tree))
+
+    capture = by_id(report)["aux.capture"]
+    assert capture.status == "fail"
+    assert "KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture()" in capture.detail
+
+
+# ---- the 0.5.12 line -------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_0_5_12_loads_layers_0_names(tmp_path, target, line0512):
+    report = check_draft(speculators_draft(tmp_path / "spec"), target, line0512)
+
+    assert failing(report) == {"config"}  # the names load as they are on 0.5.12
+    assert report.rename == {}
+    assert "sglang.srt.models.llama_eagle3" in by_id(report)["model"].detail
+
+
+@pytest.mark.slow
+def test_0_5_12_rope_parameters_are_read(tmp_path, target, line0512):
+    config = sglang_config(torch_dtype="float16", rope_theta=None,
+                           rope_parameters={"rope_theta": 50000.0, "rope_type": "default"})
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line0512)
+
+    assert by_id(report)["rope"].status == "pass"
+
+
+@pytest.mark.slow
+def test_0_5_12_midlayer_names_still_load(tmp_path, target, line0512):
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, line0512)
+
+    assert report.ok, [(c.id, c.detail) for c in report.problems]
+
+
+# ---- derivation, input errors ----------------------------------------------------------------------
+def test_derivation_follows_the_draft_config(line059):
+    """Parameters come from the model code for this config: fc width from target_hidden_size,
+    no lm_head when tied, a refusal for two layers (0.5.9 supports one)."""
+    tree = SourceTree(line059)
+    base = sglang_config()
+    tensors = {"fc.weight": TensorValue((HIDDEN, 3 * 96), "F16")}
+
+    wide = derive_draft(tree, {**base, "target_hidden_size": 96}, tensors)
+    tied = derive_draft(tree, {**base, "tie_word_embeddings": True}, tensors)
+    two = derive_draft(tree, {**base, "num_hidden_layers": 2}, tensors)
+
+    assert wide.params["model.fc.weight"].shape == (HIDDEN, 3 * 96)
+    assert "lm_head.weight" not in tied.params
+    assert two.refused == "EAGLE3 currently only supports 1 layer"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda b: b[:4], "not a safetensors file (shorter than 8 bytes)"),
+        (lambda b: (10**9).to_bytes(8, "little") + b[8:], "does not fit"),
+        (lambda b: len(b"{nope").to_bytes(8, "little") + b"{nope", "header is not JSON"),
+        (lambda b: b[:-16], "data offsets outside the file"),
+    ],
+)
+def test_damaged_safetensors_is_a_one_line_error(tmp_path, target, doctor_cache, damage, message):
+    draft = sglang_draft(tmp_path / "draft")
+    path = draft / "model.safetensors"
+    path.write_bytes(damage(path.read_bytes()))
+
+    proc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target),
+                    env={"PATCHKIT_CACHE": str(doctor_cache)})
+
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2
+
+
+def test_usage_errors(tmp_path, target, doctor_cache):
+    env = {"PATCHKIT_CACHE": str(doctor_cache)}
+    missing = patchkit("doctor", "draft", "--target-config", str(target), env=env)
+    no_dir = patchkit("doctor", "draft", "--draft", str(tmp_path / "nope"), "--target-config", str(target), env=env)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "config.json").write_text("{}")
+    (tmp_path / "bin" / "pytorch_model.bin").write_bytes(b"x")
+    no_st = patchkit("doctor", "draft", "--draft", str(tmp_path / "bin"), "--target-config", str(target), env=env)
+
+    assert missing.returncode == 2 and "--draft" in missing.stderr
+    assert no_dir.returncode == 2 and "not a directory" in no_dir.stderr
+    assert no_st.returncode == 2 and "no .safetensors files (pytorch_model.bin)" in no_st.stderr
+
+
+def test_speculators_record_is_the_real_package_output():
+    """The recorded layout names the package and version that wrote it."""
+    record = speculators_record()
+    assert record["speculators_version"] == record["config"]["speculators_version"]
+    assert record["config"]["architectures"] == ["Eagle3DraftModel"]
+    assert "layers.0.self_attn.q_proj.weight" in record["tensors"]
+    assert TARGET_LAYERS > max(record["config"]["eagle_aux_hidden_state_layer_ids"]) + 1
