@@ -30,8 +30,14 @@ AUX_IDS = [1, 3, 5]
 NP_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "BOOL": np.bool_}
 
 
-def target_config(folder: Path, *, layers: int = TARGET_LAYERS, hidden: int = HIDDEN,
-                  vocab: int = VOCAB, kimi: bool = True) -> Path:
+def target_config(
+    folder: Path,
+    *,
+    layers: int = TARGET_LAYERS,
+    hidden: int = HIDDEN,
+    vocab: int = VOCAB,
+    kimi: bool = True,
+) -> Path:
     """A Kimi-K2.5-shaped target config (DeepseekV3 text model inside), tiny sizes."""
     text = {
         "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
@@ -57,9 +63,18 @@ def vocab_maps(draft_vocab: int = DRAFT_VOCAB, vocab: int = VOCAB) -> tuple[np.n
     return d2t, t2d
 
 
-def sglang_tensors(*, n_aux: int = 3, hidden: int = HIDDEN, target_hidden: int = HIDDEN,
-                   vocab: int = VOCAB, draft_vocab: int = DRAFT_VOCAB, prefix: str = "midlayer",
-                   d2t: bool = True, dtype=np.float32, seed: int = 0) -> dict[str, np.ndarray]:
+def sglang_tensors(
+    *,
+    n_aux: int = 3,
+    hidden: int = HIDDEN,
+    target_hidden: int = HIDDEN,
+    vocab: int = VOCAB,
+    draft_vocab: int = DRAFT_VOCAB,
+    prefix: str = "midlayer",
+    d2t: bool = True,
+    dtype=np.float32,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
 
     def w(*shape):
@@ -86,8 +101,13 @@ def sglang_tensors(*, n_aux: int = 3, hidden: int = HIDDEN, target_hidden: int =
     return out
 
 
-def sglang_config(*, aux_ids: list[int] | None = AUX_IDS, vocab: int = VOCAB,
-                  draft_vocab: int = DRAFT_VOCAB, **extra) -> dict:
+def sglang_config(
+    *,
+    aux_ids: list[int] | None = AUX_IDS,
+    vocab: int = VOCAB,
+    draft_vocab: int = DRAFT_VOCAB,
+    **extra,
+) -> dict:
     doc = {
         "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
         "hidden_size": HIDDEN, "intermediate_size": INTER, "num_attention_heads": HEADS,
@@ -97,7 +117,10 @@ def sglang_config(*, aux_ids: list[int] | None = AUX_IDS, vocab: int = VOCAB,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16",
     }  # fmt: skip
     if aux_ids is not None:
-        doc["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True}
+        doc["eagle_config"] = {
+            "eagle_aux_hidden_state_layer_ids": aux_ids,
+            "use_aux_hidden_state": True,
+        }
     doc.update(extra)
     return {k: v for k, v in doc.items() if v is not None}
 

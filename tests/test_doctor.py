@@ -105,8 +105,19 @@ def test_cli_clean_draft_exit_0_and_json(tmp_path, target, doctor_cache):
     draft = sglang_draft(tmp_path / "draft")
     env = {"PATCHKIT_CACHE": str(doctor_cache)}
 
-    text = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target), env=env)
-    doc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target.parent), "--json", env=env)
+    text = patchkit(
+        "doctor", "draft", "--draft", str(draft), "--target-config", str(target), env=env
+    )
+    doc = patchkit(
+        "doctor",
+        "draft",
+        "--draft",
+        str(draft),
+        "--target-config",
+        str(target.parent),
+        "--json",
+        env=env,
+    )
 
     assert text.returncode == 0, text.stderr
     assert "doctor: no problems" in text.stdout
@@ -137,13 +148,27 @@ def test_fix_writes_renamed_copy_byte_for_byte(tmp_path, target, doctor_cache):
     out = tmp_path / "fixed"
     before = (draft / "model.safetensors").read_bytes()
 
-    proc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target),
-                    "--fix", str(out), env={"PATCHKIT_CACHE": str(doctor_cache)})
+    proc = patchkit(
+        "doctor",
+        "draft",
+        "--draft",
+        str(draft),
+        "--target-config",
+        str(target),
+        "--fix",
+        str(out),
+        env={"PATCHKIT_CACHE": str(doctor_cache)},
+    )
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "doctor: 3 problem(s)" in proc.stdout and proc.stdout.rstrip().endswith("doctor: no problems")
+    assert "doctor: 3 problem(s)" in proc.stdout and proc.stdout.rstrip().endswith(
+        "doctor: no problems"
+    )
     assert (draft / "model.safetensors").read_bytes() == before  # the source is untouched
-    original, fixed = load_file(str(draft / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    original, fixed = (
+        load_file(str(draft / "model.safetensors")),
+        load_file(str(out / "model.safetensors")),
+    )
     manifest = json.loads((out / "patchkit-doctor-fix.json").read_text())
     assert len(fixed) == len(original)
     for new, entry in manifest["tensors"].items():
@@ -163,8 +188,17 @@ def test_fix_refuses_a_non_empty_out(tmp_path, target, doctor_cache):
     out.mkdir()
     (out / "mine.txt").write_text("keep me")
 
-    proc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target),
-                    "--fix", str(out), env={"PATCHKIT_CACHE": str(doctor_cache)})
+    proc = patchkit(
+        "doctor",
+        "draft",
+        "--draft",
+        str(draft),
+        "--target-config",
+        str(target),
+        "--fix",
+        str(out),
+        env={"PATCHKIT_CACHE": str(doctor_cache)},
+    )
 
     assert proc.returncode == 2
     assert "already exists and is not empty; nothing was written" in proc.stderr
@@ -178,7 +212,9 @@ def test_wrong_aux_width(tmp_path, target, line059):
 
     width = by_id(report)["aux.width"]
     assert width.status == "fail"
-    assert f"takes {2 * HIDDEN} inputs; the target feeds 3 x {HIDDEN} = {3 * HIDDEN}" in width.detail
+    assert (
+        f"takes {2 * HIDDEN} inputs; the target feeds 3 x {HIDDEN} = {3 * HIDDEN}" in width.detail
+    )
     assert "configure 2 aux layer ids" in width.fix
     assert "shapes" in failing(report)  # SGLang builds fc for 3 aux states and would refuse it
 
@@ -200,7 +236,9 @@ def test_aux_width_of_a_different_target_hidden(tmp_path, line059):
     ],
 )
 def test_bad_layer_ids(tmp_path, target, line059, ids, message, fix):
-    draft = sglang_draft(tmp_path / "draft", config=sglang_config(aux_ids=ids, torch_dtype="float16"))
+    draft = sglang_draft(
+        tmp_path / "draft", config=sglang_config(aux_ids=ids, torch_dtype="float16")
+    )
     report = check_draft(draft, target, line059)
 
     layers = by_id(report)["aux.layers"]
@@ -211,7 +249,9 @@ def test_bad_layer_ids(tmp_path, target, line059, ids, message, fix):
 
 def test_default_layer_ids_come_from_the_target_code(tmp_path, line059):
     target = target_config(tmp_path / "target", layers=12)
-    draft = sglang_draft(tmp_path / "draft", config=sglang_config(aux_ids=None, torch_dtype="float16"))
+    draft = sglang_draft(
+        tmp_path / "draft", config=sglang_config(aux_ids=None, torch_dtype="float16")
+    )
     report = check_draft(draft, target, line059)
 
     assert report.ok, [(c.id, c.detail) for c in report.problems]
@@ -220,7 +260,9 @@ def test_default_layer_ids_come_from_the_target_code(tmp_path, line059):
 
 
 def test_top_level_ids_are_ignored_by_sglang(tmp_path, target, line059):
-    config = sglang_config(aux_ids=None, torch_dtype="float16", eagle_aux_hidden_state_layer_ids=[0, 1, 2])
+    config = sglang_config(
+        aux_ids=None, torch_dtype="float16", eagle_aux_hidden_state_layer_ids=[0, 1, 2]
+    )
     report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line059)
 
     check = by_id(report)["aux.config"]
@@ -271,7 +313,9 @@ def test_norm_before_residual_claim_is_checked_against_the_code(tmp_path, target
 
 def test_tied_config_with_own_head(tmp_path, target, line059):
     config = sglang_config(torch_dtype="float16", tie_word_embeddings=True, draft_vocab_size=VOCAB)
-    report = check_draft(sglang_draft(tmp_path / "draft", config=config, draft_vocab=VOCAB), target, line059)
+    report = check_draft(
+        sglang_draft(tmp_path / "draft", config=config, draft_vocab=VOCAB), target, line059
+    )
 
     assert by_id(report)["tying"].status == "fail"
     assert "lm_head.weight" in by_id(report)["keys.leftover"].detail  # SGLang skips it silently
@@ -280,7 +324,9 @@ def test_tied_config_with_own_head(tmp_path, target, line059):
 def test_config_the_model_code_cannot_read(tmp_path, target, line059):
     """A tied draft without draft_vocab_size: 0.5.9's __init__ reads it and fails."""
     config = sglang_config(torch_dtype="float16", tie_word_embeddings=True, draft_vocab_size=None)
-    report = check_draft(sglang_draft(tmp_path / "draft", config=config, draft_vocab=VOCAB), target, line059)
+    report = check_draft(
+        sglang_draft(tmp_path / "draft", config=config, draft_vocab=VOCAB), target, line059
+    )
 
     model = by_id(report)["model"]
     assert model.status == "fail"
@@ -289,8 +335,11 @@ def test_config_the_model_code_cannot_read(tmp_path, target, line059):
 
 
 def test_rope_parameters_only_lose_theta_on_0_5_9(tmp_path, target, line059):
-    config = sglang_config(torch_dtype="float16", rope_theta=None,
-                           rope_parameters={"rope_theta": 50000.0, "rope_type": "default"})
+    config = sglang_config(
+        torch_dtype="float16",
+        rope_theta=None,
+        rope_parameters={"rope_theta": 50000.0, "rope_type": "default"},
+    )
     report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line059)
 
     rope = by_id(report)["rope"]
@@ -309,7 +358,7 @@ def test_unpatched_tree_cannot_capture_for_kimi(tmp_path, target, sglang_sdist):
     assert "KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture()" in capture.detail
 
 
-# ---- the 0.5.12 line -------------------------------------------------------------------------------
+# ---- the 0.5.12 line ----------------------------------------------------------------------
 @pytest.mark.slow
 def test_0_5_12_loads_layers_0_names(tmp_path, target, line0512):
     report = check_draft(speculators_draft(tmp_path / "spec"), target, line0512)
@@ -321,8 +370,11 @@ def test_0_5_12_loads_layers_0_names(tmp_path, target, line0512):
 
 @pytest.mark.slow
 def test_0_5_12_rope_parameters_are_read(tmp_path, target, line0512):
-    config = sglang_config(torch_dtype="float16", rope_theta=None,
-                           rope_parameters={"rope_theta": 50000.0, "rope_type": "default"})
+    config = sglang_config(
+        torch_dtype="float16",
+        rope_theta=None,
+        rope_parameters={"rope_theta": 50000.0, "rope_type": "default"},
+    )
     report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line0512)
 
     assert by_id(report)["rope"].status == "pass"
@@ -335,7 +387,7 @@ def test_0_5_12_midlayer_names_still_load(tmp_path, target, line0512):
     assert report.ok, [(c.id, c.detail) for c in report.problems]
 
 
-# ---- derivation, input errors ----------------------------------------------------------------------
+# ---- derivation, input errors -------------------------------------------------------------
 def test_derivation_follows_the_draft_config(line059):
     """Parameters come from the model code for this config: fc width from target_hidden_size,
     no lm_head when tied, a refusal for two layers (0.5.9 supports one)."""
@@ -366,8 +418,15 @@ def test_damaged_safetensors_is_a_one_line_error(tmp_path, target, doctor_cache,
     path = draft / "model.safetensors"
     path.write_bytes(damage(path.read_bytes()))
 
-    proc = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target),
-                    env={"PATCHKIT_CACHE": str(doctor_cache)})
+    proc = patchkit(
+        "doctor",
+        "draft",
+        "--draft",
+        str(draft),
+        "--target-config",
+        str(target),
+        env={"PATCHKIT_CACHE": str(doctor_cache)},
+    )
 
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
@@ -377,11 +436,21 @@ def test_damaged_safetensors_is_a_one_line_error(tmp_path, target, doctor_cache,
 def test_usage_errors(tmp_path, target, doctor_cache):
     env = {"PATCHKIT_CACHE": str(doctor_cache)}
     missing = patchkit("doctor", "draft", "--target-config", str(target), env=env)
-    no_dir = patchkit("doctor", "draft", "--draft", str(tmp_path / "nope"), "--target-config", str(target), env=env)
+    no_dir = patchkit(
+        "doctor",
+        "draft",
+        "--draft",
+        str(tmp_path / "nope"),
+        "--target-config",
+        str(target),
+        env=env,
+    )
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "config.json").write_text("{}")
     (tmp_path / "bin" / "pytorch_model.bin").write_bytes(b"x")
-    no_st = patchkit("doctor", "draft", "--draft", str(tmp_path / "bin"), "--target-config", str(target), env=env)
+    no_st = patchkit(
+        "doctor", "draft", "--draft", str(tmp_path / "bin"), "--target-config", str(target), env=env
+    )
 
     assert missing.returncode == 2 and "--draft" in missing.stderr
     assert no_dir.returncode == 2 and "not a directory" in no_dir.stderr
@@ -395,3 +464,64 @@ def test_speculators_record_is_the_real_package_output():
     assert record["config"]["architectures"] == ["Eagle3DraftModel"]
     assert "layers.0.self_attn.q_proj.weight" in record["tensors"]
     assert TARGET_LAYERS > max(record["config"]["eagle_aux_hidden_state_layer_ids"]) + 1
+
+
+def test_the_doctor_imports_no_torch(tmp_path, target, doctor_cache):
+    draft = speculators_draft(tmp_path / "spec")
+    code = (
+        "import sys, os\n"
+        "from pathlib import Path\n"
+        "from patchkit.doctor import sources\n"
+        "from patchkit.doctor.draft import check_draft\n"
+        f"src = sources.for_line(None, project=Path({str(ROOT)!r}),"
+        f" cache=Path({str(doctor_cache)!r}))\n"
+        f"report = check_draft(Path({str(draft)!r}), Path({str(target)!r}), src)\n"
+        "assert not report.ok\n"
+        "heavy = {'torch', 'numpy', 'safetensors', 'sglang', 'transformers'}\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & heavy)\n"
+        "print(loaded)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_a_draft_written_by_the_real_speculators_package(tmp_path, target, doctor_cache):
+    """Fresh from speculators' own save_pretrained (it needs transformers >= 5, so it runs in
+    an interpreter of its own: PATCHKIT_SPECULATORS_PYTHON, with PATCHKIT_SPECULATORS_PATH
+    added to its path), the draft is diagnosed and --fix makes it pass."""
+    import os
+
+    python = os.environ.get("PATCHKIT_SPECULATORS_PYTHON")
+    if not python:
+        pytest.skip("set PATCHKIT_SPECULATORS_PYTHON to an interpreter with speculators installed")
+    script = ROOT / "tests" / "fixtures" / "doctor" / "make_speculators_draft.py"
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PATCHKIT_SPECULATORS_PATH", "")}
+    made = subprocess.run(
+        [python, str(script), str(tmp_path / "spec"), "--summary", str(tmp_path / "summary.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tensors"] == speculators_record()["tensors"]  # the recorded layout holds
+
+    proc = patchkit(
+        "doctor",
+        "draft",
+        "--draft",
+        str(tmp_path / "spec"),
+        "--target-config",
+        str(target),
+        "--fix",
+        str(tmp_path / "fixed"),
+        "--json",
+        env={"PATCHKIT_CACHE": str(doctor_cache)},
+    )
+
+    doc = json.loads(proc.stdout)
+    assert {c["id"] for c in doc["checks"] if c["status"] == "fail"} >= {"config", "keys.expected"}
+    assert doc["fixed"]["ok"] is True and proc.returncode == 0

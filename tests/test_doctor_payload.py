@@ -107,8 +107,12 @@ def untrained(model) -> set[str]:
 
 @pytest.mark.parametrize(
     "extra",
-    [{}, {"target_hidden_size": 96}, {"tie_word_embeddings": True, "draft_vocab_size": 256},
-     {"attention_bias": True}],
+    [
+        {},
+        {"target_hidden_size": 96},
+        {"tie_word_embeddings": True, "draft_vocab_size": 256},
+        {"attention_bias": True},
+    ],
     ids=["plain", "target-hidden", "tied", "bias"],
 )
 def test_derived_parameters_are_the_real_models(eagle3, patched_tree, extra):
@@ -167,8 +171,9 @@ def test_doctor_names_exactly_what_the_real_load_leaves_untrained(eagle3, patche
     flagged = by_id(report)["keys.expected"]
     assert flagged.status == "fail"
     assert f"{len(left)} of {len(dict(model.named_parameters()))} parameters" in flagged.detail
-    derived = derive_draft(SourceTree(sources.from_path(patched_tree)), view,
-                           load_checkpoint(draft).tensor_values())
+    derived = derive_draft(
+        SourceTree(sources.from_path(patched_tree)), view, load_checkpoint(draft).tensor_values()
+    )
     assert set(derived.unfilled()) == left
 
 

@@ -22,15 +22,34 @@ def command() -> None:
 
 
 @command.command("draft")
-@click.option("--draft", "draft", required=True, type=click.Path(path_type=Path),
-              help="The draft checkpoint folder (config.json + *.safetensors).")
-@click.option("--target-config", "target", required=True, type=click.Path(path_type=Path),
-              help="The target's config.json, or the folder holding it.")
+@click.option(
+    "--draft",
+    "draft",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The draft checkpoint folder (config.json + *.safetensors).",
+)
+@click.option(
+    "--target-config",
+    "target",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The target's config.json, or the folder holding it.",
+)
 @click.option("--line", default=None, help="SGLang release line (default: the pinned one).")
-@click.option("--sglang-source", type=click.Path(path_type=Path), default=None,
-              help="Read the model code from this SGLang tree or wheel instead of the line's.")
-@click.option("--fix", "fix_out", type=click.Path(path_type=Path), default=None,
-              help="Write a renamed copy that SGLang loads to this new folder.")
+@click.option(
+    "--sglang-source",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Read the model code from this SGLang tree or wheel instead of the line's.",
+)
+@click.option(
+    "--fix",
+    "fix_out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a renamed copy that SGLang loads to this new folder.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def draft_command(draft, target, line, sglang_source, fix_out, as_json, verbose) -> int:
@@ -63,9 +82,11 @@ def draft_command(draft, target, line, sglang_source, fix_out, as_json, verbose)
         out.echo(render(report))
         if fix is not None:
             out.echo("")
-            out.echo(f"wrote {fix.out}: {len(fix.renamed)} tensor(s) renamed, config "
-                     f"{'rewritten' if fix.config_rewritten else 'copied'}, bytes copied "
-                     f"unchanged; record in {fix.out}/patchkit-doctor-fix.json")
+            out.echo(
+                f"wrote {fix.out}: {len(fix.renamed)} tensor(s) renamed, config "
+                f"{'rewritten' if fix.config_rewritten else 'copied'}, bytes copied "
+                f"unchanged; record in {fix.out}/patchkit-doctor-fix.json"
+            )
             out.echo("")
             out.echo(render(fixed_report))
     final = fixed_report if fixed_report is not None else report

@@ -46,7 +46,9 @@ class Checkpoint:
         info = self.tensors.get(name)
         if info is None or info.numel > MAX_MAP_ENTRIES:
             return None
-        fmt = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "BOOL": "?"}.get(info.dtype)
+        fmt = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "BOOL": "?"}.get(
+            info.dtype
+        )
         if fmt is None:
             return None
         header = self.header_of(name)
@@ -59,7 +61,9 @@ class Checkpoint:
 def load_checkpoint(path: Path) -> Checkpoint:
     """Read ``path``'s config.json and every safetensors header; UsageError on bad input."""
     if not path.is_dir():
-        raise UsageError(f"--draft {path}: not a directory", hint="pass the draft's checkpoint folder")
+        raise UsageError(
+            f"--draft {path}: not a directory", hint="pass the draft's checkpoint folder"
+        )
     config = read_json(path / "config.json", "the draft's config.json")
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -144,7 +148,9 @@ def sglang_view(config: dict) -> dict:
         out["tie_word_embeddings"] = config["tie_word_embeddings"]
     rope = layer.get("rope_parameters")
     if isinstance(rope, dict) and "rope_theta" not in out and "rope_theta" in rope:
-        out["rope_theta"] = rope["rope_theta"]  # transformers 4.x reads rope_theta, not rope_parameters
+        out["rope_theta"] = rope[
+            "rope_theta"
+        ]  # transformers 4.x reads rope_theta, not rope_parameters
         if rope.get("rope_type", "default") != "default":
             out["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
     ids = config.get("eagle_aux_hidden_state_layer_ids")

@@ -146,7 +146,12 @@ def _check_format(report: DraftReport, ckpt: Checkpoint, view: dict) -> None:
             "patchkit doctor draft ... --fix OUT writes the converted config.json",
         )  # fmt: skip
     else:
-        report.add("config", "config.json is in SGLang's layout", PASS, f"architectures {ckpt.config.get('architectures')}")
+        report.add(
+            "config",
+            "config.json is in SGLang's layout",
+            PASS,
+            f"architectures {ckpt.config.get('architectures')}",
+        )
 
 
 def _refusal_fix(exp: DraftExpectation) -> str:
@@ -159,7 +164,9 @@ def _refusal_fix(exp: DraftExpectation) -> str:
 
 
 # ---- key names ----------------------------------------------------------------------------
-def _propose_rename(tree: SourceTree, view: dict, ckpt: Checkpoint, exp: DraftExpectation) -> dict[str, str]:
+def _propose_rename(
+    tree: SourceTree, view: dict, ckpt: Checkpoint, exp: DraftExpectation
+) -> dict[str, str]:
     """A renaming of the skipped names after which SGLang's load_weights loads every tensor
     and fills every parameter; tried against the real rules, kept only if it works."""
     skipped = [k for k, o in exp.outcomes.items() if o.skipped and k != "t2d"]
@@ -225,17 +232,29 @@ def _check_keys(report, ckpt, exp: DraftExpectation, fixed: DraftExpectation, re
         )  # fmt: skip
     if skipped:
         left = [k for k in skipped if k not in rename]
-        fix = fix_words if rename and not left else (
-            f"{fix_words}; " if fix_words else ""
-        ) + (f"drop or rename {_few(left)}: {exp.architecture} has no such parameter" if left else "")
+        fix = (
+            fix_words
+            if rename and not left
+            else (f"{fix_words}; " if fix_words else "")
+            + (
+                f"drop or rename {_few(left)}: {exp.architecture} has no such parameter"
+                if left
+                else ""
+            )
+        )
         report.add(
             "keys.leftover", "no tensor is silently skipped", FAIL,
             f"SGLang's load_weights skips {len(skipped)} tensor(s) without a word: {_few(skipped)}",
             fix,
         )  # fmt: skip
     else:
-        extra = f" (t2d is skipped by design)" if ignored_on_purpose else ""
-        report.add("keys.leftover", "no tensor is silently skipped", PASS, f"all {len(exp.outcomes)} tensors are used{extra}")
+        extra = " (t2d is skipped by design)" if ignored_on_purpose else ""
+        report.add(
+            "keys.leftover",
+            "no tensor is silently skipped",
+            PASS,
+            f"all {len(exp.outcomes)} tensors are used{extra}",
+        )
 
 
 def _few(names: list[str], n: int = 4) -> str:
@@ -258,7 +277,11 @@ def _check_shapes(report, ckpt: Checkpoint, fixed: DraftExpectation, rename) -> 
             if want is None or any(d is Opaque for d in want):
                 continue
             if tuple(info.shape) != tuple(want):
-                bad.append(f"{key} is {list(info.shape)}, {param}" + (f"[{shard}]" if shard is not None else "") + f" expects {list(want)}")
+                bad.append(
+                    f"{key} is {list(info.shape)}, {param}"
+                    + (f"[{shard}]" if shard is not None else "")
+                    + f" expects {list(want)}"
+                )
     if bad:
         report.add(
             "shapes", "tensor shapes match the parameters SGLang builds", FAIL,
@@ -267,11 +290,18 @@ def _check_shapes(report, ckpt: Checkpoint, fixed: DraftExpectation, rename) -> 
             "intermediate_size, heads, head_dim, target_hidden_size, draft_vocab_size)",
         )  # fmt: skip
     else:
-        report.add("shapes", "tensor shapes match the parameters SGLang builds", PASS, "every loaded tensor fits its parameter")
+        report.add(
+            "shapes",
+            "tensor shapes match the parameters SGLang builds",
+            PASS,
+            "every loaded tensor fits its parameter",
+        )
 
 
 # ---- aux hidden states --------------------------------------------------------------------
-def _check_aux(report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, rename) -> CaptureResult | None:
+def _check_aux(
+    report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, rename
+) -> CaptureResult | None:
     rule = aux_ids_rule(tree)
     eagle = view.get("eagle_config") if isinstance(view.get("eagle_config"), dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
@@ -289,8 +319,13 @@ def _check_aux(report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, re
         "rule": "input of layer i for each i captured (SGLang adds 1 to configured ids)",
     }  # fmt: skip
     if capture.error:
-        report.add("aux.capture", "the target captures aux hidden states", FAIL, capture.error,
-                   "use a line whose target class supports EAGLE-3 (the patched series adds it)")
+        report.add(
+            "aux.capture",
+            "the target captures aux hidden states",
+            FAIL,
+            capture.error,
+            "use a line whose target class supports EAGLE-3 (the patched series adds it)",
+        )
         return capture
     cfg = capture.config
     layers = _int(cfg, "num_hidden_layers")
@@ -324,15 +359,21 @@ def _check_aux(report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, re
         + (f" of {layers}" if layers else "")
         + ("; " + "; ".join(problems) if problems else "")
     )
-    report.add("aux.layers", "aux layer ids are captured by the target", status, detail, "; ".join(fixes))
+    report.add(
+        "aux.layers", "aux layer ids are captured by the target", status, detail, "; ".join(fixes)
+    )
     fc_key = next(
         (k for k, o in fixed.outcomes.items() for p, _ in o.loads if p.endswith("fc.weight")), None
     )
     back = {v: k for k, v in rename.items()}
     if fc_key is None or hidden is None:
-        report.add("aux.width", "fc input width = aux layers x target hidden", FAIL if fc_key is None else SKIP,
-                   "no tensor loads into fc.weight" if fc_key is None else "target hidden_size unknown",
-                   "the checkpoint needs fc.weight" if fc_key is None else "")
+        report.add(
+            "aux.width",
+            "fc input width = aux layers x target hidden",
+            FAIL if fc_key is None else SKIP,
+            "no tensor loads into fc.weight" if fc_key is None else "target hidden_size unknown",
+            "the checkpoint needs fc.weight" if fc_key is None else "",
+        )
         return capture
     width = ckpt.tensors[back.get(fc_key, fc_key)].shape[-1]
     want = len(unique) * hidden
@@ -346,7 +387,12 @@ def _check_aux(report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, re
              f"retrain the draft on aux states of width {hidden} (the target's hidden_size)"),
         )  # fmt: skip
     else:
-        report.add("aux.width", "fc input width = aux layers x target hidden", PASS, f"{width} = {len(unique)} x {hidden}")
+        report.add(
+            "aux.width",
+            "fc input width = aux layers x target hidden",
+            PASS,
+            f"{width} = {len(unique)} x {hidden}",
+        )
     return capture
 
 
@@ -361,13 +407,20 @@ def _int(cfg: Config | None, name: str) -> int | None:
 
 
 # ---- vocabulary ---------------------------------------------------------------------------
-def _check_vocab(report, ckpt: Checkpoint, view: dict, tcfg: Config, fixed: DraftExpectation, rename) -> None:
+def _check_vocab(
+    report, ckpt: Checkpoint, view: dict, tcfg: Config, fixed: DraftExpectation, rename
+) -> None:
     target_vocab = _int(tcfg, "vocab_size")
     vocab = view.get("vocab_size")
     draft_vocab = view.get("draft_vocab_size") or vocab
     problems, fixes, notes = [], [], []
     if target_vocab is None:
-        report.add("vocab", "draft and target vocabularies agree", SKIP, "the target config has no vocab_size")
+        report.add(
+            "vocab",
+            "draft and target vocabularies agree",
+            SKIP,
+            "the target config has no vocab_size",
+        )
         return
     if vocab != target_vocab:
         problems.append(f"draft vocab_size {vocab} != target vocab_size {target_vocab}")
@@ -379,7 +432,9 @@ def _check_vocab(report, ckpt: Checkpoint, view: dict, tcfg: Config, fixed: Draf
             f"draft_vocab_size {draft_vocab} < target {target_vocab} and no d2t: SGLang takes "
             "draft token ids for target ids (wrong tokens, acceptance ~0)"
         )
-        fixes.append("add the d2t tensor (draft id -> target id offsets) the draft was trained with")
+        fixes.append(
+            "add the d2t tensor (draft id -> target id offsets) the draft was trained with"
+        )
     if d2t_key is not None:
         d2t_info = ckpt.tensors[d2t_key]
         d2t = ckpt.read_ints(d2t_key)
@@ -388,12 +443,17 @@ def _check_vocab(report, ckpt: Checkpoint, view: dict, tcfg: Config, fixed: Draf
             fixes.append("store d2t as int64")
         else:
             if len(d2t) != draft_vocab:
-                problems.append(f"{d2t_key} has {len(d2t)} entries, draft_vocab_size is {draft_vocab}")
+                problems.append(
+                    f"{d2t_key} has {len(d2t)} entries, draft_vocab_size is {draft_vocab}"
+                )
                 fixes.append("d2t needs one entry per draft token")
             mapped = [d + i for i, d in enumerate(d2t)]
             outside = [m for m in mapped if not 0 <= m < target_vocab]
             if outside:
-                problems.append(f"{d2t_key}[i]+i leaves the target vocabulary ({len(outside)} entries, e.g. {outside[0]})")
+                problems.append(
+                    f"{d2t_key}[i]+i leaves the target vocabulary ({len(outside)} entries, "
+                    f"e.g. {outside[0]})"
+                )
                 fixes.append("d2t holds target_id - draft_id per draft token")
             elif len(set(mapped)) != len(mapped):
                 problems.append(f"{d2t_key} maps two draft tokens to one target token")
@@ -401,17 +461,24 @@ def _check_vocab(report, ckpt: Checkpoint, view: dict, tcfg: Config, fixed: Draf
             if t2d_key is not None and not outside:
                 t2d = ckpt.read_ints(t2d_key)
                 if t2d is None or len(t2d) != target_vocab:
-                    problems.append(f"{t2d_key} has {len(t2d) if t2d else '?'} entries, target vocab is {target_vocab}")
+                    problems.append(
+                        f"{t2d_key} has {len(t2d) if t2d else '?'} entries, "
+                        f"target vocab is {target_vocab}"
+                    )
                     fixes.append("t2d needs one boolean per target token")
                 elif sum(t2d) != len(mapped) or not all(t2d[m] for m in mapped):
-                    problems.append(f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted")
+                    problems.append(
+                        f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted"
+                    )
                     fixes.append("rebuild t2d from d2t (t2d[d2t[i]+i] = True)")
             notes.append(f"d2t maps {len(d2t)} draft tokens into {target_vocab}")
     if draft_vocab == target_vocab and d2t_key is None:
         notes.append("draft and target share one vocabulary")
     status = FAIL if problems else PASS
     detail = "; ".join(problems or notes) or f"vocab {vocab}, draft vocab {draft_vocab}"
-    report.add("vocab", "draft and target vocabularies agree (d2t/t2d)", status, detail, "; ".join(fixes))
+    report.add(
+        "vocab", "draft and target vocabularies agree (d2t/t2d)", status, detail, "; ".join(fixes)
+    )
 
 
 # ---- hidden, heads, rope, dtype, flags ----------------------------------------------------
@@ -423,51 +490,94 @@ def _check_hidden(report, view: dict, tcfg: Config, fixed: DraftExpectation) -> 
         report.add("hidden", "hidden sizes agree", SKIP, "the target config has no hidden_size")
         return
     if claimed is not None and claimed != target_hidden:
-        report.add("hidden", "hidden sizes agree", FAIL,
-                   f"target_hidden_size {claimed} but the target's hidden_size is {target_hidden}",
-                   f"set target_hidden_size {target_hidden} (and retrain fc if it was trained on {claimed})")
+        report.add(
+            "hidden",
+            "hidden sizes agree",
+            FAIL,
+            f"target_hidden_size {claimed} but the target's hidden_size is {target_hidden}",
+            f"set target_hidden_size {target_hidden} "
+            f"(and retrain fc if it was trained on {claimed})",
+        )
     elif claimed is None and hidden != target_hidden:
-        report.add("hidden", "hidden sizes agree", FAIL,
-                   f"draft hidden_size {hidden} != target {target_hidden} and no target_hidden_size: "
-                   f"SGLang sizes fc for aux states of width {hidden}",
-                   f"set target_hidden_size {target_hidden}")
+        report.add(
+            "hidden",
+            "hidden sizes agree",
+            FAIL,
+            f"draft hidden_size {hidden} != target {target_hidden} and no target_hidden_size: "
+            f"SGLang sizes fc for aux states of width {hidden}",
+            f"set target_hidden_size {target_hidden}",
+        )
     else:
-        shared = "embedding shared with the target" if any("embed" in p for p in fixed.supplied) else "draft keeps its own embedding"
-        report.add("hidden", "hidden sizes agree", PASS, f"draft {hidden}, target {target_hidden}; {shared}")
+        shared = (
+            "embedding shared with the target"
+            if any("embed" in p for p in fixed.supplied)
+            else "draft keeps its own embedding"
+        )
+        report.add(
+            "hidden",
+            "hidden sizes agree",
+            PASS,
+            f"draft {hidden}, target {target_hidden}; {shared}",
+        )
 
 
 def _check_heads_rope(report, ckpt: Checkpoint, view: dict, fixed: DraftExpectation) -> None:
-    heads, kv = view.get("num_attention_heads"), view.get("num_key_value_heads", view.get("num_attention_heads"))
+    heads, kv = (
+        view.get("num_attention_heads"),
+        view.get("num_key_value_heads", view.get("num_attention_heads")),
+    )
     hidden, head_dim = view.get("hidden_size"), view.get("head_dim")
     if not isinstance(heads, int) or not isinstance(kv, int) or kv <= 0 or heads % kv:
-        report.add("heads", "attention heads are consistent", FAIL,
-                   f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}",
-                   "fix num_key_value_heads in the draft's config.json")
+        report.add(
+            "heads",
+            "attention heads are consistent",
+            FAIL,
+            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}",
+            "fix num_key_value_heads in the draft's config.json",
+        )
     else:
         dim = head_dim or (hidden // heads if isinstance(hidden, int) else "?")
-        report.add("heads", "attention heads are consistent", PASS, f"{heads} heads, {kv} kv heads, head_dim {dim}")
+        report.add(
+            "heads",
+            "attention heads are consistent",
+            PASS,
+            f"{heads} heads, {kv} kv heads, head_dim {dim}",
+        )
     claimed = claimed_rope(ckpt.config)
     used = fixed.ropes[0] if fixed.ropes else None
     if used is None:
-        report.add("rope", "rope settings reach SGLang", SKIP, "the draft model builds no rotary embedding")
+        report.add(
+            "rope", "rope settings reach SGLang", SKIP, "the draft model builds no rotary embedding"
+        )
         return
     got_theta, got_scaling = used.get("base"), _scaling(used.get("rope_scaling"))
     want_theta = claimed["rope_theta"] if claimed["rope_theta"] is not None else got_theta
     want_scaling = _scaling(claimed["rope_scaling"])
     if got_theta != want_theta or got_scaling != want_scaling:
-        report.add("rope", "rope settings reach SGLang", FAIL,
-                   f"the draft claims rope_theta {want_theta}, scaling {want_scaling}; this line's "
-                   f"code builds rope with base {got_theta}, scaling {got_scaling}",
-                   f'set "rope_theta": {want_theta}' + (f', "rope_scaling": {want_scaling}' if want_scaling else "")
-                   + " at the top level of config.json (--fix writes it)")
+        report.add(
+            "rope",
+            "rope settings reach SGLang",
+            FAIL,
+            f"the draft claims rope_theta {want_theta}, scaling {want_scaling}; this line's "
+            f"code builds rope with base {got_theta}, scaling {got_scaling}",
+            f'set "rope_theta": {want_theta}'
+            + (f', "rope_scaling": {want_scaling}' if want_scaling else "")
+            + " at the top level of config.json (--fix writes it)",
+        )
     else:
-        report.add("rope", "rope settings reach SGLang", PASS, f"base {got_theta}, scaling {got_scaling}")
+        report.add(
+            "rope", "rope settings reach SGLang", PASS, f"base {got_theta}, scaling {got_scaling}"
+        )
 
 
 def _scaling(value: Any) -> Any:
     if value is Opaque or not isinstance(value, dict):
         return None if value is Opaque else value
-    kept = {k: v for k, v in value.items() if k not in ("rope_theta", "original_max_position_embeddings")}
+    kept = {
+        k: v
+        for k, v in value.items()
+        if k not in ("rope_theta", "original_max_position_embeddings")
+    }
     if kept.get("rope_type", kept.get("type", "default")) == "default" and len(kept) <= 1:
         return None
     return kept
@@ -475,24 +585,54 @@ def _scaling(value: Any) -> Any:
 
 def _check_dtype(report, ckpt: Checkpoint, view: dict, target_cfg: dict) -> None:
     floats = sorted({t.dtype for t in ckpt.tensors.values() if t.dtype in FLOAT_DTYPES})
-    claimed = view.get("torch_dtype") or view.get("dtype") or ckpt.config.get("torch_dtype") or ckpt.config.get("dtype")
-    text_cfg = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) else {}
-    target_dtype = target_cfg.get("torch_dtype") or target_cfg.get("dtype") or text_cfg.get("torch_dtype") or text_cfg.get("dtype")
+    claimed = (
+        view.get("torch_dtype")
+        or view.get("dtype")
+        or ckpt.config.get("torch_dtype")
+        or ckpt.config.get("dtype")
+    )
+    text_cfg = (
+        target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) else {}
+    )
+    target_dtype = (
+        target_cfg.get("torch_dtype")
+        or target_cfg.get("dtype")
+        or text_cfg.get("torch_dtype")
+        or text_cfg.get("dtype")
+    )
     if len(floats) > 1:
-        report.add("dtype", "one floating dtype", FAIL, f"the draft mixes {', '.join(floats)}",
-                   "save every weight in one dtype (the target's)")
+        report.add(
+            "dtype",
+            "one floating dtype",
+            FAIL,
+            f"the draft mixes {', '.join(floats)}",
+            "save every weight in one dtype (the target's)",
+        )
         return
     got = floats[0] if floats else None
     if claimed and TORCH_DTYPES.get(str(claimed)) not in (None, got):
-        report.add("dtype", "one floating dtype", FAIL,
-                   f"config.json says {claimed}, the tensors are {got}",
-                   f'set "torch_dtype": "{_torch_name(got)}" in config.json')
+        report.add(
+            "dtype",
+            "one floating dtype",
+            FAIL,
+            f"config.json says {claimed}, the tensors are {got}",
+            f'set "torch_dtype": "{_torch_name(got)}" in config.json',
+        )
     elif target_dtype and TORCH_DTYPES.get(str(target_dtype)) not in (None, got):
-        report.add("dtype", "one floating dtype", WARN,
-                   f"draft tensors are {got}, the target runs in {target_dtype}; SGLang casts the "
-                   "draft at load (fine), but check it was trained in a compatible dtype")
+        report.add(
+            "dtype",
+            "one floating dtype",
+            WARN,
+            f"draft tensors are {got}, the target runs in {target_dtype}; SGLang casts the "
+            "draft at load (fine), but check it was trained in a compatible dtype",
+        )
     else:
-        report.add("dtype", "one floating dtype", PASS, f"{got}" + (f", target {target_dtype}" if target_dtype else ""))
+        report.add(
+            "dtype",
+            "one floating dtype",
+            PASS,
+            f"{got}" + (f", target {target_dtype}" if target_dtype else ""),
+        )
 
 
 def _torch_name(code: str | None) -> str:
@@ -512,18 +652,38 @@ def _check_flags(report, ckpt: Checkpoint, view: dict, fixed: DraftExpectation) 
         )  # fmt: skip
     else:
         honoured = ", ".join(set_true) or "none set"
-        report.add("flags", "behaviour flags are honoured (norm_before_residual, ...)", PASS, f"flags set: {honoured}")
+        report.add(
+            "flags",
+            "behaviour flags are honoured (norm_before_residual, ...)",
+            PASS,
+            f"flags set: {honoured}",
+        )
     tie = bool(view.get("tie_word_embeddings"))
     lm_loaded = any(p.startswith("lm_head") for o in fixed.outcomes.values() for p, _ in o.loads)
     head_from_target = fixed.model_attrs.get("load_lm_head_from_target") is True
     if tie and any(k.endswith("lm_head.weight") for k in ckpt.tensors):
-        report.add("tying", "embedding / lm_head tying as the config claims", FAIL,
-                   "tie_word_embeddings is true but the checkpoint carries its own lm_head.weight (SGLang ignores it)",
-                   'set "tie_word_embeddings": false if the head was trained separately')
+        report.add(
+            "tying",
+            "embedding / lm_head tying as the config claims",
+            FAIL,
+            "tie_word_embeddings is true but the checkpoint carries its own lm_head.weight "
+            "(SGLang ignores it)",
+            'set "tie_word_embeddings": false if the head was trained separately',
+        )
     elif not tie and not lm_loaded and not head_from_target:
-        report.add("tying", "embedding / lm_head tying as the config claims", FAIL,
-                   "tie_word_embeddings is false and draft_vocab_size is set, yet no lm_head is loaded",
-                   "add lm_head.weight, or drop draft_vocab_size so SGLang takes the target's head")
+        report.add(
+            "tying",
+            "embedding / lm_head tying as the config claims",
+            FAIL,
+            "tie_word_embeddings is false and draft_vocab_size is set, yet no lm_head is loaded",
+            "add lm_head.weight, or drop draft_vocab_size so SGLang takes the target's head",
+        )
     else:
-        how = "tied to the embedding" if tie else ("taken from the target" if head_from_target else "the draft's own")
-        report.add("tying", "embedding / lm_head tying as the config claims", PASS, f"lm_head: {how}")
+        how = (
+            "tied to the embedding"
+            if tie
+            else ("taken from the target" if head_from_target else "the draft's own")
+        )
+        report.add(
+            "tying", "embedding / lm_head tying as the config claims", PASS, f"lm_head: {how}"
+        )

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import ast
 import re
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
+
+import tomllib
 
 from patchkit.doctor.interp import (
     ClassInfo,
@@ -91,7 +92,7 @@ def _default_loader(interp: Interpreter, param: Any, weight: Any, *rest: Any) ->
 def _get_rope(interp: Interpreter, *args: Any, **kwargs: Any) -> Any:
     """Record what the model hands SGLang's rope factory (head size, base, scaling)."""
     names = ("head_size", "rotary_dim", "max_position", "base", "is_neox_style", "rope_scaling")
-    call = dict(zip(names, args))
+    call = dict(zip(names, args, strict=False))
     call.update(kwargs)
     interp.ropes.append(call)
     return Opaque
@@ -137,7 +138,9 @@ class SourceTree:
                 try:
                     tree = ast.parse(text, filename=rel)
                 except SyntaxError as exc:
-                    raise DerivationError(f"{rel}: cannot parse ({exc.msg}, line {exc.lineno})")
+                    raise DerivationError(
+                        f"{rel}: cannot parse ({exc.msg}, line {exc.lineno})"
+                    ) from None
                 found = SourceModule(dotted, PurePosixPath(rel), tree)
                 break
         self._modules[dotted] = found
@@ -235,7 +238,7 @@ class SourceTree:
         for i, arg in enumerate(positional[1:], start=1):
             default = spec.defaults[i - first_default] if i >= first_default else None
             out.append(_sig_entry(arg.arg, default))
-        for arg, default in zip(spec.kwonlyargs, spec.kw_defaults):
+        for arg, default in zip(spec.kwonlyargs, spec.kw_defaults, strict=False):
             out.append(_sig_entry(arg.arg, default))
         return out
 
@@ -345,11 +348,7 @@ class DraftExpectation:
 
 
 def _module_classes(mod: SourceModule) -> list[ClassInfo]:
-    return [
-        ClassInfo(s.name, s, mod, [])
-        for s in mod.tree.body
-        if isinstance(s, ast.ClassDef)
-    ]
+    return [ClassInfo(s.name, s, mod, []) for s in mod.tree.body if isinstance(s, ast.ClassDef)]
 
 
 def draft_config(values: dict) -> Config:
@@ -373,7 +372,9 @@ def derive_draft(
         raise DerivationError("the draft's config.json names no architecture")
     cls = tree.find_class(arch)
     if cls is None:
-        return DraftExpectation(arch, "", {}, {}, {}, refused=f"no model class {arch} in this SGLang tree")
+        return DraftExpectation(
+            arch, "", {}, {}, {}, refused=f"no model class {arch} in this SGLang tree"
+        )
     interp = Interpreter(tree, EXTERNALS, {})
     cfg = draft_config(config)
     try:
@@ -387,10 +388,13 @@ def derive_draft(
     try:
         interp.call_method(model, "load_weights", [stream], {})
     except ModelRaise as exc:
-        return DraftExpectation(arch, cls.module.name, params, {}, {}, exc.message, exc.where, cls=cls)
+        return DraftExpectation(
+            arch, cls.module.name, params, {}, {}, exc.message, exc.where, cls=cls
+        )
     interp.tracked_self = None
     outcomes = {
-        key: KeyOutcome(key, got["loads"], got["consumed_as"]) for key, got in stream.outcomes.items()
+        key: KeyOutcome(key, got["loads"], got["consumed_as"])
+        for key, got in stream.outcomes.items()
     }
     supplied = _after_loading(interp, model, params)
     return DraftExpectation(
@@ -403,12 +407,19 @@ def _after_loading(interp: Interpreter, model: ModuleObj, params: dict) -> dict[
     """What the EAGLE worker puts into the draft after loading (eagle_worker.py): the target's
     embedding and lm_head when the draft loads its head from the target, else the embedding."""
     if model.attrs.get("load_lm_head_from_target") is True:
-        call = ("set_embed_and_head", [SuppliedTensor("target embedding"), SuppliedTensor("target lm_head")])
+        call = (
+            "set_embed_and_head",
+            [SuppliedTensor("target embedding"), SuppliedTensor("target lm_head")],
+        )
     else:
         call = ("set_embed", [SuppliedTensor("target embedding")])
     interp.call_method(model, call[0], call[1], {})
     after = dict(model.named_parameters())
-    return {name: after[name].supplied_by for name in params if name in after and after[name].supplied_by}
+    return {
+        name: after[name].supplied_by
+        for name in params
+        if name in after and after[name].supplied_by
+    }
 
 
 # ---- the target --------------------------------------------------------------------------
@@ -432,7 +443,7 @@ def target_config(values: dict) -> Config:
 
 
 def derive_capture(tree: SourceTree, config: dict, layer_ids: list[int] | None) -> CaptureResult:
-    """Walk the target's ``set_eagle3_layers_to_capture(layer_ids)`` as the model runner calls it."""
+    """Walk the target's ``set_eagle3_layers_to_capture(layer_ids)`` as the runner calls it."""
     archs = config.get("architectures") or []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     if arch is None:
@@ -476,7 +487,11 @@ def _shallow(interp: Interpreter, cls: ClassInfo, config: Config, depth: int) ->
         if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)):
             continue
         target = stmt.targets[0]
-        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
+        if not (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+        ):
             continue
         try:
             callee = interp._eval(stmt.value.func, env, init)
@@ -484,8 +499,10 @@ def _shallow(interp: Interpreter, cls: ClassInfo, config: Config, depth: int) ->
             continue
         if not isinstance(callee, ClassInfo) or callee.method(CAPTURE_METHOD) is None:
             continue
-        arg = stmt.value.args[0] if stmt.value.args else next(
-            (k.value for k in stmt.value.keywords if k.arg == "config"), None
+        arg = (
+            stmt.value.args[0]
+            if stmt.value.args
+            else next((k.value for k in stmt.value.keywords if k.arg == "config"), None)
         )
         try:
             sub = interp._eval(arg, env, init) if arg is not None else config

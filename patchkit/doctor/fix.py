@@ -48,8 +48,10 @@ def write_fixed(report: DraftReport, draft: Path, out: Path) -> FixResult:
     """Write the fixed copy of ``draft`` at ``out`` following ``report``'s rename and config."""
     out = out.expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"--fix {out}: already exists and is not empty; nothing was written",
-                         hint="pass a new folder")
+        raise UsageError(
+            f"--fix {out}: already exists and is not empty; nothing was written",
+            hint="pass a new folder",
+        )
     if out.resolve() == draft.resolve():
         raise UsageError("--fix must name a new folder, not the draft itself")
     ckpt = load_checkpoint(draft)
@@ -65,7 +67,9 @@ def write_fixed(report: DraftReport, draft: Path, out: Path) -> FixResult:
             for new, digest in digests.items():
                 original = tensor_sha256(header, header.tensors[back[new]])
                 if original != digest:  # the copy must be the same bytes
-                    raise UsageError(f"copy of {back[new]} differs from the source; nothing was written")
+                    raise UsageError(
+                        f"copy of {back[new]} differs from the source; nothing was written"
+                    )
                 tensors[new] = {"from": back[new], "file": header.path.name, "sha256": digest}
         config = report.fixed_config if report.fixed_config is not None else ckpt.config
         (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")

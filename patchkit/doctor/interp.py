@@ -158,7 +158,7 @@ class ClassInfo:
         return None
 
     def reads_attribute(self, attr: str) -> bool:
-        """True when any class in the MRO mentions ``attr`` (``x.attr`` or ``getattr(x, "attr")``)."""
+        """True when a class in the MRO mentions ``attr`` (``x.attr`` or ``getattr(x, "attr")``)."""
         for cls in self.mro():
             for node in ast.walk(cls.node):
                 if isinstance(node, ast.Attribute) and node.attr == attr:
@@ -353,7 +353,7 @@ class Interpreter:
                 )
         if spec.vararg:
             env[spec.vararg.arg] = tuple(args[len(names) :])
-        for arg, default in zip(spec.kwonlyargs, spec.kw_defaults):
+        for arg, default in zip(spec.kwonlyargs, spec.kw_defaults, strict=False):
             if arg.arg in kwargs:
                 env[arg.arg] = kwargs.pop(arg.arg)
             elif default is not None:
@@ -381,7 +381,11 @@ class Interpreter:
         if isinstance(fn, Loader):
             param = args[0] if args else fn.param
             if isinstance(param, ParamRef):
-                shard = args[2] if len(args) > 2 else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
+                shard = (
+                    args[2]
+                    if len(args) > 2
+                    else kwargs.get("shard_id", kwargs.get("loaded_shard_id"))
+                )
                 self.loads.append((param.name, shard))
             return None
         if isinstance(fn, External):
@@ -427,7 +431,11 @@ class Interpreter:
             if "shards_from" in rule:  # one shard per element of a list argument
                 sizes = self._eval_text(rule["shards_from"], bound)
                 rest = tuple(self._eval_text(e, bound) for e in rule["shard_dims"])
-                shards = {i: (size, *rest) for i, size in enumerate(sizes)} if isinstance(sizes, list) else None
+                shards = (
+                    {i: (size, *rest) for i, size in enumerate(sizes)}
+                    if isinstance(sizes, list)
+                    else None
+                )
             shape = tuple(self._eval_text(e, bound) for e in rule["shape"])
             obj.params[pname] = ParamSpec(leaf.dotted, shape, shards)
         return obj
@@ -539,7 +547,7 @@ class Interpreter:
                 values = list(value)
             if len(values) != len(target.elts):
                 raise DerivationError(f"{self._where(target, func)}: unpacking mismatch")
-            for elt, val in zip(target.elts, values):
+            for elt, val in zip(target.elts, values, strict=False):
                 self._assign(elt, val, env, func)
         elif isinstance(target, ast.Attribute):
             obj = self._eval(target.value, env, func)
@@ -566,9 +574,7 @@ class Interpreter:
                 obj.children.pop(name, None)
                 obj.params[name] = value
             elif isinstance(value, SuppliedTensor):
-                obj.params[name] = ParamSpec(
-                    value.what, value.shape, None, supplied_by=value.what
-                )
+                obj.params[name] = ParamSpec(value.what, value.shape, None, supplied_by=value.what)
             else:
                 obj.children.pop(name, None)
                 obj.params.pop(name, None)
@@ -603,10 +609,14 @@ class Interpreter:
             except (KeyError, IndexError, TypeError) as exc:
                 raise DerivationError(f"{self._where(node, func)}: {exc!r}") from None
         if isinstance(node, ast.Slice):
-            parts = [self._eval(p, env, func) if p else None for p in (node.lower, node.upper, node.step)]
+            parts = [
+                self._eval(p, env, func) if p else None for p in (node.lower, node.upper, node.step)
+            ]
             return slice(*parts)
         if isinstance(node, ast.BinOp):
-            return self._binop(node.op, self._eval(node.left, env, func), self._eval(node.right, env, func))
+            return self._binop(
+                node.op, self._eval(node.left, env, func), self._eval(node.right, env, func)
+            )
         if isinstance(node, ast.UnaryOp):
             value = self._eval(node.operand, env, func)
             if isinstance(node.op, ast.Not):
@@ -633,13 +643,20 @@ class Interpreter:
             items = [self._eval(e, env, func) for e in node.elts]
             return tuple(items) if isinstance(node, ast.Tuple) else items
         if isinstance(node, ast.Dict):
-            return {self._eval(k, env, func): self._eval(v, env, func) for k, v in zip(node.keys, node.values)}
+            return {
+                self._eval(k, env, func): self._eval(v, env, func)
+                for k, v in zip(node.keys, node.values, strict=False)
+            }
         if isinstance(node, ast.ListComp):
             return self._listcomp(node, env, func)
         if isinstance(node, ast.JoinedStr):
             parts = []
             for value in node.values:
-                part = self._eval(value.value, env, func) if isinstance(value, ast.FormattedValue) else value.value
+                part = (
+                    self._eval(value.value, env, func)
+                    if isinstance(value, ast.FormattedValue)
+                    else value.value
+                )
                 if part is Opaque:
                     return Opaque
                 parts.append(str(part))
@@ -657,7 +674,18 @@ class Interpreter:
                 return self.tree.resolve(ns[name])
         if name in _SAFE_BUILTINS:
             return _SAFE_BUILTINS[name]
-        if name in ("getattr", "hasattr", "setattr", "isinstance", "super", "print", "type", "issubclass", "callable", "id"):
+        if name in (
+            "getattr",
+            "hasattr",
+            "setattr",
+            "isinstance",
+            "super",
+            "print",
+            "type",
+            "issubclass",
+            "callable",
+            "id",
+        ):
             return External(f"builtins.{name}")
         if name in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[name]
@@ -674,7 +702,9 @@ class Interpreter:
                 return obj.get(name)
             except AttributeError:
                 # transformers' configs raise AttributeError too: the real model fails here
-                raise ModelRaise(f"the {obj._name} has no {name!r}", self._where(node, func)) from None
+                raise ModelRaise(
+                    f"the {obj._name} has no {name!r}", self._where(node, func)
+                ) from None
         if isinstance(obj, ModuleObj):
             for store in (obj.children, obj.params, obj.attrs):
                 if name in store:
@@ -691,7 +721,9 @@ class Interpreter:
                         if isinstance(stmt, ast.Assign) and any(
                             isinstance(t, ast.Name) and t.id == name for t in stmt.targets
                         ):
-                            return self._eval(stmt.value, {}, Function(ast.FunctionDef(), cls.module, cls))
+                            return self._eval(
+                                stmt.value, {}, Function(ast.FunctionDef(), cls.module, cls)
+                            )
             if name == "named_parameters":
                 return _NamedParameters(obj)
             return Opaque  # attributes set by nn.Module or SGLang base classes we do not read
@@ -834,7 +866,7 @@ class Interpreter:
 
     def _compare(self, node: ast.Compare, env: dict, func) -> Any:
         left = self._eval(node.left, env, func)
-        for op, comp in zip(node.ops, node.comparators):
+        for op, comp in zip(node.ops, node.comparators, strict=False):
             right = self._eval(comp, env, func)
             if left is Opaque or right is Opaque:
                 if isinstance(op, (ast.Is, ast.IsNot)) and (left is None or right is None):

@@ -122,7 +122,7 @@ def _tensor(path: Path, name: str, entry: object, data_len: int) -> TensorInfo:
 
 def _check_layout(path: Path, tensors: dict[str, TensorInfo], data_len: int) -> None:
     spans = sorted((t.start, t.end, t.name) for t in tensors.values())
-    for (_, end, name), (start, _, other) in zip(spans, spans[1:]):
+    for (_, end, name), (start, _, other) in zip(spans, spans[1:], strict=False):
         if start < end:
             raise SafetensorsError(f"{path}: tensors {name!r} and {other!r} overlap")
 
@@ -157,7 +157,7 @@ def write_renamed(header: Header, rename: dict[str, str], dest: Path) -> dict[st
     if len(set(names)) != len(names):
         raise SafetensorsError(f"{header.path}: the renaming maps two tensors to one name")
     entries, cursor = [], 0
-    for name, info in zip(names, ordered):
+    for name, info in zip(names, ordered, strict=False):
         entries.append((name, info, cursor))
         cursor += info.end - info.start
     digests: dict[str, str] = {}
@@ -165,7 +165,7 @@ def write_renamed(header: Header, rename: dict[str, str], dest: Path) -> dict[st
     try:
         with header.path.open("rb") as src, tmp.open("wb") as out:
             out.write(encode_header(entries, header.metadata))
-            for name, info in zip(names, ordered):
+            for name, info in zip(names, ordered, strict=False):
                 src.seek(header.data_start + info.start)
                 digest = hashlib.sha256()
                 left = info.end - info.start

@@ -47,8 +47,9 @@ class ModelSource:
         if listing is not None and listing.is_file():
             return json.loads(listing.read_text())
         names = sorted(
-            p for p in self._lister() if p.startswith(MODELS_DIR) and p.endswith(".py")
-            and "/" not in p[len(MODELS_DIR):]
+            p
+            for p in self._lister()
+            if p.startswith(MODELS_DIR) and p.endswith(".py") and "/" not in p[len(MODELS_DIR) :]
         )
         if listing is not None:
             tmp = listing.with_name(f".models.json.{os.getpid()}")
@@ -177,7 +178,8 @@ def _pinned_line(ws, target, release, progress, cache_dir: Path) -> ModelSource:
 
     series = ws.series(target.name)
     pin_id = release.sdist_sha256 or release.commit or release.version
-    key = f"{target.name}-{release.version}-{hashlib.sha256(f'{pin_id}|{series.hash()}'.encode()).hexdigest()[:16]}"
+    digest = hashlib.sha256(f"{pin_id}|{series.hash()}".encode()).hexdigest()[:16]
+    key = f"{target.name}-{release.version}-{digest}"
     label = f"sglang {release.version} + series ({len(series.patches)} patches)"
     provenance = {
         "line": release.version,
