@@ -525,3 +525,44 @@ def test_a_draft_written_by_the_real_speculators_package(tmp_path, target, docto
     doc = json.loads(proc.stdout)
     assert {c["id"] for c in doc["checks"] if c["status"] == "fail"} >= {"config", "keys.expected"}
     assert doc["fixed"]["ok"] is True and proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "check"),
+    [
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": ["1", "3", "5"]}}, "aux.config"),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": 5}}, "aux.config"),
+        ({"eagle_config": [1, 3, 5]}, "aux.config"),
+        ({"num_key_value_heads": 0}, "heads"),
+        ({"architectures": ["LlamaForCausalLM"]}, "model"),
+        ({"hidden_act": "gelu"}, "model"),
+        ({"draft_vocab_size": "x"}, "vocab"),
+    ],
+    ids=[
+        "ids-strings",
+        "ids-int",
+        "eagle-config-list",
+        "kv-zero",
+        "not-eagle3",
+        "gelu",
+        "vocab-str",
+    ],
+)
+def test_hostile_configs_are_findings_not_crashes(tmp_path, target, line059, extra, check):
+    config = {**sglang_config(torch_dtype="float16"), **extra}
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line059)
+
+    assert check in failing(report)
+    assert all(c.fix for c in report.problems)
+
+
+def test_fix_into_a_folder_inside_the_draft(tmp_path, target, line059):
+    from patchkit.doctor.fix import write_fixed
+
+    draft = speculators_draft(tmp_path / "spec")
+    fix = write_fixed(check_draft(draft, target, line059), draft, draft / "fixed")
+
+    assert sorted(p.name for p in fix.out.iterdir()) == [
+        "config.json", "model.safetensors", "patchkit-doctor-fix.json",
+    ]  # fmt: skip
+    assert check_draft(fix.out, target, line059).ok

@@ -155,7 +155,7 @@ def _check_format(report: DraftReport, ckpt: Checkpoint, view: dict) -> None:
 
 
 def _refusal_fix(exp: DraftExpectation) -> str:
-    if "no model class" in (exp.refused or ""):
+    if "no model class" in (exp.refused or "") or "not an EAGLE-3" in (exp.refused or ""):
         return f'set "architectures": ["{SGLANG_ARCH}"] in the draft\'s config.json'
     missing = re.search(r"has no '(\w+)'", exp.refused or "")
     if missing:
@@ -303,9 +303,27 @@ def _check_aux(
     report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, rename
 ) -> CaptureResult | None:
     rule = aux_ids_rule(tree)
-    eagle = view.get("eagle_config") if isinstance(view.get("eagle_config"), dict) else {}
+    raw = view.get("eagle_config")
+    eagle = raw if isinstance(raw, dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
     top = ckpt.config.get("eagle_aux_hidden_state_layer_ids")
+    if raw is not None and not isinstance(raw, dict):
+        report.add(
+            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
+            f"eagle_config is {type(raw).__name__}, not an object: SGLang ignores it and the "
+            "target captures its default layers",
+            '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [...]} with the trained ids',
+        )  # fmt: skip
+    if ids is not None and (
+        not isinstance(ids, list)
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+    ):
+        report.add(
+            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
+            f"{rule} is {ids!r}, not a list of integers: SGLang fails when it sets the layers",
+            "list the trained layer ids as integers, e.g. [1, 29, 57]",
+        )  # fmt: skip
+        return None
     if ckpt.convention == "sglang" and top is not None and ids is None:
         report.add(
             "aux.config", "SGLang reads the draft's aux layer ids", FAIL,

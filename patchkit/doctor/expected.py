@@ -375,6 +375,12 @@ def derive_draft(
         return DraftExpectation(
             arch, "", {}, {}, {}, refused=f"no model class {arch} in this SGLang tree"
         )
+    if not cls.reads_attribute("hot_token_id"):  # EAGLE-3 drafts map d2t to hot_token_id
+        return DraftExpectation(
+            arch, cls.module.name, {}, {}, {},
+            refused=f"{arch} ({cls.module.name}) is not an EAGLE-3 draft model: it keeps no "
+            "draft-to-target vocabulary map (hot_token_id)",
+        )  # fmt: skip
     interp = Interpreter(tree, EXTERNALS, {})
     cfg = draft_config(config)
     try:

@@ -83,6 +83,8 @@ def write_fixed(report: DraftReport, draft: Path, out: Path) -> FixResult:
             name = entry.name
             if name in ("config.json", INDEX, MANIFEST) or name.endswith(".safetensors"):
                 continue
+            if entry.resolve() in (staging.resolve(), out.resolve()):
+                continue  # OUT inside the draft folder
             if entry.is_file() and not entry.is_symlink() and entry.suffix != ".py":
                 shutil.copyfile(entry, staging / name)
                 result.copied.append(name)
