@@ -84,9 +84,9 @@ def draft_command(draft, target, line, sglang_source, fix_out, as_json, verbose)
             out.echo("")
             out.echo(
                 f"wrote {fix.out}: {len(fix.renamed)} tensor(s) renamed, config "
-                f"{'rewritten' if fix.config_rewritten else 'copied'}, bytes copied "
-                f"unchanged; record in {fix.out}/patchkit-doctor-fix.json"
+                f"{'rewritten' if fix.config_rewritten else 'copied'}, tensor bytes unchanged"
             )
+            out.echo(f"record: {fix.out / 'patchkit-doctor-fix.json'} (mapping, sha256s)")
             out.echo("")
             out.echo(render(fixed_report))
     final = fixed_report if fixed_report is not None else report

@@ -117,6 +117,28 @@ def from_path(path: Path) -> ModelSource:
     )
 
 
+def installed_sglang() -> ModelSource | None:
+    """The SGLang installed in this interpreter (e.g. from `make wheels`), found without
+    importing it (importing sglang imports torch)."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))).parent
+    try:
+        version = importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    source = from_path(root)
+    source.label = f"installed sglang {version} at {root / PACKAGE}"
+    return source
+
+
 def from_wheel(
     wheel: Path, *, patched: bool, label: str | None = None, cache: Path | None = None
 ) -> ModelSource:
@@ -161,8 +183,11 @@ def for_line(
         ws, target = None, None
     version = line or (target.pin if target else None)
     if version is None:
+        installed = installed_sglang()
+        if installed is not None:
+            return installed
         raise UsageError(
-            "no --line given and no patchkit project here to take the pinned SGLang from",
+            "no --line given, no patchkit project here and no SGLang installed to check against",
             hint="pass --line VERSION or --sglang-source PATH",
         )
     release = next((r for r in target.releases if r.version == version), None) if target else None
