@@ -566,3 +566,42 @@ def test_fix_into_a_folder_inside_the_draft(tmp_path, target, line059):
         "config.json", "model.safetensors", "patchkit-doctor-fix.json",
     ]  # fmt: skip
     assert check_draft(fix.out, target, line059).ok
+
+
+def _copy_tree(source, dest: Path) -> Path:
+    """The files the doctor reads, copied out of a line's source into a plain tree."""
+    from patchkit.doctor.expected import load_leaves
+
+    wanted = set(source.model_files()) | {"sglang/srt/model_executor/model_runner.py"}
+    wanted |= {dotted.rsplit(".", 1)[0].replace(".", "/") + ".py" for dotted in load_leaves()}
+    for rel in sorted(wanted):
+        text = source.read(rel)
+        if text is not None:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_text(text)
+    return dest
+
+
+def test_expectations_follow_the_code_not_a_list(tmp_path, target, line059):
+    """Change the model code and the doctor's expectations move with it: the decoder layer
+    renamed, the default capture rule changed, a new skipped name."""
+    tree = _copy_tree(line059, tmp_path / "tree")
+    eagle3 = tree / "sglang/srt/models/llama_eagle3.py"
+    text = eagle3.read_text().replace("self.midlayer", "self.block")
+    text = text.replace('if "t2d" in name:', 'if "t2d" in name or "fc." in name:')
+    eagle3.write_text(text)
+    deepseek = tree / "sglang/srt/models/deepseek_v2.py"
+    rule = "[2, num_layers // 2, num_layers - 3]"
+    assert rule in deepseek.read_text()
+    deepseek.write_text(deepseek.read_text().replace(rule, "[1, num_layers - 2, num_layers - 1]"))
+    config = sglang_config(aux_ids=None, torch_dtype="float16")
+
+    report = check_draft(
+        sglang_draft(tmp_path / "draft", config=config), target, sources.from_path(tree)
+    )
+
+    checks = by_id(report)
+    assert "model.block.self_attn.qkv_proj.weight" in checks["keys.expected"].detail
+    assert "skips 11 tensor(s)" in checks["keys.leftover"].detail  # 10 midlayer.* + fc
+    assert "fc.weight, midlayer.hidden_norm.weight" in checks["keys.leftover"].detail
+    assert report.capture["captured"] == [1, TARGET_LAYERS - 2, TARGET_LAYERS - 1]
