@@ -605,3 +605,41 @@ def test_expectations_follow_the_code_not_a_list(tmp_path, target, line059):
     assert "skips 11 tensor(s)" in checks["keys.leftover"].detail  # 10 midlayer.* + fc
     assert "fc.weight, midlayer.hidden_norm.weight" in checks["keys.leftover"].detail
     assert report.capture["captured"] == [1, TARGET_LAYERS - 2, TARGET_LAYERS - 1]
+
+
+def test_a_missing_shard_of_a_fused_parameter(tmp_path, target, line059):
+    from doctor_fixtures import sglang_tensors, write_draft
+
+    tensors = sglang_tensors(dtype=np.float16)
+    del tensors["midlayer.self_attn.k_proj.weight"]
+    draft = write_draft(tmp_path / "draft", sglang_config(torch_dtype="float16"), tensors)
+
+    keys = by_id(check_draft(draft, target, line059))["keys.expected"]
+    assert keys.status == "fail"
+    assert "1 of 11 parameters" in keys.detail and "qkv_proj.weight" in keys.detail
+
+
+def test_embedding_comes_from_the_target_unless_hidden_sizes_differ(tmp_path, line059):
+    from doctor_fixtures import sglang_tensors, write_draft
+
+    tensors = sglang_tensors(dtype=np.float16)
+    del tensors["embed_tokens.weight"]
+    same = write_draft(tmp_path / "same", sglang_config(torch_dtype="float16"), tensors)
+    wide_target = target_config(tmp_path / "wide", hidden=2 * HIDDEN)
+    wide = write_draft(
+        tmp_path / "wide-draft",
+        sglang_config(torch_dtype="float16", target_hidden_size=2 * HIDDEN),
+        sglang_tensors(dtype=np.float16, target_hidden=2 * HIDDEN),
+    )
+    del_embed = {k: v for k, v in sglang_tensors(dtype=np.float16, target_hidden=2 * HIDDEN).items()
+                 if k != "embed_tokens.weight"}  # fmt: skip
+    wide_no_embed = write_draft(
+        tmp_path / "wide-no-embed",
+        sglang_config(torch_dtype="float16", target_hidden_size=2 * HIDDEN),
+        del_embed,
+    )
+
+    assert check_draft(same, target_config(tmp_path / "t"), line059).ok
+    assert check_draft(wide, wide_target, line059).ok
+    keys = by_id(check_draft(wide_no_embed, wide_target, line059))["keys.expected"]
+    assert keys.status == "fail" and "model.embed_tokens.weight" in keys.detail
