@@ -643,3 +643,25 @@ def test_embedding_comes_from_the_target_unless_hidden_sizes_differ(tmp_path, li
     assert check_draft(wide, wide_target, line059).ok
     keys = by_id(check_draft(wide_no_embed, wide_target, line059))["keys.expected"]
     assert keys.status == "fail" and "model.embed_tokens.weight" in keys.detail
+
+
+@pytest.mark.parametrize(
+    ("d2t", "message"),
+    [
+        (vocab_maps(vocab=4 * VOCAB)[0], "d2t[i]+i leaves the target vocabulary"),
+        (np.zeros(128, dtype=np.int64) - np.arange(128) % 2, "maps two draft tokens to one"),
+        (np.zeros(64, dtype=np.int64), "d2t has 64 entries, draft_vocab_size is 128"),
+        (np.zeros(128, dtype=np.float32), "d2t is F32, not an integer tensor"),
+    ],
+    ids=["out-of-range", "not-one-to-one", "short", "float"],
+)
+def test_bad_d2t(tmp_path, target, line059, d2t, message):
+    from doctor_fixtures import sglang_tensors, write_draft
+
+    tensors = sglang_tensors(dtype=np.float16)
+    tensors["d2t"] = d2t
+    tensors.pop("t2d")
+    draft = write_draft(tmp_path / "draft", sglang_config(torch_dtype="float16"), tensors)
+
+    vocab = by_id(check_draft(draft, target, line059))["vocab"]
+    assert vocab.status == "fail" and message in vocab.detail and vocab.fix
