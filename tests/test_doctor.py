@@ -665,3 +665,23 @@ def test_bad_d2t(tmp_path, target, line059, d2t, message):
 
     vocab = by_id(check_draft(draft, target, line059))["vocab"]
     assert vocab.status == "fail" and message in vocab.detail and vocab.fix
+
+
+def test_outside_a_project_the_installed_sglang_is_read(tmp_path, line059):
+    """Found without importing it: a site folder holding the sglang package and its metadata."""
+    site = _copy_tree(line059, tmp_path / "site")
+    (site / "sglang" / "__init__.py").write_text("raise ImportError('must not be imported')\n")
+    info = site / "sglang-0.5.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.9\n")
+    code = (
+        "from patchkit.doctor.sources import installed_sglang\n"
+        "s = installed_sglang()\n"
+        "assert 'class LlamaForCausalLMEagle3' in s.read('sglang/srt/models/llama_eagle3.py')\n"
+        "print(s.label)\n"
+    )
+    env = {"PYTHONPATH": f"{site}:{ROOT}"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"installed sglang 0.5.9 at {site / 'sglang'}")

@@ -58,7 +58,7 @@ class DraftReport:
     draft: str
     target: str
     source: str
-    patched: bool
+    patched: bool | None
     convention: str
     architecture: str
     checks: list[Check] = field(default_factory=list)

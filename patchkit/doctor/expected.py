@@ -42,7 +42,7 @@ from patchkit.doctor.interp import (
     UnknownLayer,
     WeightStream,
 )
-from patchkit.doctor.sources import MODELS_DIR, ModelSource
+from patchkit.doctor.sources import ModelSource
 
 # transformers' LlamaConfig defaults for what a draft's config.json may leave out (SGLang
 # loads EAGLE-3 drafts through AutoConfig, model_type "llama").
@@ -381,7 +381,7 @@ def derive_draft(
             refused=f"{arch} ({cls.module.name}) is not an EAGLE-3 draft model: it keeps no "
             "draft-to-target vocabulary map (hot_token_id)",
         )  # fmt: skip
-    interp = Interpreter(tree, EXTERNALS, {})
+    interp = Interpreter(tree, EXTERNALS)
     cfg = draft_config(config)
     try:
         model = interp.construct(cls, [cfg], {"quant_config": None, "prefix": ""})
@@ -440,10 +440,6 @@ class CaptureResult:
     error: str | None = None
 
 
-class _PPGroup:
-    pass
-
-
 def target_config(values: dict) -> Config:
     return Config(values, {}, name="target config")
 
@@ -457,7 +453,7 @@ def derive_capture(tree: SourceTree, config: dict, layer_ids: list[int] | None) 
     cls = tree.find_class(arch)
     if cls is None:
         return CaptureResult(arch, [], None, None, f"no model class {arch} in this SGLang tree")
-    interp = Interpreter(tree, EXTERNALS, {})
+    interp = Interpreter(tree, EXTERNALS)
     root = _shallow(interp, cls, target_config(config), 0)
     if cls.method(CAPTURE_METHOD) is None:
         return CaptureResult(
@@ -541,7 +537,3 @@ def aux_ids_rule(tree: SourceTree) -> str:
         "model_runner.py no longer reads eagle_config['eagle_aux_hidden_state_layer_ids']; "
         "the doctor cannot tell which aux layers this line passes to the target"
     )
-
-
-def models_dir() -> str:
-    return MODELS_DIR

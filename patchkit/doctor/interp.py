@@ -286,14 +286,13 @@ class Interpreter:
 
     ``externals`` maps dotted names of things outside the interpreted sources to Python
     callables (``add_prefix``, the tensor-parallel world size of 1 a checkpoint is seen in).
-    ``leaves`` maps dotted names of SGLang's primitive layers to :class:`LeafClass`.
+    SGLang's primitive layers come from the tree's resolver as :class:`LeafClass` values.
     ``on_self_set`` is told of attribute assignments on the object a method runs on.
     """
 
-    def __init__(self, tree, externals: dict[str, Callable], leaves: dict[str, LeafClass]):
+    def __init__(self, tree, externals: dict[str, Callable]):
         self.tree = tree
         self.externals = externals
-        self.leaves = leaves
         self.depth = 0
         self.loads: list[tuple[str, Any]] = []  # (param name, shard) of the key in progress
         self.self_sets: list[str] = []

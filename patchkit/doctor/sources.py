@@ -34,7 +34,7 @@ class ModelSource:
     """Read access to one SGLang tree's Python files (package-relative: ``sglang/srt/...``)."""
 
     label: str  # what the report says the code came from
-    patched: bool
+    patched: bool | None  # None: a tree or wheel given by the user, as it is
     key: str
     _reader: object = None
     _cache: Path | None = None
@@ -94,7 +94,7 @@ def from_path(path: Path) -> ModelSource:
     """A tree (a directory holding ``sglang/`` or ``python/sglang/``) or a wheel file."""
     path = path.expanduser()
     if path.is_file() and path.suffix == ".whl":
-        return from_wheel(path, patched=True, label=f"wheel {path.name} (as given)")
+        return from_wheel(path, patched=None, label=f"wheel {path.name} (as given)")
     for root in (path, path / "python"):
         if (root / PACKAGE / "srt" / "models").is_dir():
             base = root.resolve()
@@ -109,7 +109,7 @@ def from_path(path: Path) -> ModelSource:
                 return [p.relative_to(base).as_posix() for p in (base / MODELS_DIR).glob("*.py")]
 
             return ModelSource(
-                f"tree {path} (as given)", True, "", read_dir, None, {"tree": str(base)}, list_dir
+                f"tree {path} (as given)", None, "", read_dir, None, {"tree": str(base)}, list_dir
             )
     raise UsageError(
         f"--sglang-source {path}: neither an SGLang wheel nor a tree with sglang/srt/models/",
@@ -140,7 +140,7 @@ def installed_sglang() -> ModelSource | None:
 
 
 def from_wheel(
-    wheel: Path, *, patched: bool, label: str | None = None, cache: Path | None = None
+    wheel: Path, *, patched: bool | None, label: str | None = None, cache: Path | None = None
 ) -> ModelSource:
     """Read the wheel's members directly (no extraction)."""
     digest = _sha256(wheel)
