@@ -685,3 +685,50 @@ def test_outside_a_project_the_installed_sglang_is_read(tmp_path, line059):
 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"installed sglang 0.5.9 at {site / 'sglang'}")
+
+
+@pytest.mark.slow
+def test_0_5_12_derivation_is_the_real_models(tmp_path, wheel0512, line0512):
+    """The real 0.5.12 model, in an interpreter with that line's torch 2.11 and transformers 5
+    (PATCHKIT_P0512_PYTHON), holds the parameters the doctor derives, and its load_weights
+    fills every one from the speculators names."""
+    import os
+    import zipfile
+
+    from doctor_fixtures import speculators_draft
+
+    from patchkit.doctor.checkpoint import load_checkpoint, sglang_view
+
+    python = os.environ.get("PATCHKIT_P0512_PYTHON")
+    if not python:
+        pytest.skip("set PATCHKIT_P0512_PYTHON to an interpreter with SGLang 0.5.12's stack")
+    tree = tmp_path / "tree"
+    with zipfile.ZipFile(wheel0512) as zf:
+        zf.extractall(tree, [n for n in zf.namelist() if n.startswith("sglang/")])
+    cases = {
+        "plain": {}, "target-hidden": {"target_hidden_size": 96},
+        "tied": {"tie_word_embeddings": True, "draft_vocab_size": VOCAB},
+        "bias": {"attention_bias": True}, "fc-norm": {"fc_norm": True},
+        "two-layers": {"num_hidden_layers": 2},
+        "two-aux": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 5]}},
+    }  # fmt: skip
+    configs = {name: {**sglang_config(), **extra} for name, extra in cases.items()}
+    (tmp_path / "cases.json").write_text(json.dumps(configs))
+    draft = speculators_draft(tmp_path / "spec")
+    view = sglang_view(load_checkpoint(draft).config)
+    (draft / "config.json").write_text(json.dumps(view))  # SGLang's layout, speculators' names
+    script = ROOT / "tests" / "fixtures" / "doctor" / "real_model_params.py"
+    standins = ROOT / "tests" / "payload" / "standins"
+    proc = subprocess.run(
+        [python, str(script), str(tree), str(standins), str(tmp_path / "cases.json"), str(draft)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    real = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    source_tree = SourceTree(line0512)
+    for name, config in configs.items():
+        derived = derive_draft(source_tree, config, {})
+        assert {n: list(s.shape) for n, s in derived.params.items()} == real["cases"][name], name
+    doctor = derive_draft(source_tree, view, load_checkpoint(draft).tensor_values())
+    assert real["untrained"] == [] == doctor.unfilled()
