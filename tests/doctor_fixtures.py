@@ -163,3 +163,78 @@ def speculators_draft(folder: Path, *, seed: int = 0) -> Path:
         if not (folder / name).exists():
             (folder / name).write_text("# the config class speculators' save_pretrained writes\n")
     return folder
+
+
+# Kimi-K2.5's text model and an EAGLE-3 draft of the size teams train for it.
+KIMI_TEXT = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840,
+    "num_attention_heads": 64, "rope_theta": 50000.0, "torch_dtype": "bfloat16",
+}  # fmt: skip
+KIMI_DRAFT = {
+    "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168,
+    "intermediate_size": 18432, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 128, "num_hidden_layers": 1, "vocab_size": 163840, "draft_vocab_size": 32000,
+    "max_position_embeddings": 262144, "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
+    "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True},
+}  # fmt: skip
+
+
+def kimi_size_draft(folder: Path) -> Path:
+    """A full-size Kimi-K2.5 EAGLE-3 draft as a sparse file: real safetensors header (written
+    here with json + struct), bf16 weights left as holes (about 4 GB apparent, nothing on disk),
+    real d2t / t2d bytes."""
+    import struct
+
+    c = KIMI_DRAFT
+    h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd, inter = c["head_dim"], c["intermediate_size"]
+    shapes = {
+        "fc.weight": [h, 3 * h],
+        "midlayer.hidden_norm.weight": [h],
+        "midlayer.input_layernorm.weight": [h],
+        "midlayer.post_attention_layernorm.weight": [h],
+        "midlayer.self_attn.q_proj.weight": [heads * hd, 2 * h],
+        "midlayer.self_attn.k_proj.weight": [kv * hd, 2 * h],
+        "midlayer.self_attn.v_proj.weight": [kv * hd, 2 * h],
+        "midlayer.self_attn.o_proj.weight": [h, heads * hd],
+        "midlayer.mlp.gate_proj.weight": [inter, h],
+        "midlayer.mlp.up_proj.weight": [inter, h],
+        "midlayer.mlp.down_proj.weight": [h, inter],
+        "norm.weight": [h],
+        "lm_head.weight": [c["draft_vocab_size"], h],
+    }
+    d2t, t2d = vocab_maps(c["draft_vocab_size"], c["vocab_size"])
+    header, cursor = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape)) * 2
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [cursor, cursor + size]}
+        cursor += size
+    maps = {"d2t": (d2t, "I64"), "t2d": (t2d, "BOOL")}
+    for name, (array, dtype) in maps.items():
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [cursor, cursor + array.nbytes]}  # fmt: skip
+        cursor += array.nbytes
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    with (folder / "model.safetensors").open("wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        start = fh.tell()
+        for name, (array, _) in maps.items():
+            fh.seek(start + header[name]["data_offsets"][0])
+            fh.write(array.tobytes())
+        fh.truncate(start + cursor)
+    return folder
+
+
+def kimi_target(folder: Path, **text) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+        "torch_dtype": "bfloat16", "text_config": {**KIMI_TEXT, **text},
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(doc, indent=2))
+    return folder / "config.json"

@@ -732,3 +732,19 @@ def test_0_5_12_derivation_is_the_real_models(tmp_path, wheel0512, line0512):
         assert {n: list(s.shape) for n, s in derived.params.items()} == real["cases"][name], name
     doctor = derive_draft(source_tree, view, load_checkpoint(draft).tensor_values())
     assert real["untrained"] == [] == doctor.unfilled()
+
+
+def test_kimi_size_draft(tmp_path, line059):
+    """Full Kimi-K2.5 sizes (61 layers, hidden 7168, 163840 tokens; fc 3 x 7168 = 21504)."""
+    from doctor_fixtures import kimi_size_draft, kimi_target
+
+    draft = kimi_size_draft(tmp_path / "draft")
+    report = check_draft(draft, kimi_target(tmp_path / "kimi"), line059)
+    narrow = check_draft(draft, kimi_target(tmp_path / "other", hidden_size=4096), line059)
+
+    assert report.ok, [(c.id, c.detail) for c in report.problems]
+    assert report.capture["captured"] == [2, 30, 58]
+    assert by_id(report)["aux.width"].detail == "21504 = 3 x 7168"
+    assert "fc.weight takes 21504 inputs; the target feeds 3 x 4096 = 12288" in (
+        by_id(narrow)["aux.width"].detail
+    )
