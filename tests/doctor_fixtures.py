@@ -170,6 +170,7 @@ KIMI_TEXT = {
     "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
     "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840,
     "num_attention_heads": 64, "rope_theta": 50000.0, "torch_dtype": "bfloat16",
+    "max_position_embeddings": 262144,
 }  # fmt: skip
 KIMI_DRAFT = {
     "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168,

@@ -748,3 +748,15 @@ def test_kimi_size_draft(tmp_path, line059):
     assert "fc.weight takes 21504 inputs; the target feeds 3 x 4096 = 12288" in (
         by_id(narrow)["aux.width"].detail
     )
+
+
+def test_a_draft_rope_shorter_than_the_target_context_is_a_warning(tmp_path, line059):
+    from doctor_fixtures import kimi_target
+
+    draft = sglang_draft(tmp_path / "draft")  # max_position_embeddings 512
+    report = check_draft(draft, kimi_target(tmp_path / "kimi", hidden_size=HIDDEN, vocab_size=VOCAB,
+                                            num_hidden_layers=TARGET_LAYERS), line059)  # fmt: skip
+
+    rope = by_id(report)["rope.target"]
+    assert rope.status == "warn" and report.ok
+    assert "covers 512 positions, the target 262144" in rope.detail

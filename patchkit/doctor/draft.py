@@ -126,6 +126,7 @@ def check_draft(draft: Path, target: Path, source: ModelSource) -> DraftReport:
     _check_vocab(report, ckpt, view, tcfg, fixed, rename)
     _check_hidden(report, view, tcfg, fixed)
     _check_heads_rope(report, ckpt, view, fixed)
+    _check_rope_vs_target(report, fixed, tcfg)
     _check_dtype(report, ckpt, view, target_cfg)
     _check_flags(report, ckpt, view, fixed)
     report.rename = rename
@@ -586,6 +587,45 @@ def _check_heads_rope(report, ckpt: Checkpoint, view: dict, fixed: DraftExpectat
         report.add(
             "rope", "rope settings reach SGLang", PASS, f"base {got_theta}, scaling {got_scaling}"
         )
+
+
+def _check_rope_vs_target(report, fixed: DraftExpectation, tcfg: Config) -> None:
+    """The draft sees the target's positions: a rope cache shorter than the target's context,
+    or another base than the target's, is worth a look (a warning: drafts may differ)."""
+    used = fixed.ropes[0] if fixed.ropes else None
+    if used is None:
+        return
+    target_theta = _number(tcfg, "rope_theta")
+    target_len = _int(tcfg, "max_position_embeddings")
+    length = used.get("max_position")
+    notes = []
+    if isinstance(length, int) and target_len is not None and length < target_len:
+        notes.append(
+            f"the draft's rope covers {length} positions, the target {target_len}: longer "
+            "requests index past the draft's rope cache"
+        )
+    if target_theta is not None and used.get("base") not in (None, target_theta):
+        notes.append(f"rope base {used.get('base')} vs the target's {target_theta}")
+    if notes:
+        report.add(
+            "rope.target", "draft rope covers the target's positions", WARN, "; ".join(notes),
+            f"set max_position_embeddings >= {target_len} if the draft was trained for it",
+        )  # fmt: skip
+    else:
+        report.add(
+            "rope.target", "draft rope covers the target's positions", PASS,
+            f"{length} positions" + (f", target {target_len}" if target_len else ""),
+        )  # fmt: skip
+
+
+def _number(cfg: Config | None, name: str) -> float | None:
+    if cfg is None:
+        return None
+    try:
+        value = cfg.get(name)
+    except AttributeError:
+        return None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _scaling(value: Any) -> Any:
