@@ -760,3 +760,38 @@ def test_a_draft_rope_shorter_than_the_target_context_is_a_warning(tmp_path, lin
     rope = by_id(report)["rope.target"]
     assert rope.status == "warn" and report.ok
     assert "covers 512 positions, the target 262144" in rope.detail
+
+
+def test_sharded_draft_with_index(tmp_path, target, line059):
+    """Two shards and model.safetensors.index.json: read together, renamed together."""
+    from safetensors.numpy import load_file, save_file
+
+    from patchkit.doctor.fix import write_fixed
+
+    draft = speculators_draft(tmp_path / "spec")
+    tensors = load_file(str(draft / "model.safetensors"))
+    (draft / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
+    for file, part in shards.items():
+        save_file({n: tensors[n] for n in part}, str(draft / file))
+    index = {"metadata": {}, "weight_map": {n: f for f, part in shards.items() for n in part}}
+    (draft / "model.safetensors.index.json").write_text(json.dumps(index))
+
+    report = check_draft(draft, target, line059)
+    fix = write_fixed(report, draft, tmp_path / "fixed")
+
+    assert {"keys.expected", "keys.leftover"} <= failing(report)
+    fixed_index = json.loads((fix.out / "model.safetensors.index.json").read_text())
+    assert fixed_index["weight_map"]["midlayer.self_attn.q_proj.weight"] in shards
+    assert check_draft(fix.out, target, line059).ok
+    (draft / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {**index["weight_map"], "fc.weight": "elsewhere.safetensors"}})
+    )
+    from patchkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="the headers disagree"):
+        check_draft(draft, target, line059)

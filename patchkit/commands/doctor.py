@@ -96,7 +96,7 @@ def draft_command(draft, target, line, sglang_source, fix_out, as_json, verbose)
 def render(report: DraftReport) -> str:
     """The report as a table: one row per check, the fix under each failing row."""
     lines = [
-        f"draft   {report.draft} ({report.convention} layout, {report.architecture})",
+        f"draft   {report.draft} ({report.convention} layout, checked as {report.architecture})",
         f"target  {report.target}",
         f"sglang  {report.source}",
         "",

@@ -287,7 +287,9 @@ def _check_shapes(report, ckpt: Checkpoint, fixed: DraftExpectation, rename) -> 
         report.add(
             "shapes", "tensor shapes match the parameters SGLang builds", FAIL,
             f"{len(bad)} mismatch(es), loading stops with a shape error: {'; '.join(bad[:4])}",
-            "make the draft's config.json describe the checkpoint (hidden_size, "
+            ("fc's input width is target_hidden_size (else hidden_size) x the aux layer count "
+             "this line builds: see aux.width; " if any("fc.weight" in b for b in bad) else "")
+            + "make the draft's config.json describe the checkpoint (hidden_size, "
             "intermediate_size, heads, head_dim, target_hidden_size, draft_vocab_size)",
         )  # fmt: skip
     else:
