@@ -170,7 +170,7 @@ def _propose_rename(
 ) -> dict[str, str]:
     """A renaming of the skipped names after which SGLang's load_weights loads every tensor
     and fills every parameter; tried against the real rules, kept only if it works."""
-    skipped = [k for k, o in exp.outcomes.items() if o.skipped and k != "t2d"]
+    skipped = [k for k, o in exp.outcomes.items() if o.skipped]
     if not skipped and not exp.unfilled():
         return {}
     best: dict[str, str] = {}
@@ -184,7 +184,7 @@ def _propose_rename(
         if not candidate:
             continue
         trial = derive_draft(tree, view, ckpt.tensor_values(candidate))
-        left = [k for k, o in trial.outcomes.items() if o.skipped and k != "t2d"]
+        left = [k for k, o in trial.outcomes.items() if o.skipped]
         score = (len(trial.unfilled()), len(left))
         if score < best_score:
             best, best_score = candidate, score
@@ -209,14 +209,13 @@ def _stem(old: str, new: str) -> tuple[str, str]:
 def _check_keys(report, ckpt, exp: DraftExpectation, fixed: DraftExpectation, rename) -> None:
     unfilled = exp.unfilled()
     skipped = sorted(k for k, o in exp.outcomes.items() if o.skipped)
-    ignored_on_purpose = [k for k in skipped if k == "t2d"]
-    skipped = [k for k in skipped if k not in ignored_on_purpose]
+    ignored_on_purpose = sorted(
+        k for k, o in exp.outcomes.items() if o.skipped_by_rule and not (o.loads or o.consumed_as)
+    )
     fix_words = ""
     if rename and not fixed.unfilled():
-        fix_words = (
-            f"names follow the {'speculators' if ckpt.convention == 'speculators' else 'other'} "
-            f"convention; --fix OUT renames {_summarise_rename(rename)}"
-        )
+        who = "the speculators" if ckpt.convention == "speculators" else "another"
+        fix_words = f"names follow {who} convention; --fix OUT renames {_summarise_rename(rename)}"
     if unfilled:
         report.add(
             "keys.expected", "every parameter SGLang builds is loaded", FAIL,
@@ -249,7 +248,11 @@ def _check_keys(report, ckpt, exp: DraftExpectation, fixed: DraftExpectation, re
             fix,
         )  # fmt: skip
     else:
-        extra = " (t2d is skipped by design)" if ignored_on_purpose else ""
+        extra = (
+            f" ({', '.join(ignored_on_purpose)} skipped by load_weights' own rule)"
+            if ignored_on_purpose
+            else ""
+        )
         report.add(
             "keys.leftover",
             "no tensor is silently skipped",

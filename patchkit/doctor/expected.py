@@ -296,10 +296,12 @@ class KeyOutcome:
     key: str
     loads: list[tuple[str, Any]] = field(default_factory=list)  # (parameter, shard id)
     consumed_as: list[str] = field(default_factory=list)  # model attributes it sets
+    skipped_by_rule: bool = False  # load_weights skips it on purpose (e.g. t2d)
 
     @property
     def skipped(self) -> bool:
-        return not self.loads and not self.consumed_as
+        """Dropped without a word: neither loaded, consumed nor skipped by a rule."""
+        return not self.loads and not self.consumed_as and not self.skipped_by_rule
 
 
 @dataclass
@@ -399,7 +401,7 @@ def derive_draft(
         )
     interp.tracked_self = None
     outcomes = {
-        key: KeyOutcome(key, got["loads"], got["consumed_as"])
+        key: KeyOutcome(key, got["loads"], got["consumed_as"], got["skipped_by_rule"])
         for key, got in stream.outcomes.items()
     }
     supplied = _after_loading(interp, model, params)

@@ -515,6 +515,8 @@ class Interpreter:
             try:
                 self._exec_block(stmt.body, env, func)
             except _Continue:
+                if isinstance(iterable, WeightStream):
+                    iterable.continued = True
                 continue
             except _Break:
                 broke = True
@@ -917,6 +919,7 @@ class WeightStream:
 
     def begin(self, interp: Interpreter, item: tuple[str, TensorValue]) -> None:
         self._current = item[0]
+        self.continued = False
         interp.loads = []
         interp.self_sets = []
 
@@ -924,6 +927,7 @@ class WeightStream:
         self.outcomes[self._current] = {
             "loads": list(interp.loads),
             "consumed_as": list(interp.self_sets),
+            "skipped_by_rule": self.continued,  # the code chose to skip it (`continue`)
         }
 
 
