@@ -799,3 +799,21 @@ def test_sharded_draft_with_index(tmp_path, target, line059):
 
     with pytest.raises(UsageError, match="the headers disagree"):
         check_draft(draft, target, line059)
+
+
+def test_special_files_are_refused_not_read(tmp_path, target, doctor_cache):
+    """A FIFO named like a shard or a config would block a reader forever."""
+    import os
+
+    env = {"PATCHKIT_CACHE": str(doctor_cache)}
+    shard = sglang_draft(tmp_path / "fifo-shard")
+    os.mkfifo(shard / "model-extra.safetensors")
+    config = sglang_draft(tmp_path / "fifo-config")
+    (config / "config.json").unlink()
+    os.mkfifo(config / "config.json")
+
+    a = patchkit("doctor", "draft", "--draft", str(shard), "--target-config", str(target), env=env)
+    b = patchkit("doctor", "draft", "--draft", str(config), "--target-config", str(target), env=env)
+
+    assert a.returncode == 2 and "model-extra.safetensors is not a regular file" in a.stderr
+    assert b.returncode == 2 and "config.json" in b.stderr and "not a regular file" in b.stderr

@@ -18,6 +18,7 @@ from patchkit.errors import UsageError
 
 INDEX = "model.safetensors.index.json"
 MAX_MAP_ENTRIES = 16 * 1024 * 1024  # a vocabulary map longer than this is not a vocabulary
+MAX_JSON_BYTES = 64 * 1024 * 1024  # config.json and the index are small; refuse anything else
 # speculators' EAGLE-3 flags that change the draft's math; SGLang must read each one it sets.
 SPECULATORS_FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 SGLANG_ARCH = "LlamaForCausalLMEagle3"
@@ -66,6 +67,9 @@ def load_checkpoint(path: Path) -> Checkpoint:
         )
     config = read_json(path / "config.json", "the draft's config.json")
     files = sorted(path.glob("*.safetensors"))
+    odd = [f.name for f in files if not f.is_file()]
+    if odd:  # a FIFO or device would block or never end: read regular files only
+        raise UsageError(f"--draft {path}: {odd[0]} is not a regular file")
     if not files:
         other = sorted(p.name for p in path.glob("*.bin")) or ["no weight files"]
         raise UsageError(
@@ -103,7 +107,11 @@ def _check_index(path: Path, tensors: dict[str, TensorInfo]) -> None:
 
 
 def read_json(path: Path, what: str) -> Any:
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{what} {path} is not a regular file")
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise UsageError(f"{what} {path} is larger than {MAX_JSON_BYTES >> 20} MiB")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"{what} not found: {path}") from None
