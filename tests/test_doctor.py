@@ -817,3 +817,21 @@ def test_special_files_are_refused_not_read(tmp_path, target, doctor_cache):
 
     assert a.returncode == 2 and "model-extra.safetensors is not a regular file" in a.stderr
     assert b.returncode == 2 and "config.json" in b.stderr and "not a regular file" in b.stderr
+
+
+def test_unpatched_graph_order_keeps_the_default_layers(tmp_path, sglang_sdist, line059):
+    """On the unpatched tree the runner captures CUDA graphs before it sets the draft's layers."""
+    from patchkit.upstream import safe_extract_sdist
+
+    base = sources.from_path(safe_extract_sdist(sglang_sdist, tmp_path / "base"))
+    plain = target_config(tmp_path / "target", kimi=False)
+    draft = sglang_draft(tmp_path / "draft")  # ids [1, 3, 5] -> [2, 4, 6]; defaults [2, 4, 5]
+    same = sglang_draft(
+        tmp_path / "same", config=sglang_config(aux_ids=[1, 3, 4], torch_dtype="float16")
+    )
+
+    graphs = by_id(check_draft(draft, plain, base))["aux.graphs"]
+    assert graphs.status == "fail"
+    assert "capture the default layers [2, 4, 5], prefill the configured [2, 4, 6]" in graphs.detail
+    assert by_id(check_draft(same, plain, base))["aux.graphs"].status == "pass"
+    assert by_id(check_draft(draft, plain, line059))["aux.graphs"].status == "pass"

@@ -28,6 +28,7 @@ from patchkit.doctor.expected import (
     aux_ids_rule,
     derive_capture,
     derive_draft,
+    graph_order,
 )
 from patchkit.doctor.interp import Config, Opaque
 from patchkit.doctor.sources import ModelSource
@@ -386,6 +387,8 @@ def _check_aux(
     report.add(
         "aux.layers", "aux layer ids are captured by the target", status, detail, "; ".join(fixes)
     )
+    if ids is not None:
+        _check_graph_order(report, tree, target_cfg, positions)
     fc_key = next(
         (k for k, o in fixed.outcomes.items() for p, _ in o.loads if p.endswith("fc.weight")), None
     )
@@ -418,6 +421,30 @@ def _check_aux(
             f"{width} = {len(unique)} x {hidden}",
         )
     return capture
+
+
+def _check_graph_order(report, tree, target_cfg: dict, positions: list) -> None:
+    """Configured ids only reach decode steps if the runner sets them before graph capture;
+    otherwise the graphs keep the target's default layers (the series fixes the order)."""
+    order = graph_order(tree)
+    title = "CUDA graphs capture the configured layers"
+    if order.before is None:
+        report.add("aux.graphs", title, SKIP, order.detail)
+        return
+    if order.before:
+        report.add("aux.graphs", title, PASS, order.detail)
+        return
+    defaults = derive_capture(tree, target_cfg, None).layers
+    if defaults == positions:
+        report.add("aux.graphs", title, PASS, f"{order.detail}; the ids equal the defaults")
+        return
+    report.add(
+        "aux.graphs", title, FAIL,
+        f"{order.detail}: decode steps replayed from CUDA graphs capture the default layers "
+        f"{defaults}, prefill the configured {positions} (acceptance collapses)",
+        "use the patched line (it sets the layers before graph capture), or ids whose +1 are "
+        f"the defaults {defaults}, or --disable-cuda-graph",
+    )  # fmt: skip
 
 
 def _int(cfg: Config | None, name: str) -> int | None:

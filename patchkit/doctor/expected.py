@@ -530,6 +530,65 @@ def _capturing(obj: ModuleObj, chain: list[str]) -> tuple[list[str], ModuleObj] 
     return None
 
 
+@dataclass
+class GraphOrder:
+    """Whether the model runner sets the draft's aux layers before it captures CUDA graphs."""
+
+    before: bool | None  # None: the runner's code does not show either call
+    detail: str
+
+
+RUNNER = "sglang/srt/model_executor/model_runner.py"
+
+
+def graph_order(tree: SourceTree) -> GraphOrder:
+    """Read ``ModelRunner.initialize``: the first call that hands the draft's ids to
+    ``set_eagle3_layers_to_capture`` (directly or through a method of the runner) against the
+    first ``init_device_graphs()``.  Graphs captured first keep the target's default layers."""
+    mod = tree.module(RUNNER[:-3].replace("/", "."))
+    cls = tree.namespace(mod).get("ModelRunner") if mod else None
+    init = cls.method("initialize") if isinstance(cls, ClassInfo) else None
+    if init is None:
+        return GraphOrder(None, "model_runner.py has no ModelRunner.initialize")
+    setter, graphs = None, None
+    for node in ast.walk(init.node):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        name = node.func.attr
+        if name == "init_device_graphs":
+            graphs = min(graphs or node.lineno, node.lineno)
+        elif _sets_configured(node) or _reaches(cls, name, 3):
+            setter = min(setter or node.lineno, node.lineno)
+    if setter is None or graphs is None:
+        return GraphOrder(None, "ModelRunner.initialize shows no aux-layer setting or no graphs")
+    where = f"model_runner.py: layers set at line {setter}, graphs captured at line {graphs}"
+    return GraphOrder(setter < graphs, where)
+
+
+def _sets_configured(node: ast.Call) -> bool:
+    """``...set_eagle3_layers_to_capture(<the draft's ids>)``; a call without them (a dummy
+    run's) sets the defaults and does not count."""
+    if not isinstance(node.func, ast.Attribute) or node.func.attr != CAPTURE_METHOD:
+        return False
+    return any("eagle_aux_hidden_state_layer_ids" in ast.unparse(a) for a in node.args) or any(
+        "eagle_aux_hidden_state_layer_ids" in ast.unparse(k.value) for k in node.keywords
+    )
+
+
+def _reaches(cls: ClassInfo, method: str, depth: int) -> bool:
+    func = cls.method(method)
+    if func is None or depth == 0:
+        return False
+    for node in ast.walk(func.node):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if _sets_configured(node):
+                return True
+            if isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                if node.func.attr != method and _reaches(cls, node.func.attr, depth - 1):
+                    return True
+    return False
+
+
 def aux_ids_rule(tree: SourceTree) -> str:
     """Where the model runner takes the draft's aux layer ids from (checked in its source)."""
     text = tree.source.read("sglang/srt/model_executor/model_runner.py") or ""
