@@ -123,7 +123,7 @@ def check_draft(draft: Path, target: Path, source: ModelSource) -> DraftReport:
     _check_keys(report, ckpt, expectation, fixed, rename)
     _check_shapes(report, ckpt, fixed, rename)
     capture = _check_aux(report, tree, ckpt, view, target_cfg, fixed, rename)
-    tcfg = capture.config if capture and capture.config is not None else Config(target_cfg)
+    tcfg = capture.config if capture and capture.config is not None else _text_config(target_cfg)
     _check_vocab(report, ckpt, view, tcfg, fixed, rename)
     _check_hidden(report, view, tcfg, fixed)
     _check_heads_rope(report, ckpt, view, fixed)
@@ -445,6 +445,13 @@ def _check_graph_order(report, tree, target_cfg: dict, positions: list) -> None:
         "use the patched line (it sets the layers before graph capture), or ids whose +1 are "
         f"the defaults {defaults}, or --disable-cuda-graph",
     )  # fmt: skip
+
+
+def _text_config(target_cfg: dict) -> Config:
+    """Without a capture to say which model holds the text layers: a multimodal config's
+    ``text_config`` (the Hugging Face convention), else the config itself."""
+    text = target_cfg.get("text_config")
+    return Config(text if isinstance(text, dict) else target_cfg, name="target config")
 
 
 def _int(cfg: Config | None, name: str) -> int | None:
