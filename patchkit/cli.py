@@ -25,6 +25,7 @@ VERBS = {
     "lint": "lint",
     "review": "review",
     "import": "import_",
+    "doctor": "doctor",
 }
 
 # One line per verb for `patchkit --help`, so listing the verbs imports none of them.
