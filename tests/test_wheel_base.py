@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, git, patchkit, snapshot
+from series_fixtures import EXPORT
 
 TOY_TOML = """\
 [series]
@@ -74,11 +75,16 @@ def toy_sources(version: str) -> dict[str, bytes]:
     }
 
 
-def make_patch(base_files: dict[str, bytes], path: str, old: bytes, new: bytes, subject: str):
+def make_patch(
+    base_files: dict[str, bytes],
+    path: str,
+    old: bytes,
+    new: bytes,
+    subject: str,
+    author: str = "Test Author",
+):
     """A `git format-patch` of one edit against a tree laid out like the target."""
     import tempfile
-
-    from patchkit import gitops  # noqa: F401 - the code under test reads what git writes
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
@@ -96,12 +102,13 @@ def make_patch(base_files: dict[str, bytes], path: str, old: bytes, new: bytes, 
         git(
             repo,
             "commit",
+            f"--author={author} <author@example.invalid>",
             "-qm",
             f"{subject}\n\nWhy: a test change.\n\nOrigin: other\nForwarded: not-needed\n"
             "Last-Update: 2026-12-01\nPatchkit-Tests: tests/test_wheel_base.py",
         )
         return subprocess.run(
-            ["git", "format-patch", "--stdout", "--zero-commit", "--full-index", "-1", "HEAD"],
+            ["git", *EXPORT, "-1", "HEAD"],
             cwd=repo,
             check=True,
             capture_output=True,
@@ -428,3 +435,37 @@ def test_index_serving_a_tampered_wheel_is_refused(project, sglang_wheels, tmp_p
     assert r.returncode == 1 and "does not match the pin" in r.stderr, r.stderr
     assert not list((cache / "wheels").iterdir()) if (cache / "wheels").exists() else True
     assert not (tmp_path / "tree").exists()
+
+
+def test_non_ascii_author_and_subject_round_trip(toy, tmp_path):
+    """export -> apply -> export: headers decoded and re-encoded as RFC 2047 words agree."""
+    after_first = toy_sources("1.0")  # the tree the second patch of the line applies to
+    after_first["toy/core.py"] = after_first["toy/core.py"].replace(b"return 41", b"return 42")
+    raw = make_patch(
+        after_first,
+        "python/toy/core.py",
+        b"return 'toy'",
+        b"return 'toy \xc3\xa9t\xc3\xa9'",
+        "Nom accentu\u00e9: \u00e9t\u00e9 \u2014 r\u00e9sum\u00e9",
+        author="J\u00f6rg M\u00fcller-\u0141\u00f3d\u017a",
+    )
+    assert b"=?UTF-8?q?" in raw  # git encodes both headers
+    line = toy["project"] / "patches/toy/1.0"
+    (line / "accents.patch").write_bytes(raw)
+    (line / "series").write_text("answer-42.patch\naccents.patch\n")
+    from patchkit.series import parse_patch
+
+    patch = parse_patch("accents.patch", raw)
+    assert patch.subject == "Nom accentu\u00e9: \u00e9t\u00e9 \u2014 r\u00e9sum\u00e9"
+    assert patch.author.startswith("J\u00f6rg M\u00fcller-\u0141\u00f3d\u017a <")
+    tree = tmp_path / "tree"
+    assert patchkit("apply", "--target", "toy", "--into", str(tree)).returncode == 0
+    log = git(tree, "log", "-1", "--format=%an%n%s")
+    assert log.splitlines() == [
+        "J\u00f6rg M\u00fcller-\u0141\u00f3d\u017a",
+        "Nom accentu\u00e9: \u00e9t\u00e9 \u2014 r\u00e9sum\u00e9",
+    ]
+    check = patchkit("export", str(tree), "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    lint = patchkit("lint", "--target", "toy", "--line", "1.0")
+    assert lint.returncode == 0, lint.stdout
