@@ -67,10 +67,10 @@ class Mirror:
         objects = self.path / "objects"
         files = sorted((objects / "pack").glob("pack-*"))
         loose = {
-            f"{entry.name}{obj.name}"
+            f"{entry.name}{name}"
             for entry in os.scandir(objects)
             if len(entry.name) == 2 and entry.is_dir()
-            for obj in os.scandir(entry.path)
+            for name in _names(entry.path)
         }
         if loose:
             wanted = loose.intersection(gitops.object_ids(self.path, commit, bare=True))
@@ -113,6 +113,15 @@ class Mirror:
         tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
         tmp.write_text(signature)
         os.replace(tmp, stamp)
+
+
+def _names(directory: str) -> list[str]:
+    """Entries of a loose-object directory; one that vanished (packed and pruned by a git
+    process still running, e.g. orphaned by a killed patchkit) holds none."""
+    try:
+        return [e.name for e in os.scandir(directory)]
+    except FileNotFoundError:
+        return []
 
 
 def first_line(text: str) -> str:
