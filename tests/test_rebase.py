@@ -275,3 +275,16 @@ def test_render_targets_keeps_comments_and_validates():
     assert [r["version"] for r in data["targets"]["x"]["releases"]] == ["1.0", "1.1"]
     assert data["targets"]["y"]["pin"] == "2"
     assert out.index('version = "1.1"') < out.index("[targets.y]")
+
+
+@pytest.mark.slow
+def test_apply_allow_unpinned_takes_the_release_rebase_takes(project, cache_0510):  # noqa: F811
+    """One source chain: the unpinned 0.5.10 sdist that rebase classifies is a base for
+    `fetch`/`apply --allow-unpinned` too, and refused without it."""
+    r = patchkit("fetch", "--target", "sglang@0.5.10", "--allow-unpinned", "--json")
+    assert r.returncode == 0, r.stderr
+    (base,) = json.loads(r.stdout)["bases"]
+    assert base["source"] == "sdist" and "sglang==0.5.10" in base["stands_for"]
+    assert "not pinned" in r.stderr
+    r = patchkit("fetch", "--target", "sglang@0.5.10")
+    assert r.returncode == 1 and "not a pinned release" in r.stderr

@@ -469,3 +469,16 @@ def test_non_ascii_author_and_subject_round_trip(toy, tmp_path):
     assert check.returncode == 0, check.stdout + check.stderr
     lint = patchkit("lint", "--target", "toy", "--line", "1.0")
     assert lint.returncode == 0, lint.stdout
+
+
+def test_review_a_line(toy):
+    r = patchkit("review", "--line", "2.0", "--no-diff", "--json")
+    assert r.returncode == 0, r.stderr
+    (only,) = json.loads(r.stdout)["targets"]
+    assert (only["name"], only["line"], only["patches"]) == ("toy", "2.0", [])
+    r = patchkit("review", "--no-diff", "--json")
+    (default,) = json.loads(r.stdout)["targets"]
+    assert default["line"] == "1.0" and [p["name"] for p in default["patches"]] == [
+        "answer-42.patch"
+    ]
+    assert patchkit("review", "--line", "9.9").returncode == 2
