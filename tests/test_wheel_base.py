@@ -234,6 +234,12 @@ def test_rebase_write_new_line_keeps_the_old_line(toy):
     assert toy_target.on_line("1.0").pin == "1.0"
     r = patchkit("rebase", "--target", "toy@2.0", "--write", "--new-line", "2.0-next")
     assert r.returncode == 2 and "already exists" in r.stderr
+    patches = snapshot(toy["project"] / "patches")
+    for bad in ("../../escape", ".hidden", "a/b"):
+        r = patchkit("rebase", "--target", "toy@2.0", "--write", "--new-line", bad)
+        assert r.returncode == 2 and "line name" in r.stderr, (bad, r.stderr)
+    assert snapshot(toy["project"] / "patches") == patches
+    assert not (toy["project"].parent / "escape").exists()
 
 
 def test_build_repacks_and_refuses_compiled_or_outside_files(toy, tmp_path):

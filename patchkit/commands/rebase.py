@@ -17,7 +17,7 @@ from patchkit.rebase import (
     stopped_line,
     write_rebase,
 )
-from patchkit.targets import parse_target_spec
+from patchkit.targets import NAME_RE, parse_target_spec
 from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire, error_document, resolve_new_base
 from patchkit.workspace import Workspace
@@ -148,7 +148,13 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
 def _new_line_name(new_line: str | None, report: RebaseReport) -> str | None:
     if new_line is None:
         return None
-    return new_line or (report.pin.version if report.pin else report.ref.removeprefix("v"))
+    name = new_line or (report.pin.version if report.pin else report.ref.removeprefix("v"))
+    if not NAME_RE.match(name):
+        raise UsageError(
+            f"--new-line {name!r}: a line name is letters, digits and . _ + - (it names a "
+            "folder under patches/)"
+        )
+    return name
 
 
 def _write(ws: Workspace, target, report: RebaseReport, new_line: str | None) -> None:
