@@ -488,3 +488,30 @@ def test_review_a_line(toy):
         "answer-42.patch"
     ]
     assert patchkit("review", "--line", "9.9").returncode == 2
+
+
+@pytest.mark.slow
+def test_air_gapped_static_mirror_gives_the_wheel_base(project, sglang_wheels, tmp_path):
+    """A PEP 503 mirror on disk (HTML pages, no server, no git): rebase classifies and apply
+    applies the 0.5.12 line from it."""
+    mirror = tmp_path / "mirror"
+    (mirror / "simple" / "sglang").mkdir(parents=True)
+    (mirror / "files").mkdir()
+    links = []
+    for wheel in sglang_wheels.values():
+        os.link(wheel, mirror / "files" / wheel.name)
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        links.append(f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>')
+    (mirror / "simple" / "sglang" / "index.html").write_text(
+        "<!DOCTYPE html><html><body>" + "<br>".join(links) + "</body></html>"
+    )
+    env = {
+        "PATCHKIT_CACHE": str(tmp_path / "cache"),
+        "PATCHKIT_INDEX_URL": mirror.as_uri() + "/simple",
+    }
+    tree = tmp_path / "tree"
+    r = patchkit("apply", "--target", "sglang@0.5.12", "--into", str(tree), "--json", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["reports"][0]["base"]["source"] == "wheel"
+    assert (tree / "python/sglang/srt/server_args.py").is_file()
+    assert (tmp_path / "cache/wheels" / sglang_wheels["cp311"].name).is_file()

@@ -1,18 +1,21 @@
 """The package index: finding a release's files and downloading them hash-checked.
 
-Downloads go through the index's simple API (PEP 691 JSON) at $PATCHKIT_INDEX_URL (default
-PyPI), written beside their destination and renamed into place only once their sha256 matches,
-so a mismatch leaves nothing behind.
+Downloads go through the index's simple API (PEP 691 JSON, or PEP 503 HTML as static mirrors
+serve it) at $PATCHKIT_INDEX_URL (else pip's $PIP_INDEX_URL, else PyPI), written beside their
+destination and renamed into place only once their sha256 matches, so a mismatch leaves
+nothing behind.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html.parser
 import json
 import os
 import re
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +33,9 @@ def _quiet(_: str) -> None:
 
 
 def index_url() -> str:
-    return os.environ.get("PATCHKIT_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    """The package index: $PATCHKIT_INDEX_URL, else the one pip is told to use, else PyPI."""
+    url = os.environ.get("PATCHKIT_INDEX_URL") or os.environ.get("PIP_INDEX_URL")
+    return (url or "https://pypi.org/simple").rstrip("/")
 
 
 def normalize_name(name: str) -> str:
@@ -61,15 +66,64 @@ def urlopen(url: str, accept: str | None = None):
 
 
 def project_files(name: str) -> list[dict]:
-    """The `files` of a project's simple-API page."""
+    """The `files` of a project's simple-API page: PEP 691 JSON, or the PEP 503 HTML page
+    that static mirrors (an air-gapped index on a file server) serve."""
     url = f"{index_url()}/{project_name(name)}/"
-    with urlopen(url, SIMPLE_JSON) as response:
+    if url.startswith("file:"):
+        url += "index.html"  # a mirror on disk: no server to pick the page
+    with urlopen(url, f"{SIMPLE_JSON}, text/html;q=0.1") as response:
+        kind = response.headers.get("Content-Type", "") if response.headers else ""
+        body = response.read(64 << 20)
+    if "json" in kind or body.lstrip()[:1] == b"{":
         try:
-            listing = json.load(response)
+            listing = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise FetchError(f"{url}: the index did not answer with its JSON API") from None
-    files = listing.get("files", []) if isinstance(listing, dict) else []
+            raise FetchError(f"{url}: the index's JSON page is not valid JSON") from None
+        files = listing.get("files", []) if isinstance(listing, dict) else []
+    else:
+        files = _html_files(body.decode("utf-8", "replace"), url)
     return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = []
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def _html_files(text: str, page: str) -> list[dict]:
+    """PEP 503 anchors -> the JSON API's file entries (filename, url, hashes)."""
+    parser = _Anchors()
+    parser.feed(text)
+    files = []
+    for href, label in parser.links:
+        link, _, fragment = href.partition("#")
+        algo, _, digest = fragment.partition("=")
+        filename = label or urllib.parse.unquote(link.rsplit("/", 1)[-1])
+        files.append(
+            {
+                "filename": filename,
+                "url": urllib.parse.urljoin(page, link),
+                "hashes": {algo: digest} if algo == "sha256" and digest else {},
+            }
+        )
+    return files
 
 
 def find_file(name: str, filenames: set[str], what: str) -> tuple[str, str | None]:
@@ -78,7 +132,7 @@ def find_file(name: str, filenames: set[str], what: str) -> tuple[str, str | Non
         if entry["filename"] in filenames and isinstance(entry.get("url"), str):
             url = entry["url"]
             if not url.startswith(("https://", "http://", "file://")):
-                url = urllib.request.urljoin(f"{index_url()}/{project_name(name)}/", url)
+                url = urllib.parse.urljoin(f"{index_url()}/{project_name(name)}/", url)
             return url, (entry.get("hashes") or {}).get("sha256")
     raise FetchError(f"{what}: not on {index_url()}")
 
