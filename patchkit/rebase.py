@@ -834,6 +834,7 @@ def render_targets(
         entry = tomlkit.table()
         entry["pin"] = pinned
         entry["series"] = new_series or f"{target}/{new_line}"
+        entry.add(tomlkit.nl())
         table["lines"][new_line] = entry
     elif pin is not None:
         if "lines" in table and line is not None:
@@ -877,6 +878,7 @@ def _release_table(pin: NewPin) -> tomlkit.items.Table:
             item.update({"file": wheel["file"], "sha256": wheel["sha256"]})
             wheels.append(item)
         entry["wheels"] = wheels.multiline(True)
+    entry.add(tomlkit.nl())
     return entry
 
 

@@ -392,12 +392,16 @@ class _Index(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 - http.server's name
         port = self.server.server_address[1]
-        if self.path.rstrip("/") == "/simple/sglang":
+        if self.path.rstrip("/") in ("/simple/sglang", "/simple/toy"):
             body = json.dumps(
                 {
                     "files": [
-                        {"filename": n, "url": f"http://127.0.0.1:{port}/f/{n}", "hashes": {}}
-                        for n in self.files
+                        {
+                            "filename": n,
+                            "url": f"http://127.0.0.1:{port}/f/{n}",
+                            "hashes": {"sha256": hashlib.sha256(data).hexdigest()},
+                        }
+                        for n, data in self.files.items()
                     ]
                 }
             ).encode()
@@ -515,3 +519,37 @@ def test_air_gapped_static_mirror_gives_the_wheel_base(project, sglang_wheels, t
     assert json.loads(r.stdout)["reports"][0]["base"]["source"] == "wheel"
     assert (tree / "python/sglang/srt/server_args.py").is_file()
     assert (tmp_path / "cache/wheels" / sglang_wheels["cp311"].name).is_file()
+
+
+def test_rebase_onto_an_unpinned_wheel_release_pins_its_wheels(toy, tmp_path, monkeypatch):
+    """Trust on first use of a wheel-only release the index serves: --write --new-line
+    records its wheels, and the new line then builds from the cache alone."""
+    served = tmp_path / "served"
+    served.mkdir()
+    new = make_wheel(served, "3.0", toy_sources("3.0"))
+    _Index.files = {new.name: new.read_bytes(), "toy-3.0-cp39-cp39-win_amd64.whl": b"x"}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    try:
+        r = patchkit(
+            "rebase",
+            "--target",
+            "toy@3.0",
+            "--write",
+            "--new-line",
+            env={"PATCHKIT_INDEX_URL": url},
+        )
+    finally:
+        server.shutdown()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "trust on first use" in r.stdout
+    from patchkit.targets import load_targets
+
+    toy_target = load_targets(toy["project"] / "patches/targets.toml").get("toy", "3.0")
+    sha = hashlib.sha256(new.read_bytes()).hexdigest()
+    assert [(w.filename, w.sha256) for w in toy_target.pinned.wheels] == [(new.name, sha)]
+    assert (toy["project"] / "patches/toy/3.0/series").read_text().split() == ["answer-42.patch"]
+    r = patchkit("build", "--target", "toy@3.0", "--out", str(tmp_path / "dist"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert list((tmp_path / "dist").glob("toy-3.0+*-py3-none-any.whl"))
