@@ -377,14 +377,15 @@ def test_repack_real_wheels_install_inspect_reproducible(
     run = subprocess.run([str(py), "-c", check], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == [wheels["cp311"].name.split("-")[1], "pk"]
-    installed = patchkit(
-        "inspect",
-        "--installed",
-        "sglang",
-        "--path",
-        str(next(venv.glob("lib/python*/site-packages"))),
-    )
-    assert installed.returncode in (0, 2), installed.stdout + installed.stderr
+    site = next(venv.glob("lib/python*/site-packages"))
+    installed = patchkit("inspect", "--installed", "sglang", "--path", str(site), "--json")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    doc = json.loads(installed.stdout)
+    assert doc["status"] == "ok" and doc["provenance"]["series"]["line"] == "0.5.12"
+    edited = site / "sglang" / "version.py"
+    edited.write_text(edited.read_text() + "# edited after install\n")
+    installed = patchkit("inspect", "--installed", "sglang", "--path", str(site))
+    assert installed.returncode == 1 and "sglang/version.py" in installed.stdout
 
 
 class _Index(http.server.BaseHTTPRequestHandler):

@@ -8,7 +8,6 @@ the same bases) and by `resolve_new_base`.
 from __future__ import annotations
 
 import dataclasses
-import re
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,8 +18,8 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit import gitops
 from patchkit.errors import FetchError, PinError
-from patchkit.targets import SHA_RE, Release, Target, WheelPin
-from patchkit.upstream.index import project_files
+from patchkit.targets import SHA256_RE, SHA_RE, Release, Target, WheelPin
+from patchkit.upstream.index import normalize_name, project_files
 from patchkit.upstream.mirror import Mirror
 from patchkit.upstream.sdist import (
     COMMIT_ID_RES,
@@ -99,13 +98,12 @@ def from_index_unpinned(
 
 
 def _is_version(filename: str, version: str, name: str) -> bool:
-    stem = filename.removesuffix(".tar.gz")
-    prefix = re.sub(r"[-_.]+", "[-_.]", re.escape(name.lower()).replace(r"\-", "-"))
-    match = re.fullmatch(rf"(?i){prefix}-(.+)", stem)
-    if not match:
+    """Whether an sdist file name is `name`'s release `version` (versions hold no '-')."""
+    project, _, got = filename.removesuffix(".tar.gz").rpartition("-")
+    if normalize_name(project) != normalize_name(name):
         return False
     try:
-        return Version(match.group(1)) == Version(version)
+        return Version(got) == Version(version)
     except InvalidVersion:
         return False
 
@@ -187,7 +185,7 @@ def _recalled_wheels(mirror: Mirror, version: str) -> list[WheelPin]:
     pins = []
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and SHA_RE.match(parts[1][:40]):
+        if len(parts) == 2 and SHA256_RE.match(parts[1]):
             pins.append(WheelPin(parts[0], parts[1]))
     return pins
 

@@ -691,7 +691,7 @@ def repack_target(
                 line=target.line,
             )
             sbom = make_sbom(prov, series)
-            dest = repack(
+            dest, dist_info = repack(
                 path,
                 pin,
                 changes,
@@ -705,7 +705,6 @@ def repack_target(
                     f"repacked {pin.filename} -> {dest.name}: {len(changes.changed)} file(s) "
                     f"changed, {len(changes.removed)} removed\n"
                 )
-            dist_info = f"{dest.name.split('-', 2)[0]}-{version}.dist-info"
             builds.append(
                 WheelBuild(
                     target.name,

@@ -14,7 +14,6 @@ with fixed settings.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tempfile
@@ -163,8 +162,9 @@ def repack(
     epoch: int,
     out_dir: Path,
     extra_dist_info: dict[str, bytes],
-) -> Path:
-    """Write the patched wheel into `out_dir` (atomically); returns its path.
+) -> tuple[Path, str]:
+    """Write the patched wheel into `out_dir` (atomically); returns its path and the name of
+    its `.dist-info` directory.
 
     `extra_dist_info`: files to add under the new `.dist-info/` (provenance, SBOM).
     """
@@ -209,7 +209,7 @@ def repack(
         entries[record_name] = (None, write_record(record))
         names.append(record_name)
         _write_zip(zin, entries, names, dest, epoch)
-    return dest
+    return dest, new_info
 
 
 def pin_version(dist_info: str) -> str:
@@ -246,7 +246,3 @@ def _write_zip(
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-def sha256_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
