@@ -795,3 +795,9 @@ def tree_with_files(repo: Path, commit: str, files: dict[str, bytes], bare: bool
             entry = f"{mode},{blob},{path}"
             run(repo, "update-index", "--add", "--cacheinfo", entry, env=env, bare=bare)
         return write_tree(repo, env, bare=bare)
+
+
+def status_entries(repo: Path) -> list[str]:
+    """`XY path` for every changed, unmerged or untracked path of a work tree."""
+    out = str(run(repo, "status", "--porcelain=v1", "--untracked-files=all", "-z"))
+    return [entry for entry in out.split("\0") if len(entry) > 3]
