@@ -3,6 +3,8 @@
 PYTHON    ?= python3
 VENV      := .venv
 BVENV     := .venv-build
+# The payload venv of the SGLang 0.5.12 line (torch 2.11.0; the 0.5.9 line runs in $(VENV)).
+PVENV_0512 := .venv-payload-0.5.12
 PIP_FLAGS ?= -q --disable-pip-version-check
 PROFILE   ?= cu130-sm120
 ARGS      ?=
@@ -23,6 +25,11 @@ $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
 	$(VENV)/bin/pip install $(PIP_FLAGS) -r build/constraints/payload-test.txt
 	touch $@
 
+$(PVENV_0512)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
+	test -x $(PVENV_0512)/bin/python || $(PYTHON) -m venv $(PVENV_0512)
+	$(PVENV_0512)/bin/pip install $(PIP_FLAGS) -e '.[test]' -r build/constraints/payload-test-0.5.12.txt
+	touch $@
+
 # Debian's chromium for the review page's browser test (skips cleanly where it cannot install).
 $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
@@ -32,10 +39,11 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 wheels: $(BVENV)/.stamp
 	$(BVENV)/bin/patchkit build --target all --profile $(PROFILE) --out dist $(ARGS)
 
-## test: the CPU tier (manager tests and the payload tests of every patched path)
-test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser
+## test: the CPU tier (manager tests and the payload tests of every patched path, both lines)
+test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp
 	$(VENV)/bin/patchkit lint
 	$(VENV)/bin/python -m pytest -m "not gpu" $(ARGS)
+	PATCHKIT_PAYLOAD_LINE=0.5.12 $(PVENV_0512)/bin/python -m pytest -m payload tests/payload $(ARGS)
 
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core

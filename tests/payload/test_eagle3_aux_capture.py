@@ -41,11 +41,14 @@ class ThreadGroup:
     """A TP group of ranks run as threads: ``all_reduce`` sums every rank's tensor.
 
     Stands in for the NCCL/custom all-reduce (infrastructure, not the code under test) and
-    counts the calls of each rank.
+    counts the calls of each rank.  Like ``GroupCoordinator.all_reduce`` it either returns a new
+    tensor (the custom / symm-mem all-reduces) or, ``in_place``, writes the sum into its input
+    and returns that same tensor object, attributes included (the NCCL path).
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, in_place: bool = False):
         self.size = size
+        self.in_place = in_place
         self.local = threading.local()
         self.barrier = threading.Barrier(size)
         self.slots: list[torch.Tensor | None] = [None] * size
@@ -61,7 +64,7 @@ class ThreadGroup:
         self.barrier.wait()
         total = torch.stack(self.slots).sum(0)
         self.barrier.wait()
-        return total
+        return x.copy_(total) if self.in_place else total
 
     def run(self, fn):
         results: list = [None] * self.size
@@ -146,12 +149,12 @@ def tiny_capturing_model(name: str, rank: int, group: ThreadGroup, fused: bool):
     return model
 
 
-def _forward_all_ranks(name: str, fused: bool, monkeypatch):
+def _forward_all_ranks(name: str, fused: bool, monkeypatch, in_place: bool = False):
     import importlib
 
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    group = ThreadGroup(TP)
+    group = ThreadGroup(TP, in_place)
     module = importlib.import_module(CAPTURING_MODELS[name][0])
     monkeypatch.setattr(module, "tensor_model_parallel_all_reduce", group.all_reduce)
     batch = SimpleNamespace(
@@ -171,10 +174,12 @@ def _forward_all_ranks(name: str, fused: bool, monkeypatch):
     return group, group.run(rank_forward)
 
 
+@pytest.mark.parametrize("all_reduce", ["out_of_place", "in_place"])
 @pytest.mark.parametrize("model", sorted(CAPTURING_MODELS))
-def test_aux_capture_is_post_reduce(sglang_tree, server_args, monkeypatch, model):
-    _, unfused = _forward_all_ranks(model, False, monkeypatch)
-    group, fused = _forward_all_ranks(model, True, monkeypatch)
+def test_aux_capture_is_post_reduce(sglang_tree, server_args, monkeypatch, model, all_reduce):
+    in_place = all_reduce == "in_place"
+    _, unfused = _forward_all_ranks(model, False, monkeypatch, in_place)
+    group, fused = _forward_all_ranks(model, True, monkeypatch, in_place)
 
     for rank in range(TP):
         hidden, aux = fused[rank]
