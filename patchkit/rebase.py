@@ -866,7 +866,9 @@ def abort_rebase(dest: Path) -> bool:
 # --- writing ---------------------------------------------------------------------------------
 
 
-def write_rebase(report: RebaseReport, series_dir: Path, targets_file: Path) -> None:
+def write_rebase(
+    report: RebaseReport, series_dir: Path, targets_file: Path, line: str | None = None
+) -> None:
     """Refresh changed patches, drop upstreamed ones, move the pin, bump the series version."""
     report.write_requested = True
     if report.conflicted:
@@ -888,6 +890,7 @@ def write_rebase(report: RebaseReport, series_dir: Path, targets_file: Path) -> 
         report.target,
         report.pin,
         report.next_series_version,
+        line=line,
     )
     _check_targets(new_toml, targets_file)
     export = write_series(series_dir, report.target, kept)
@@ -912,12 +915,18 @@ def _check_targets(text: str, targets_file: Path) -> None:
 _HEADER_RE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
-def render_targets(text: str, target: str, pin: NewPin | None, series_version: str) -> str:
+def render_targets(
+    text: str, target: str, pin: NewPin | None, series_version: str, *, line: str | None = None
+) -> str:
     """targets.toml with the series version bumped, the target's pin moved and, for a new
     release, its [[targets.<name>.releases]] entry added: text edits that keep comments."""
     lines = text.splitlines(keepends=True)
     table = None
     last_release_line = None
+    pin_tables = {f"targets.{target}"}
+    if line is not None:
+        pin_tables |= {f'targets.{target}.lines."{line}"', f"targets.{target}.lines.'{line}'"}
+        pin_tables |= {f"targets.{target}.lines.{line}"}
     for i, line in enumerate(lines):
         header = _HEADER_RE.match(line)
         if header:
@@ -926,7 +935,7 @@ def render_targets(text: str, target: str, pin: NewPin | None, series_version: s
         key = line.split("=", 1)[0].strip() if "=" in line else None
         if table == "series" and key == "version":
             lines[i] = _set_value(line, series_version)
-        elif table == f"targets.{target}" and key == "pin" and pin is not None:
+        elif table in pin_tables and key == "pin" and pin is not None:
             lines[i] = _set_value(line, pin.version)
         if table == f"targets.{target}.releases" and line.strip():
             last_release_line = i

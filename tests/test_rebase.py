@@ -169,13 +169,13 @@ def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
     ]
     set_series(project, "sglang", keep)
     toml_before = (project / "patches/targets.toml").read_text()
-    symm_before = (project / "patches/sglang" / keep[0]).read_bytes()
+    symm_before = (project / "patches/sglang/0.5.9" / keep[0]).read_bytes()
     r = patchkit("rebase", "--target", "sglang@0.5.10", "--write")
     assert r.returncode == 0, r.stdout + r.stderr
-    series = (project / "patches/sglang/series").read_text().split()
+    series = (project / "patches/sglang/0.5.9/series").read_text().split()
     assert "kimi-k25-eagle3-delegation.patch" not in series
-    assert not (project / "patches/sglang/kimi-k25-eagle3-delegation.patch").exists()
-    assert (project / "patches/sglang" / keep[0]).read_bytes() == symm_before  # clean: same
+    assert not (project / "patches/sglang/0.5.9/kimi-k25-eagle3-delegation.patch").exists()
+    assert (project / "patches/sglang/0.5.9" / keep[0]).read_bytes() == symm_before  # clean: same
     assert "Applied-Upstream: sglang 0.5.10 (kimi-k25-eagle3-delegation.patch)" in r.stdout
     toml_text = (project / "patches/targets.toml").read_text()
     data = tomllib.loads(toml_text)
@@ -224,18 +224,18 @@ def test_git_upstream_conflict_then_continue_write(git_project, git_upstream):  
     r = patchkit("rebase", "--target", "sglang@v0.5.9.3", "--write")
     assert r.returncode == 1, r.stderr
     assert "CONFLICT  " + AUX_POST in r.stdout
-    assert (git_project / "patches/sglang" / SYMM_MEM).exists()  # nothing written yet
+    assert (git_project / "patches/sglang/0.5.9" / SYMM_MEM).exists()  # nothing written yet
     tree = git_project / "work/rebase/sglang"
     assert resolve_conflict_with_patch_side(tree) == ["python/sglang/srt/models/deepseek_v2.py"]
     r = patchkit("rebase", "--continue")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resolved" in r.stdout and "Applied-Upstream: sglang 0.5.9.3" in r.stdout
-    series = (git_project / "patches/sglang/series").read_text().split()
+    series = (git_project / "patches/sglang/0.5.9/series").read_text().split()
     assert series[-1:] == [AUX_POST] and SYMM_MEM not in series
-    refreshed = (git_project / "patches/sglang" / AUX_POST).read_text()
+    refreshed = (git_project / "patches/sglang/0.5.9" / AUX_POST).read_text()
     assert "i >= self.first_k_dense_replace" in refreshed
     data = tomllib.loads((git_project / "patches/targets.toml").read_text())
-    assert data["targets"]["sglang"]["pin"] == "0.5.9.3"
+    assert data["targets"]["sglang"]["lines"]["0.5.9"]["pin"] == "0.5.9.3"
     assert data["targets"]["sglang"]["releases"][-1]["commit"] == git_upstream["v0.5.9.3"]
     assert data["targets"]["sglang"]["releases"][-1]["tag"] == "v0.5.9.3"
     assert not tree.exists()

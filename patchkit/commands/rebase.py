@@ -61,7 +61,7 @@ def command(spec, write, cont, abort, upstream, as_json, verbose) -> int:
             return 0
         report, wanted = continue_rebase(dest, target, ws.series(name), progress=out.progress)
         if not report.conflicted and (write or wanted):
-            write_rebase(report, ws.project.series_dir(name), ws.project.targets_file)
+            write_rebase(report, ws.project.series_dir(name), ws.project.targets_file, target.line)
             abort_rebase(dest)
             report.next_steps = [f"removed the scratch work tree {dest}"]
         return _finish(out, report, as_json)
@@ -93,7 +93,9 @@ def command(spec, write, cont, abort, upstream, as_json, verbose) -> int:
             report, Mirror(target).path, series, dest, write=write, progress=out.progress
         )
     elif write:
-        write_rebase(report, ws.project.series_dir(target.name), ws.project.targets_file)
+        write_rebase(
+            report, ws.project.series_dir(target.name), ws.project.targets_file, target.line
+        )
     return _finish(out, report, as_json)
 
 

@@ -295,9 +295,14 @@ def _series_names(raw: bytes) -> list[str]:
     return names
 
 
-def _series_at(root: Path, rev: str, target: str) -> dict[str, bytes]:
-    directory = f"patches/{target}"
+def _series_at(root: Path, rev: str, target: str, folder: str) -> dict[str, bytes]:
+    """The series of `target` at `rev`: in `folder` (its line's folder now), else in the
+    one-folder-per-target layout of projects before series lines."""
+    directory = folder
     raw = gitops.project_file_at(root, rev, f"{directory}/series")
+    if raw is None:
+        directory = f"patches/{target}"
+        raw = gitops.project_file_at(root, rev, f"{directory}/series")
     out = {}
     for name in _series_names(raw or b""):
         data = gitops.project_file_at(root, rev, f"{directory}/{name}")
@@ -348,7 +353,8 @@ def compare_series(ws: Workspace, since: str, targets: list[str]) -> SeriesCompa
     since_version = _series_version_at(root, commit)
     comparison = SeriesComparison(since, commit, since_version, ws.targets.series_version)
     for name in targets:
-        old = _series_at(root, commit, name)
+        folder = ws.project.series_dir(name).relative_to(root).as_posix()
+        old = _series_at(root, commit, name, folder)
         new = {p.name: p.raw for p in ws.series(name).patches}
         old_by_subject = {_subject(raw): n for n, raw in old.items() if n not in new}
         paired: set[str] = set()

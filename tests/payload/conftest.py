@@ -100,9 +100,9 @@ def prepare_tree(target: str, patched: bool) -> Path:
 
     Made by patchkit's own `apply` code: the base is acquired as `patchkit apply` does (the
     pinned sdist from the package index, sha256-checked, imported into the mirror) and, with
-    ``patched``, every patch of ``patches/<target>/series`` is applied at zero fuzz as one
-    commit.  Trees are cached under ``$PATCHKIT_CACHE/payload``, keyed by the series hash; a
-    tree appears only complete (apply publishes by rename).
+    ``patched``, every patch of the default line (``patches/<target>/<line>/series``) is
+    applied at zero fuzz as one commit.  Trees are cached under ``$PATCHKIT_CACHE/payload``,
+    keyed by the series hash; a tree appears only complete (apply publishes by rename).
     """
     from patchkit.apply import apply_series
     from patchkit.errors import NothingToDo

@@ -1,0 +1,53 @@
+"""Series lines: which line of a target a command works on, and that line's series."""
+
+from __future__ import annotations
+
+from patchkit.errors import UsageError
+from patchkit.project import Project
+from patchkit.series import Series, load_series
+from patchkit.targets import Target
+
+
+def line_series(project: Project, target: Target) -> Series:
+    """The series of the line `target` is seen through."""
+    return load_series(project.patches_dir / target.current_line.series, target.name)
+
+
+def pick_line(target: Target, ref: str | None, line: str | None) -> Target:
+    """The line a `NAME@REF [--line L]` means: `--line` when given (its pin must match a
+    pinned REF), else the line whose pin is REF, else (no REF) the default line."""
+    if line is not None:
+        view = target.on_line(line)
+        if ref is not None:
+            release = target.release(ref)
+            if release is not None and release.version != view.pin:
+                raise UsageError(
+                    f"{target.name}@{ref} is release {release.version}, but line {line} is "
+                    f"pinned to {view.pin}",
+                    hint=f"drop --line, or use --target {target.name}@{view.pin}",
+                )
+        return view
+    if ref is None:
+        return target.on_line(None)
+    release = target.release(ref) or _release_by_commit(target, ref)
+    chosen = target.line_for_release(release) if release is not None else None
+    if chosen is None and release is None and len(target.lines) == 1:
+        return target.on_line(None)  # an unpinned ref: the only line there is
+    if chosen is None:
+        what = f"release {release.version}" if release else "not a pinned release"
+        lines = ", ".join(f"{ln.name} (pin {ln.pin})" for ln in target.lines)
+        raise UsageError(
+            f"{target.name}@{ref} is {what}, which no line of {target.name} is pinned to "
+            f"(lines: {lines})",
+            hint="pass --line NAME to apply that line's series onto it, or start a line with "
+            f"`patchkit rebase --target {target.name}@{ref} --write --new-line`",
+        )
+    return target.on_line(chosen.name)
+
+
+def _release_by_commit(target: Target, ref: str):
+    lowered = ref.lower()
+    if len(lowered) < 7 or not all(c in "0123456789abcdef" for c in lowered):
+        return None
+    hits = [r for r in target.releases if r.commit and r.commit.startswith(lowered)]
+    return hits[0] if len(hits) == 1 else None
