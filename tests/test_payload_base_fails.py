@@ -29,20 +29,13 @@ CONSTRAINTS = ROOT / "build" / "constraints"
 OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (.+)$")
 
 
-def _default_line() -> str:
+def _lines() -> list[str]:
+    """The SGLang lines of targets.toml, the default line first."""
     from patchkit.workspace import Workspace
 
     spec = Workspace.load(ROOT).target("sglang")
-    return getattr(spec, "default_line", None) or spec.pin
-
-
-def _lines() -> list[str]:
-    """The default line and every line with payload requirements of its own."""
-    own = sorted(
-        path.stem.removeprefix("payload-test-") for path in CONSTRAINTS.glob("payload-test-*.txt")
-    )
-    default = _default_line()
-    return [default, *(line for line in own if line != default)]
+    default = spec.current_line.name
+    return [default, *(name for name in spec.line_names if name != default)]
 
 
 def _pinned_torch(line: str) -> str:

@@ -84,9 +84,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _default_line() -> str:
     from patchkit.workspace import Workspace
 
-    spec = Workspace.load(REPO).target("sglang")
-    default = getattr(spec, "default_line", None)
-    return default or spec.pin
+    return Workspace.load(REPO).target("sglang").current_line.name
 
 
 def _cache_root() -> Path:
@@ -95,24 +93,26 @@ def _cache_root() -> Path:
     return root / "payload"
 
 
-def prepare_tree(target: str, patched: bool) -> Path:
+def prepare_tree(target: str, patched: bool, line: str | None = None) -> Path:
     """Return the root of the pinned ``target`` tree, laid out like the upstream repository.
 
     Made by patchkit's own `apply` code: the base is acquired as `patchkit apply` does (the
     pinned sdist from the package index, sha256-checked, imported into the mirror) and, with
-    ``patched``, every patch of the default line (``patches/<target>/<line>/series``) is
-    applied at zero fuzz as one commit.  Trees are cached under ``$PATCHKIT_CACHE/payload``,
-    keyed by the series hash; a tree appears only complete (apply publishes by rename).
+    ``patched``, every patch of ``line`` (None: the default line;
+    ``patches/<target>/<line>/series``) is applied at zero fuzz as one commit.  Trees are
+    cached under ``$PATCHKIT_CACHE/payload``, keyed by the series hash; a tree appears only
+    complete (apply publishes by rename).
     """
     from patchkit.apply import apply_series
     from patchkit.errors import NothingToDo
-    from patchkit.series import Series
+    from patchkit.series import Series, load_series
     from patchkit.upstream import Mirror, acquire
     from patchkit.workspace import Workspace
 
     ws = Workspace.load(REPO)
-    spec = ws.target(target)
-    series = ws.series(target) if patched else Series(target, ws.project.series_dir(target))
+    spec = ws.targets.get(target, line)
+    folder = ws.project.patches_dir / spec.current_line.series
+    series = load_series(folder, target) if patched else Series(target, folder)
     base = acquire(spec, None, offline_git=True)
     kind = "patched" if patched else "base"
     tree = _cache_root() / "trees" / f"{target}-{spec.pin}-{kind}-{series.hash()[:16]}"
@@ -168,7 +168,7 @@ def sglang_tree(payload_kind: str, standins: Path) -> Path:
             returncode=4,
         )
     override = os.environ.get(ROOT_ENV)
-    root = Path(override) if override else prepare_tree("sglang", payload_kind == "patched")
+    root = Path(override) if override else prepare_tree("sglang", payload_kind == "patched", line)
     _put_first_on_path(root / "python")
     return root
 
