@@ -46,7 +46,7 @@ from patchkit.apply import (
     commit_message_for,
     patch_identity,
 )
-from patchkit.errors import FetchError, PatchkitError, PinError, UsageError
+from patchkit.errors import ApplyError, FetchError, PatchkitError, PinError, UsageError
 from patchkit.export import ExportedPatch, export_commits, write_series
 from patchkit.locks import locked
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
@@ -446,7 +446,15 @@ def _carry_one(
     outcome = PatchOutcome(patch.name, "clean")
     applied, _ = gitops.apply_to_index(mirror, env, patch_file, bare=True)
     if applied:
-        outcome.tree = gitops.write_tree(mirror, env, bare=True)
+        # It applies as text, but upstream may define the same API elsewhere in the file:
+        # carrying it then defines everything twice.
+        same_api = _definitions_signal(mirror, tip, old_base, patch)
+        if not same_api.fired:
+            outcome.tree = gitops.write_tree(mirror, env, bare=True)
+            return outcome
+        outcome.signals = [same_api]
+        outcome.label = "upstreamed"
+        outcome.note = _EQUIVALENT_NOTE
         return outcome
     signals, merged_tree, conflicts = _upstream_signals(
         mirror, env, tip, old_base, patch, patch_file, range_ids, history
@@ -461,10 +469,7 @@ def _carry_one(
         outcome.note = "the new base already contains this change"
     elif equivalent:
         outcome.label = "upstreamed"
-        outcome.note = (
-            "the new base has an equivalent implementation (not the same text): "
-            "read it before dropping the patch"
-        )
+        outcome.note = _EQUIVALENT_NOTE
     elif merged_tree is not None:
         outcome.label = "merged"
         outcome.tree = merged_tree
@@ -474,6 +479,12 @@ def _carry_one(
         if not conflicts:
             outcome.note = by_name["empty-after-3way"].detail + _moved_hint(mirror, tip, patch)
     return outcome
+
+
+_EQUIVALENT_NOTE = (
+    "the new base has an equivalent implementation (not the same text): "
+    "read it before dropping the patch"
+)
 
 
 def _moved_hint(mirror: Path, tip: str, patch: Patch) -> str:
@@ -723,9 +734,7 @@ def leave_conflict_tree(
             hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
         )
     first = report.conflicted[0]
-    old_tip, old_results = build_series(
-        mirror, report.old_base.commit, series, ApplyOptions(), bare=True
-    )
+    old_tip, old_results = _replayed_series(report, mirror, series)
     index = next(i for i, r in enumerate(old_results) if r.name == first.name)
     upstream = old_results[index - 1].commit if index else report.old_base.commit
     carried = report.new_base.commit
@@ -756,6 +765,24 @@ def leave_conflict_tree(
     _state_path(dest).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     report.conflict_tree = dest
     report.next_steps = conflict_steps(dest, report.target, finished)
+
+
+def _replayed_series(report: RebaseReport, mirror: Path, series: Series):
+    """The old series as commits for the replay, without the patches upstream already has: the
+    replay would otherwise re-add them next to upstream's own version (an equivalent upstream
+    applies cleanly as a duplicate).  When a later patch needs one of them, all are kept."""
+    upstreamed = {o.name for o in report.outcomes if o.label == "upstreamed"}
+    kept = dataclasses.replace(
+        series,
+        entries=[e for e in series.entries if e.name not in upstreamed],
+        patches=[p for p in series.patches if p.name not in upstreamed],
+    )
+    if upstreamed:
+        try:
+            return build_series(mirror, report.old_base.commit, kept, ApplyOptions(), bare=True)
+        except ApplyError:
+            pass
+    return build_series(mirror, report.old_base.commit, series, ApplyOptions(), bare=True)
 
 
 def conflict_steps(dest: Path, target: str, finished: bool) -> list[str]:

@@ -140,3 +140,91 @@ def test_old_base_itself_does_not_fire(upstream):
     signal = _signal(upstream, "old")
     assert signal.fired is False
     assert "0/1 public definitions" in signal.detail
+
+
+# --- the conflict replay leaves out what upstream already has --------------------------------
+
+KIMI = "kimi-k25-eagle3-delegation.patch"
+KIMI_FILE = "python/sglang/srt/models/kimi_k25.py"
+SIZES_FILE = "python/sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+SM100_LAST = "        8: 128 * MiB,  # 128 MB\n    },\n}\n"
+# Upstream adds an entry of its own where the patch adds capability 12: a conflict.
+SM11 = "    11: {\n        2: 64 * MiB,\n    },\n"
+SM12 = "    12: {\n        2: 32 * MiB,\n    },\n"
+SM100_LAST_EDITED = SM100_LAST[: -len("}\n")] + SM11 + "}\n"
+# Upstream's own delegation (as SGLang 0.5.10 has it): other text, elsewhere in the class.
+KIMI_UPSTREAM = """    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        if not hasattr(self.language_model, "set_eagle3_layers_to_capture"):
+            raise AttributeError("language_model does not support EAGLE-3.")
+        self.language_model.set_eagle3_layers_to_capture(layer_ids)
+
+    def get_embed_and_head(self):
+        return self.language_model.get_embed_and_head()
+
+    def set_embed_and_head(self, embed, head):
+        self.language_model.set_embed_and_head(embed, head)
+
+"""
+
+
+@pytest.fixture
+def equivalent_project(project, cache, upstream_remote, tmp_path, monkeypatch):
+    """A project on v0.5.9 of a git upstream whose next release edits the symm-mem size table
+    (the patch conflicts) and has its own Kimi-K2.5 delegation (the patch is upstream as an
+    equivalent); the series is those two patches, the conflicting one first."""
+    from rebase_fixtures import SYMM_MEM, set_series
+
+    work = tmp_path / "up"
+    git(tmp_path, "clone", "-q", str(upstream_remote), str(work))
+    git(work, "checkout", "-q", "-B", "next", "v0.5.9")
+    sizes = work / SIZES_FILE
+    assert sizes.read_text().count(SM100_LAST) == 1
+    sizes.write_text(sizes.read_text().replace(SM100_LAST, SM100_LAST_EDITED))
+    kimi = work / KIMI_FILE
+    anchor = "    def load_weights(self, weights"
+    assert kimi.read_text().count(anchor) == 1
+    kimi.write_text(kimi.read_text().replace(anchor, KIMI_UPSTREAM + anchor))
+    git(work, "commit", "-qam", "Tune SM100 symm-mem sizes; Kimi-K2.5 EAGLE-3 hooks")
+    git(work, "tag", "v0.5.9.9")
+    bare = tmp_path / "up.git"
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
+    monkeypatch.setenv("PATCHKIT_OFFLINE_GIT", "0")  # the "remote" is a local path
+    toml = project / "patches" / "targets.toml"
+    head, sep, rest = toml.read_text().partition("[targets.sglang]")
+    _, sep2, tail = rest.partition("[targets.flashinfer]")
+    base = git(work, "rev-parse", "v0.5.9").strip()
+    sglang = (
+        f'\ngit = "{bare}"\nsubdir = "python"\ndefault_line = "0.5.9"\n\n'
+        '[targets.sglang.lines."0.5.9"]\npin = "0.5.9.0"\nseries = "sglang/0.5.9"\n\n'
+        '[[targets.sglang.releases]]\nversion = "0.5.9.0"\ntag = "v0.5.9"\n'
+        f'commit = "{base}"\n\n'
+    )
+    toml.write_text(head + sep + sglang + sep2 + tail)
+    set_series(project, "sglang", [SYMM_MEM, KIMI])
+    return project
+
+
+@pytest.mark.slow
+def test_replay_after_a_conflict_leaves_out_the_upstreamed_patch(equivalent_project):
+    from helpers import patchkit
+
+    r = patchkit("rebase", "--target", "sglang@v0.5.9.9")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "CONFLICT  sm120-torch-symm-mem-allreduce.patch" in r.stdout
+    assert f"upstreamed  {KIMI}" in r.stdout
+    tree = equivalent_project / "work/rebase/sglang"
+    sizes = tree / SIZES_FILE
+    text = sizes.read_text()
+    assert "<<<<<<< " in text
+    # Resolve: upstream's capability 11, then the patch's capability 12.
+    sizes.write_text(text.split("<<<<<<< ", 1)[0] + SM11 + SM12 + "}\n")
+    git(tree, "add", SIZES_FILE)
+
+    r = patchkit("rebase", "--continue")
+
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"upstreamed  {KIMI}" in r.stdout
+    assert "kept by git rebase" not in r.stdout
+    kimi = git(tree, "show", f"HEAD:{KIMI_FILE}")
+    assert kimi.count("def set_eagle3_layers_to_capture") == 1, "replayed next to upstream's"
+    assert "language_model does not support EAGLE-3." in kimi
