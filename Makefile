@@ -8,6 +8,7 @@ PVENV_0512 := .venv-payload-0.5.12
 PIP_FLAGS ?= -q --disable-pip-version-check
 PROFILE   ?= cu130-sm120
 ARGS      ?=
+LINE      ?=
 
 .PHONY: wheels test test-fast gpu-test verify review lint bench clean
 
@@ -35,9 +36,10 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
 	touch $@
 
-## wheels: patched, versioned wheels with provenance in dist/
+## wheels: patched, versioned wheels with provenance in dist/ (each target's default line;
+## LINE=0.5.12 builds that line instead, e.g. the cp311 and cp312 wheels of a wheel base)
 wheels: $(BVENV)/.stamp
-	$(BVENV)/bin/patchkit build --target all --profile $(PROFILE) --out dist $(ARGS)
+	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
 
 ## test: the CPU tier (manager tests and the payload tests of every patched path, both lines)
 test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp

@@ -32,6 +32,11 @@ class Project:
         """Default, git-ignored place for work trees made by `apply` and `build`."""
         return self.root / "work"
 
+    @property
+    def lock_path(self) -> Path:
+        """Held while patchkit edits patches/ (targets.toml, a line's series)."""
+        return self.work_dir / ".patches.lock"
+
     def series_dir(self, target: str, line: str | None = None) -> Path:
         """The series folder of `target`'s line `line` (None: its default line)."""
         from patchkit.targets import load_targets

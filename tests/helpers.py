@@ -73,6 +73,10 @@ def private_cache(warm: Path, dest: Path) -> Path:
     (dest / "sdists").mkdir(parents=True)
     for sdist in (warm / "sdists").glob("*.tar.gz"):
         os.link(sdist, dest / "sdists" / sdist.name)
+    if (warm / "wheels").is_dir():
+        (dest / "wheels").mkdir()
+        for wheel in (warm / "wheels").glob("*.whl"):
+            os.link(wheel, dest / "wheels" / wheel.name)
     (dest / "mirrors").mkdir()
     for mirror in (warm / "mirrors").glob("*.git"):
         subprocess.run(

@@ -140,11 +140,22 @@ def test_cli_dry_run_prints_tofu_and_leaves_patches_alone(project, cache_0510): 
     assert "evidence: definitions-present" in r.stdout
     assert snapshot(project / "patches") == before
     tree = project / "work" / "rebase" / "sglang"
+    assert not tree.exists() and "pass --conflict-tree" in r.stdout  # a preview leaves nothing
+    r = patchkit("rebase", "--target", "sglang@0.5.10", "--conflict-tree")
+    assert r.returncode == 1, r.stderr
     text = (tree / "python/sglang/srt/layers/layernorm.py").read_text()
     assert "<<<<<<< " in text and ">>>>>>> " in text
     assert f"cd {tree}" in r.stdout and "--continue" in r.stdout
-    again = patchkit("rebase", "--target", "sglang@0.5.10")
+    # A preview is never blocked by the stopped rebase; an untouched tree is replaced.
+    assert patchkit("rebase", "--target", "sglang@0.5.10").returncode == 1
+    again = patchkit("rebase", "--target", "sglang@0.5.10", "--conflict-tree")
+    assert again.returncode == 1 and "replaced the untouched conflict work tree" in again.stdout
+    # One the user has worked in is refused, and left as it is.
+    (tree / "python/sglang/srt/layers/layernorm.py").write_text(text.replace("<<<<<<< ", "", 1))
+    mine = snapshot(tree)
+    again = patchkit("rebase", "--target", "sglang@0.5.10", "--conflict-tree")
     assert again.returncode == 2 and "in progress" in again.stderr
+    assert "changed since it stopped" in again.stderr and snapshot(tree) == mine
     assert patchkit("rebase", "--abort").returncode == 0
     assert not tree.exists()
 
@@ -180,7 +191,7 @@ def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
     toml_text = (project / "patches/targets.toml").read_text()
     data = tomllib.loads(toml_text)
     assert data["series"]["version"] == "0.2.0"
-    assert data["targets"]["sglang"]["pin"] == "0.5.10"
+    assert data["targets"]["sglang"]["lines"]["0.5.9"]["pin"] == "0.5.10"
     release = data["targets"]["sglang"]["releases"][-1]
     assert release["sdist"] == "sglang==0.5.10"
     assert release["sdist_sha256"] == SGLANG_0510_SHA256

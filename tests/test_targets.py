@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from patchkit.errors import ConfigError, UsageError
@@ -89,8 +91,10 @@ def test_pick_line_by_ref(workspace):
     assert pick_line(sglang, None, "0.5.12").line == "0.5.12"
     with pytest.raises(UsageError, match="line 0.5.9 is pinned to 0.5.9"):
         pick_line(sglang, "0.5.12", "0.5.9")
-    with pytest.raises(UsageError, match=r"not a pinned release.*lines: 0.5.9 \(pin 0.5.9\)"):
-        pick_line(sglang, "deadbeef" * 5, None)
+    assert pick_line(sglang, "deadbeef" * 5, None).line == "0.5.9"  # unpinned: default line
+    moved = dataclasses.replace(sglang, lines=sglang.lines[:1])  # no line pinned to 0.5.12
+    with pytest.raises(UsageError, match=r"release 0.5.12, which no line.*lines: 0.5.9 \(pin"):
+        pick_line(moved, "0.5.12", None)
 
 
 HEAD = "[series]\nversion='1.0.0'\n"
