@@ -228,3 +228,43 @@ def test_replay_after_a_conflict_leaves_out_the_upstreamed_patch(equivalent_proj
     kimi = git(tree, "show", f"HEAD:{KIMI_FILE}")
     assert kimi.count("def set_eagle3_layers_to_capture") == 1, "replayed next to upstream's"
     assert "language_model does not support EAGLE-3." in kimi
+
+
+# --- the real 0.5.9 line onto the real 0.5.12 wheels ------------------------------------------
+
+# What each part-1 patch of the 0.5.9 line is against the 0.5.12 wheels (read in their code):
+# the fusion patch's RMSNorm body moved into _forward_with_allreduce_fusion() (conflict); the
+# symm-mem files only gained a header (offset); the aux-capture hunks merge; the Kimi hooks are
+# upstream since 0.5.10 and the aux layers before graph capture since 0.5.11 (both equivalents);
+# a wheel base has no pyproject.toml for the packaging pins.
+EXPECTED_0512 = {
+    "sm120-flashinfer-allreduce-fusion.patch": "conflict",
+    "sm120-torch-symm-mem-allreduce.patch": "offset",
+    "kimi-k25-eagle3-delegation.patch": "upstreamed",
+    "eagle3-aux-capture-post-allreduce.patch": "merged",
+    "eagle3-aux-capture-before-cuda-graphs.patch": "upstreamed",
+    "cu130-packaging-pins.patch": "conflict",
+}
+
+
+@pytest.mark.slow
+def test_real_0_5_9_line_onto_the_0_5_12_wheels(
+    project, sglang_wheels, warm_mirrors, tmp_path, monkeypatch
+):
+    import json
+
+    from helpers import patchkit, private_cache
+
+    monkeypatch.setenv("PATCHKIT_CACHE", str(private_cache(warm_mirrors, tmp_path / "cache")))
+    monkeypatch.setenv("PATCHKIT_OFFLINE_GIT", "1")
+
+    r = patchkit("rebase", "--target", "sglang@0.5.12", "--line", "0.5.9", "--json")
+
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    labels = {p["name"]: p["label"] for p in doc["patches"]}
+    assert {n: labels[n] for n in EXPECTED_0512} == EXPECTED_0512
+    by = {p["name"]: p for p in doc["patches"]}
+    for name in ("kimi-k25-eagle3-delegation.patch", "eagle3-aux-capture-before-cuda-graphs.patch"):
+        fired = [s["name"] for s in by[name]["signals"] if s["fired"]]
+        assert fired == ["definitions-present"], (name, by[name]["signals"])
