@@ -208,7 +208,7 @@ def equivalent_project(project, cache, upstream_remote, tmp_path, monkeypatch):
 def test_replay_after_a_conflict_leaves_out_the_upstreamed_patch(equivalent_project):
     from helpers import patchkit
 
-    r = patchkit("rebase", "--target", "sglang@v0.5.9.9")
+    r = patchkit("rebase", "--target", "sglang@v0.5.9.9", "--conflict-tree")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "CONFLICT  sm120-torch-symm-mem-allreduce.patch" in r.stdout
     assert f"upstreamed  {KIMI}" in r.stdout
