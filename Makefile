@@ -3,6 +3,9 @@
 PYTHON    ?= python3
 VENV      := .venv
 BVENV     := .venv-build
+# The payload venv of the SGLang 0.5.12 line (torch 2.11.0; the 0.5.9 line runs in $(VENV)).
+PVENV_0512 := .venv-payload-0.5.12
+PWHEELS_0512 := .cache/wheels/payload-0.5.12
 PIP_FLAGS ?= -q --disable-pip-version-check
 PROFILE   ?= cu130-sm120
 ARGS      ?=
@@ -24,6 +27,15 @@ $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
 	$(VENV)/bin/pip install $(PIP_FLAGS) -r build/constraints/payload-test.txt
 	touch $@
 
+# Its wheels (2.7 GB, torch 2.11.0) are kept in .cache/: a later build installs from there.
+$(PVENV_0512)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
+	test -x $(PVENV_0512)/bin/python || $(PYTHON) -m venv $(PVENV_0512)
+	$(PVENV_0512)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_0512) setuptools wheel \
+	    -r build/constraints/payload-test-0.5.12.txt '.[test]'
+	$(PVENV_0512)/bin/pip install $(PIP_FLAGS) --no-index --find-links $(PWHEELS_0512) \
+	    -e '.[test]' -r build/constraints/payload-test-0.5.12.txt
+	touch $@
+
 # Debian's chromium for the review page's browser test (skips cleanly where it cannot install).
 $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
@@ -34,10 +46,11 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 wheels: $(BVENV)/.stamp
 	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
 
-## test: the CPU tier (manager tests and the payload tests of every patched path)
-test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser
+## test: the CPU tier (manager tests and the payload tests of every patched path, both lines)
+test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp
 	$(VENV)/bin/patchkit lint
 	$(VENV)/bin/python -m pytest -m "not gpu" $(ARGS)
+	PATCHKIT_PAYLOAD_LINE=0.5.12 $(PVENV_0512)/bin/python -m pytest -m payload tests/payload $(ARGS)
 
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core

@@ -9,8 +9,9 @@ already has the change).  `upstreamed` is decided from several signals, each rep
   merge;
 - weak: reverse-apply with reduced context (-C1), every added line already present in the new
   base's files;
-- equivalent: the patch only adds definitions (functions, methods, classes) and every public
-  one it adds is defined in the new base's file but was not in the old base's.
+- equivalent: every public definition (function, method, class) the patch adds is defined in
+  the new base's file but was not in the old base's; whatever else it adds (calls of them) is
+  in the new base too, and what it removes is gone from the new base as from the patched file.
 
 One strong signal, both weak ones, or the equivalent one make a patch `upstreamed`; every
 signal is reported because any single one is wrong in some cases (a change merged upstream
@@ -45,7 +46,7 @@ from patchkit.apply import (
     commit_message_for,
     patch_identity,
 )
-from patchkit.errors import UsageError
+from patchkit.errors import ApplyError, UsageError
 from patchkit.export import ExportedPatch, export_commits, write_series
 from patchkit.locks import locked
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
@@ -58,14 +59,17 @@ __all__ = ["NewPin", "resolve_new_base"]  # the new-base finding lives in patchk
 LABELS = ("clean", "offset", "merged", "conflict", "upstreamed", "resolved")
 STRONG_SIGNALS = ("patch-id", "reverse-apply", "empty-after-3way")
 WEAK_SIGNALS = ("reverse-apply-reduced-context", "added-lines-present")
-# Fires only for a patch that purely adds definitions, all of which the new base now defines
-# (and the old did not): the change is upstream as an equivalent, not as the same text.
+# Fires for a patch that adds definitions, all of which the new base now defines (and the old
+# did not), with its other additions and its removals matched there too: the change is upstream
+# as an equivalent, not as the same text.
 EQUIVALENT_SIGNALS = ("definitions-present",)
 _DEF_RE = re.compile(r"^\s*(?:async\s+def|def|class)\s+([A-Za-z_]\w*)")
 STATE_FILE = "patchkit-rebase.json"
 REBASE_DIR = "rebase"
 REBASE_IDENTITY = gitops.Identity("patchkit rebase", "rebase@patchkit.invalid", "946684800 +0000")
 _TRIVIAL_LINE = re.compile(r"^[\s()\[\]{}:;,.#\"'`]*$")
+_NAME_RE = re.compile(r"[A-Za-z_]\w{3,}")
+_GENERIC_WORDS = frozenset(("self", "None", "True", "False", "return", "elif", "else", "pass"))
 
 Progress = Callable[[str], None]
 
@@ -281,7 +285,15 @@ def _carry_one(
     outcome = PatchOutcome(patch.name, "clean")
     applied, _ = gitops.apply_to_index(mirror, env, patch_file, bare=True)
     if applied:
-        outcome.tree = gitops.write_tree(mirror, env, bare=True)
+        # It applies as text, but upstream may define the same API elsewhere in the file:
+        # carrying it then defines everything twice.
+        same_api = _definitions_signal(mirror, tip, old_base, patch)
+        if not same_api.fired:
+            outcome.tree = gitops.write_tree(mirror, env, bare=True)
+            return outcome
+        outcome.signals = [same_api]
+        outcome.label = "upstreamed"
+        outcome.note = _EQUIVALENT_NOTE
         return outcome
     signals, merged_tree, conflicts = _upstream_signals(
         mirror, env, tip, old_base, patch, patch_file, range_ids, history
@@ -296,10 +308,7 @@ def _carry_one(
         outcome.note = "the new base already contains this change"
     elif equivalent:
         outcome.label = "upstreamed"
-        outcome.note = (
-            "the new base has an equivalent implementation (not the same text): "
-            "read it before dropping the patch"
-        )
+        outcome.note = _EQUIVALENT_NOTE
     elif merged_tree is not None:
         outcome.label = "merged"
         outcome.tree = merged_tree
@@ -309,6 +318,12 @@ def _carry_one(
         if not conflicts:
             outcome.note = by_name["empty-after-3way"].detail + _moved_hint(mirror, tip, patch)
     return outcome
+
+
+_EQUIVALENT_NOTE = (
+    "the new base has an equivalent implementation (not the same text): "
+    "read it before dropping the patch"
+)
 
 
 def _moved_hint(mirror: Path, tip: str, patch: Patch) -> str:
@@ -412,31 +427,37 @@ def _definitions(blob: bytes | None) -> set[str]:
 
 
 def _definitions_signal(mirror: Path, tip: str, old_base: str, patch: Patch) -> Signal:
-    """A pure addition of definitions that the new base defines too (an equivalent upstream)."""
-    if patch.removed:
-        return Signal("definitions-present", False, "the patch also removes lines")
+    """Definitions the patch adds that the new base defines too (an equivalent upstream).
+
+    Every public definition the patch adds must be new in the new base; any other statement it
+    adds (a call of the new definition) must be in the new base's file too; and no line it
+    removes may be left in the new base more often than in the patched file (upstream dropped
+    what the definition replaces)."""
     added: dict[str, set[str]] = {}
+    outside: dict[str, list[str]] = {}
+    balance: dict[str, dict[str, int]] = {}  # per file: line -> added minus removed
     for pf in PatchSet(patch.diff):
         path = pf.target_file[2:] if pf.target_file.startswith("b/") else pf.path
+        counts = balance.setdefault(path, {})
         for hunk in pf:
-            block_start = True
+            in_definition = False
             for line in hunk:
-                if not line.is_added:
-                    block_start = True
-                    continue
                 text = line.value.strip()
+                significant = not (_TRIVIAL_LINE.match(line.value) or text.startswith("#"))
+                if significant and (line.is_added or line.is_removed):
+                    key = _normalize(line.value)
+                    counts[key] = counts.get(key, 0) + (1 if line.is_added else -1)
+                if not line.is_added:
+                    in_definition = False
+                    continue
                 if not text or text.startswith(("#", "@")):
                     continue
                 match = _DEF_RE.match(line.value)
-                if block_start and match is None:
-                    return Signal(
-                        "definitions-present",
-                        False,
-                        "the patch adds statements outside new definitions",
-                    )
-                block_start = False
                 if match:
+                    in_definition = True
                     added.setdefault(path, set()).add(match.group(1))
+                elif not in_definition and significant:
+                    outside.setdefault(path, []).append(_normalize(line.value))
     public = {(p, n) for p, names in added.items() for n in names if not n.startswith("_")}
     if not public:
         return Signal("definitions-present", False, "the patch adds no public definitions")
@@ -446,14 +467,38 @@ def _definitions_signal(mirror: Path, tip: str, old_base: str, patch: Patch) -> 
         if n in _definitions(gitops.show_file(mirror, tip, p, bare=True))
         and n not in _definitions(gitops.show_file(mirror, old_base, p, bare=True))
     ]
-    fired = len(have) == len(public)
+    missing = left = 0
+    for path, counts in balance.items():
+        new = _line_counts(gitops.show_file(mirror, tip, path, bare=True))
+        old = _line_counts(gitops.show_file(mirror, old_base, path, bare=True))
+        missing += sum(1 for line in outside.get(path, []) if not new.get(line))
+        left += sum(
+            1
+            for line, delta in counts.items()
+            if delta < 0 and _identifying(line) and new.get(line, 0) > old.get(line, 0) + delta
+        )
+    fired = len(have) == len(public) and not missing and not left
     names = ", ".join(n for _, n in sorted(public))
-    return Signal(
-        "definitions-present",
-        fired,
-        f"{len(have)}/{len(public)} public definitions the patch adds ({names}) are "
-        "new in the new base",
-    )
+    detail = f"{len(have)}/{len(public)} public definitions the patch adds ({names}) are new in "
+    detail += "the new base"
+    if missing:
+        detail += f"; {missing} added statement(s) outside them are not in the new base"
+    if left:
+        detail += f"; {left} removed line(s) are still in the new base"
+    return Signal("definitions-present", fired, detail)
+
+
+def _identifying(line: str) -> bool:
+    """A line that names something (not `if (`, `else:`, `return x`): worth counting."""
+    return any(word not in _GENERIC_WORDS for word in _NAME_RE.findall(line))
+
+
+def _line_counts(blob: bytes | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for raw in (blob or b"").decode("utf-8", "replace").splitlines():
+        key = _normalize(raw)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _normalize(line: str) -> str:
@@ -530,9 +575,7 @@ def leave_conflict_tree(
             hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
         )
     first = report.conflicted[0]
-    old_tip, old_results = build_series(
-        mirror, report.old_base.commit, series, ApplyOptions(), bare=True
-    )
+    old_tip, old_results = _replayed_series(report, mirror, series)
     index = next(i for i, r in enumerate(old_results) if r.name == first.name)
     upstream = old_results[index - 1].commit if index else report.old_base.commit
     carried = report.new_base.commit
@@ -566,6 +609,24 @@ def leave_conflict_tree(
     _state_path(dest).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     report.conflict_tree = dest
     report.next_steps = conflict_steps(dest, report.target, finished)
+
+
+def _replayed_series(report: RebaseReport, mirror: Path, series: Series):
+    """The old series as commits for the replay, without the patches upstream already has: the
+    replay would otherwise re-add them next to upstream's own version (an equivalent upstream
+    applies cleanly as a duplicate).  When a later patch needs one of them, all are kept."""
+    upstreamed = {o.name for o in report.outcomes if o.label == "upstreamed"}
+    kept = dataclasses.replace(
+        series,
+        entries=[e for e in series.entries if e.name not in upstreamed],
+        patches=[p for p in series.patches if p.name not in upstreamed],
+    )
+    if upstreamed:
+        try:
+            return build_series(mirror, report.old_base.commit, kept, ApplyOptions(), bare=True)
+        except ApplyError:
+            pass
+    return build_series(mirror, report.old_base.commit, series, ApplyOptions(), bare=True)
 
 
 def conflict_steps(dest: Path, target: str, finished: bool) -> list[str]:

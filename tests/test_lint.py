@@ -14,7 +14,7 @@ from patchkit.lint import RULES, lint_target
 
 SYMM = "sm120-torch-symm-mem-allreduce.patch"
 KIMI = "kimi-k25-eagle3-delegation.patch"
-TODAY = dt.date(2026, 11, 29)
+TODAY = dt.date(2026, 12, 1)
 
 
 @pytest.fixture
@@ -65,13 +65,13 @@ def test_series_missing_extra_duplicate_name(series_dir):
     "old,new,rule",
     [
         ("Forwarded: no\n", "", "metadata-missing"),
-        ("Last-Update: 2026-11-29\n", "", "metadata-missing"),
+        ("Last-Update: 2026-12-01\n", "", "metadata-missing"),
         ("Origin: vendor, patchkit\n", "", "metadata-missing"),
         ("Forwarded: no\n", "Forwarded: yes\n", "metadata-malformed"),
         ("Origin: vendor, patchkit\n", "Origin: someone\n", "metadata-malformed"),
         ("Origin: vendor, patchkit\n", "Origin: backport, a PR somewhere\n", "metadata-malformed"),
-        ("Last-Update: 2026-11-29\n", "Last-Update: 29/11/2026\n", "metadata-malformed"),
-        ("Last-Update: 2026-11-29\n", "Last-Update: 2027-01-01\n", "metadata-malformed"),
+        ("Last-Update: 2026-12-01\n", "Last-Update: 29/11/2026\n", "metadata-malformed"),
+        ("Last-Update: 2026-12-01\n", "Last-Update: 2027-01-01\n", "metadata-malformed"),
         ("Forwarded: no\n", "Forwarded: no\nBug: sglang#1\n", "metadata-malformed"),
     ],
 )
