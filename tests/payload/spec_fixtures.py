@@ -23,8 +23,13 @@ What stands in (SGLang's model runner and CUDA/Triton kernels cannot run on a CP
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import sys
 import types
+from pathlib import Path
 
+import pytest
 import torch
 
 VOCAB = 40
@@ -247,3 +252,137 @@ def chain_draft_tokens(draft: TinyDraft, draft_input) -> torch.Tensor:
         hidden = draft.mix_input(tokens[-1], hidden)
         tokens.append(nxt)
     return torch.stack(tokens, dim=1)
+
+
+# --------------------------------------------------------------------------------------
+# SGLang 0.5.12 line (a wheel base), for the speculation tests under torch 2.11
+# --------------------------------------------------------------------------------------
+SPEC_TREE_ENV = "PATCHKIT_SPEC_TREE"
+PATCHES = Path(__file__).resolve().parents[2] / "patches"
+STANDINS = Path(__file__).resolve().parent / "standins"
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("PATCHKIT_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "patchkit") / "payload"
+
+
+def _payload_tree_kind() -> str:
+    kind = os.environ.get("PATCHKIT_PAYLOAD_TREE", "patched")
+    if kind not in ("patched", "base"):
+        raise pytest.UsageError(f"PATCHKIT_PAYLOAD_TREE must be 'patched' or 'base', not {kind!r}")
+    return kind
+
+
+def _put_first_on_path(directory: Path) -> None:
+    path = str(directory)
+    if path in sys.path:
+        sys.path.remove(path)
+    sys.path.insert(0, path)
+
+
+LINE_WHEELS = {
+    "0.5.12": (
+        "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl",
+        "4ed786a38655851fd055ef57380c34d29b87753b53f63457309f51e5bf48c2e6",
+    ),
+}
+LINE_TORCH = {"0.5.12": "2.11."}
+
+
+def _line_wheel(line: str) -> Path:
+    """The line's pinned sglang wheel from the package index, sha256-checked (cached)."""
+    import hashlib
+    import subprocess
+
+    name, sha256 = LINE_WHEELS[line]
+    wheels = _cache_root() / "wheels"
+    wheel = wheels / name
+    if not wheel.exists():
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--python-version", "3.11", "--implementation", "cp",
+             "--platform", "manylinux_2_34_x86_64", f"sglang=={line}", "-d", str(wheels)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != sha256:
+        raise RuntimeError(f"{wheel}: sha256 {digest} is not the pinned {sha256}")
+    return wheel
+
+
+def line_series(line: str) -> list[Path]:
+    series_dir = PATCHES / "sglang" / line
+    names = [
+        s.strip()
+        for s in (series_dir / "series").read_text().splitlines()
+        if s.strip() and not s.strip().startswith("#")
+    ]
+    return [series_dir / n for n in names]
+
+
+def line_tree(line: str, patched: bool) -> Path:
+    """Root (``<root>/python/sglang``) of the line's wheel base, with the line's series
+    applied at zero fuzz when ``patched``; ``PATCHKIT_SPEC_TREE`` names a ready tree instead
+    (the mutation check's planted copies). Cached under ``$PATCHKIT_CACHE/payload``."""
+    import hashlib
+    import shutil
+    import subprocess
+    import zipfile
+
+    override = os.environ.get(SPEC_TREE_ENV)
+    if override:
+        return Path(override)
+    patches = line_series(line) if patched else []
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in patches)).hexdigest()[:16]
+    kind = "patched" if patched else "base"
+    tree = _cache_root() / "trees" / f"sglang-{line}-wheel-{kind}-{digest}"
+    if tree.exists():
+        return tree
+    wheel = _line_wheel(line)
+    tmp = tree.with_name(f"{tree.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "python").mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as zf:
+        members = [m for m in zf.namelist() if m.startswith("sglang/")]
+        zf.extractall(tmp / "python", members)
+    for patch in patches:
+        run = subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", str(patch)],
+            cwd=tmp, capture_output=True, text=True,
+        )  # fmt: skip
+        if run.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RuntimeError(f"{patch.name} does not apply to the {line} wheel: {run.stderr}")
+    os.replace(tmp, tree)
+    return tree
+
+
+def use_line_tree(line: str) -> Path:
+    """Put the line's tree first on ``sys.path`` (with the stand-ins); skip unless the
+    running torch is the line's."""
+    torch = pytest.importorskip("torch")
+    if not torch.__version__.startswith(LINE_TORCH[line]):
+        pytest.skip(f"the {line} line runs under torch {LINE_TORCH[line]}x")
+    loaded = sys.modules.get("sglang")
+    root = line_tree(line, _payload_tree_kind() == "patched")
+    if loaded is not None and not str(loaded.__file__).startswith(str(root)):
+        pytest.skip(f"another sglang tree is already imported: {loaded.__file__}")
+    _put_first_on_path(STANDINS)
+    _put_first_on_path(root / "python")
+    return root
+
+
+def default_server_args(server_args_module):
+    """A real default ``ServerArgs`` (``__post_init__`` skipped: it probes GPUs and model
+    files), installed as SGLang's global server args."""
+    args = object.__new__(server_args_module.ServerArgs)
+    for field in dataclasses.fields(server_args_module.ServerArgs):
+        if field.default is not dataclasses.MISSING:
+            setattr(args, field.name, field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            setattr(args, field.name, field.default_factory())
+    args.model_path = "patchkit/payload-test-model"
+    server_args_module.set_global_server_args_for_scheduler(args)
+    return args

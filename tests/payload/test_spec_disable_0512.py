@@ -1,0 +1,624 @@
+"""Decode steps without drafts in SGLang 0.5.12's EAGLEWorker (v1) and EAGLEWorkerV2 (v2).
+
+Each run drives the patched worker the way the scheduler does, across the threshold both
+ways several times, with the real scheduler-side consumers of its result (``FutureMap``,
+``prepare_for_decode``, batch filter/merge, ``process_batch_result_decode`` and the metrics
+mixin), the real ``CudaGraphRunner`` (TARGET_VERIFY graphs of the target and the patch's
+DECODE graphs; only the CUDA-graph object is stood in), the real verify sampling and
+bookkeeping and the real draft extend. ``standins/spec_runtime.py`` documents every stand-in.
+After every step the harness checks the target and draft KV of every live request against a
+dense recomputation, so a wrong slot, position or missing draft extend is caught at the step.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import types
+
+import pytest
+import torch
+from spec_fixtures import default_server_args, use_line_tree
+
+pytestmark = pytest.mark.payload
+
+LINE = "0.5.12"
+THRESHOLD = 4
+REENABLE = 3
+GRAPH_BS = [1, 2, 3, 4, 6, 8, 12, 16]
+# (prompt, max_new_tokens). Two requests start; four join (6 > 4: off) and finish early
+# (2 <= 3: on); five more join (7: off) and finish (2: on).
+FIRST = [([3, 17, 5, 9, 22, 40, 6], 40), ([11, 2, 30, 44, 8], 40)]
+WAVES = {
+    3: [([7, 7, 2, 19], 6), ([25, 4, 19, 8, 2], 7), ([13, 3], 5), ([36, 21, 9], 8)],
+    16: [([5, 5, 5], 6), ([9, 31, 2, 4], 7), ([46, 12], 5), ([20, 3, 3, 8, 14], 6),
+         ([33, 2, 27], 8)],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rt():
+    """The 0.5.12 tree on ``sys.path`` and its stand-in runtime module."""
+    use_line_tree(LINE)
+    import spec_runtime
+
+    return spec_runtime
+
+
+@pytest.fixture
+def server_args(rt):
+    from sglang.srt import server_args as module
+
+    return default_server_args(module)
+
+
+class SchedulerStandIn:
+    """The scheduler state ``process_batch_result_decode`` reads, with the real
+    output-processor and metrics mixins bound to it."""
+
+    def __init__(self, server_args, allocator, tree_cache, model_worker, spec_algorithm):
+        from sglang.srt.managers.scheduler_output_processor_mixin import (
+            SchedulerOutputProcessorMixin,
+        )
+        from sglang.srt.observability.scheduler_metrics_mixin import SchedulerMetricsMixin
+
+        for mixin in (SchedulerOutputProcessorMixin, SchedulerMetricsMixin):
+            for name, value in vars(mixin).items():
+                own = name in type(self).__dict__
+                if callable(value) and not name.startswith("__") and not own:
+                    setattr(self, name, types.MethodType(value, self))
+        self.server_args = server_args
+        self.enable_overlap = not server_args.disable_overlap_schedule
+        self.token_to_kv_pool_allocator = allocator
+        self.tree_cache = tree_cache
+        self.model_worker = model_worker
+        self.spec_algorithm = spec_algorithm
+        self.enable_metrics = False
+        self.current_scheduler_metrics_enabled = False
+        self.forward_ct_decode = 0
+        self.num_generated_tokens = 0
+        self.spec_num_accept_tokens = 0
+        self.spec_num_forward_ct = 0
+        self.streamed = []
+        self.model_config = types.SimpleNamespace(think_end_id=None, vocab_size=None)
+        self.enable_hisparse = False
+        self.enable_overlap_mlx = False
+
+    def stream_output(self, reqs, return_logprob, skip_req=None):
+        self.streamed.append([r.rid for r in reqs])
+
+    def report_decode_stats(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        # scheduler features the decode output path only consults when enabled
+        if name.startswith(("maybe_", "_maybe_")):
+            return lambda *a, **k: None
+        raise AttributeError(name)
+
+
+class Harness:
+    """Pools, models, the worker under test and a scheduler loop, for one spec version."""
+
+    def __init__(self, rt, server_args, spec_v2: bool, monkeypatch, **settings):
+        from sglang.srt.managers.overlap_utils import FutureMap
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.chunk_cache import ChunkCache
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from sglang.srt.model_executor import cuda_graph_runner as cgr
+        from sglang.srt.speculative import spec_disable
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        rt.install(monkeypatch)
+        self.rt = rt
+        self.spec_v2 = spec_v2
+        base = {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": rt.STEPS,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": rt.NUM_DRAFT,
+            "speculative_disable_batch_threshold": THRESHOLD,
+            "speculative_reenable_batch_threshold": REENABLE,
+            "disable_overlap_schedule": not spec_v2,
+            "page_size": 1,
+            "device": "cpu",
+            "disable_cuda_graph": False,
+            "cuda_graph_bs": list(GRAPH_BS),
+            "cuda_graph_max_bs": max(GRAPH_BS),
+            "enable_torch_compile": False,
+            # ForwardBatch positions in torch (its Triton kernel needs a GPU)
+            "attention_backend": "torch_native",
+        }
+        base.update(settings)
+        for name, value in base.items():
+            monkeypatch.setattr(server_args, name, value, raising=False)
+        self.server_args = server_args
+        self.algorithm = SpeculativeAlgorithm.from_string("EAGLE3")
+
+        self.req_to_token_pool = ReqToTokenPool(
+            size=rt.MAX_REQS, max_context_len=rt.CONTEXT, device="cpu", enable_memory_saver=False
+        )
+        self.allocator = TokenToKVPoolAllocator(
+            rt.POOL_TOKENS, torch.float32, "cpu", kvcache=None, need_sort=False
+        )
+        self.initial_free = self.allocator.available_size()
+        self.tree_cache = ChunkCache(
+            CacheInitParams(
+                disable=True,
+                req_to_token_pool=self.req_to_token_pool,
+                token_to_kv_pool_allocator=self.allocator,
+                page_size=1,
+            )
+        )
+        self.target = rt.TinyTarget()
+        self.draft = rt.TinyDraft(self.target)
+        self.target_runner = rt.StandInModelRunner(
+            self.target, server_args, self.req_to_token_pool, False, self.algorithm
+        )
+        self.draft_runner = rt.StandInModelRunner(
+            self.draft, server_args, self.req_to_token_pool, True, self.algorithm
+        )
+        self.live_backend = self.target_runner.attn_backend
+        # the target's TARGET_VERIFY graphs, as ModelRunner.init_device_graphs captures them
+        graph_cls = rt.graph_runner_cls()
+        monkeypatch.setattr(cgr, "CudaGraphRunner", graph_cls)
+        monkeypatch.setattr(spec_disable, "CudaGraphRunner", graph_cls)
+        self.verify_graphs = graph_cls(self.target_runner)
+        self.target_runner.graph_runner = self.verify_graphs
+        self.target_worker = self._target_worker()
+        self.worker = self._make_worker(monkeypatch)
+        self.scheduler = SchedulerStandIn(
+            server_args, self.allocator, self.tree_cache, self.worker, self.algorithm
+        )
+        self.future_map = (
+            FutureMap(rt.MAX_REQS, None, rt.CONTEXT, "cpu", self.algorithm) if spec_v2 else None
+        )
+        self.batch = None
+        self.steps = []  # per decode step: dict(bs, speculated, result, rids, ...)
+        self.all_reqs = []
+
+    # -- construction -------------------------------------------------------------------
+    def _target_worker(self):
+        from sglang.srt.managers.tp_worker import TpModelWorker
+
+        worker = object.__new__(TpModelWorker)
+        worker._model_runner = self.target_runner
+        worker.server_args = self.server_args
+        worker.hicache_layer_transfer_counter = None
+        worker.dllm_algorithm = None
+        worker.pp_group = types.SimpleNamespace(is_last_rank=True)
+        worker.enable_overlap = not self.server_args.disable_overlap_schedule
+        worker.enable_spec = True
+        worker.device = "cpu"
+        worker.model_config = self.target_runner.model_config
+        return worker
+
+    def _make_worker(self, monkeypatch):
+        from sglang.srt.utils.common import empty_context
+
+        rt = self.rt
+        common = dict(
+            server_args=self.server_args,
+            topk=1,
+            speculative_num_steps=rt.STEPS,
+            speculative_num_draft_tokens=rt.NUM_DRAFT,
+            device="cpu",
+            gpu_id=0,
+            tp_rank=0,
+            page_size=1,
+            speculative_algorithm=self.algorithm,
+            req_to_token_pool=self.req_to_token_pool,
+            token_to_kv_pool_allocator=self.allocator,
+            plan_stream=None,
+            plan_stream_ctx=empty_context(),
+            adaptive_controller=None,
+            hot_token_id=None,
+            eagle_use_aux_hidden_state=True,
+            cuda_graph_runner=None,
+            cuda_graph_runner_for_draft_extend=None,
+            draft_extend_attn_backend=None,
+        )
+        if self.spec_v2:
+            from sglang.srt.speculative.eagle_worker_v2 import (
+                EagleDraftWorker,
+                EAGLEWorkerV2,
+            )
+
+            draft_worker = object.__new__(EagleDraftWorker)
+            vars(draft_worker).update(common)
+            vars(draft_worker).update(
+                draft_runner=self.draft_runner,
+                target_worker=self.target_worker,
+                draft_tp_context=empty_context,
+            )
+            worker = object.__new__(EAGLEWorkerV2)
+            vars(worker).update(common)
+            vars(worker).update(_target_worker=self.target_worker, _draft_worker=draft_worker)
+            monkeypatch.setattr(draft_worker, "draft", self._standin_draft_v2, raising=False)
+        else:
+            from sglang.srt.speculative.eagle_worker import EAGLEWorker
+
+            worker = object.__new__(EAGLEWorker)
+            vars(worker).update(common)
+            vars(worker).update(
+                target_worker=self.target_worker,
+                _model_runner=self.draft_runner,
+                model_config=self.draft_runner.model_config,
+                draft_tp_context=empty_context,
+                draft_attn_backend=rt.StandInAttnBackend("draft-decode"),
+            )
+            monkeypatch.setattr(worker, "draft", self._standin_draft_v1, raising=False)
+        worker.init_spec_disable(self.server_args)
+        return worker
+
+    # -- stand-ins for the draft's multi-step decode (sgl_kernel tree kernels) ----------
+    def _verify_input(self, draft_input, seq_lens, pool_indices):
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        rt = self.rt
+        bs = len(seq_lens)
+        tokens = self.draft.chain(
+            draft_input.bonus_tokens, draft_input.hidden_states, draft_input.topk_index,
+            seq_lens, pool_indices, self.req_to_token_pool.req_to_token,
+        )  # fmt: skip
+        nxt = torch.full((bs, rt.NUM_DRAFT), -1, dtype=torch.int64)
+        nxt[:, :-1] = torch.arange(1, rt.NUM_DRAFT)
+        return EagleVerifyInput(
+            draft_token=tokens.reshape(-1),
+            custom_mask=None,
+            positions=(seq_lens.view(-1, 1) + torch.arange(rt.NUM_DRAFT)).reshape(-1),
+            retrieve_index=torch.arange(bs * rt.NUM_DRAFT).view(bs, rt.NUM_DRAFT),
+            retrieve_next_token=nxt,
+            retrieve_next_sibling=torch.full((bs, rt.NUM_DRAFT), -1, dtype=torch.int64),
+            retrieve_cum_len=None,
+            spec_steps=rt.STEPS,
+            topk=1,
+            draft_token_num=rt.NUM_DRAFT,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
+            seq_lens_sum=int(seq_lens.sum()),
+            seq_lens_cpu=seq_lens.cpu(),
+        )
+
+    def _standin_draft_v2(self, mwb):
+        return self._verify_input(mwb.spec_info, mwb.seq_lens, mwb.req_pool_indices)
+
+    def _standin_draft_v1(self, batch):
+        # EAGLEWorker._draft_preprocess_decode's bookkeeping (the rest is kernels)
+        for req in batch.reqs:
+            req.decode_batch_idx += 1
+        if batch.sampling_info.penalizer_orchestrator.is_required:
+            batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
+                batch.spec_info.bonus_tokens.to(torch.int64)
+            )
+        return self._verify_input(batch.spec_info, batch.seq_lens, batch.req_pool_indices)
+
+    # -- prefill (stand-in for the extend step, which is not under test) ---------------
+    def make_reqs(self, specs, start_rid: int, **params):
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        reqs = []
+        for offset, (prompt, max_new) in enumerate(specs):
+            sp = SamplingParams(max_new_tokens=max_new, temperature=0.0, **params)
+            sp.normalize(None)
+            req = Req(f"r{start_rid + offset}", "", list(prompt), sp, vocab_size=self.rt.VOCAB)
+            req.prompt = list(prompt)
+            reqs.append(req)
+        return reqs
+
+    def prefill(self, reqs):
+        from sglang.srt.managers.schedule_batch import ScheduleBatch
+        from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        rt = self.rt
+        batch = ScheduleBatch.init_new(
+            reqs, self.req_to_token_pool, self.allocator, self.tree_cache,
+            types.SimpleNamespace(vocab_size=rt.VOCAB, hidden_size=rt.HIDDEN,
+                                  dtype=torch.float32, is_encoder_decoder=False,
+                                  is_multimodal=False, context_len=rt.CONTEXT,
+                                  think_end_id=None),
+            self.spec_v2, self.algorithm,
+        )  # fmt: skip
+        self.req_to_token_pool.alloc(reqs)
+        table = self.req_to_token_pool.req_to_token
+        first_tokens, draft_hidden, topk = [], [], []
+        for req in reqs:
+            n = len(req.prompt)
+            slots = self.allocator.alloc(n)
+            table[req.req_pool_idx, :n] = slots.to(torch.int32)
+            req.kv_committed_len = req.kv_allocated_len = n
+            rows = torch.full((n,), req.req_pool_idx)
+            positions = torch.arange(n)
+            tokens = torch.tensor(req.prompt)
+            logits, aux = self.target.run(tokens, positions, slots, rows, table)
+            first = int(torch.argmax(logits[-1]))
+            req.output_ids.append(first)
+            req.fill_ids = req.prompt + [first]
+            shifted = torch.cat([tokens[1:], torch.tensor([first])])
+            d_logits, d_hidden = self.draft.run(shifted, aux, positions, slots, rows, table)
+            first_tokens.append(first)
+            draft_hidden.append(d_hidden[-1])
+            topk.append(torch.max(torch.softmax(d_logits[-1], -1), dim=-1, keepdim=True))
+        batch.req_pool_indices = torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64)
+        batch.seq_lens = torch.tensor([len(r.prompt) for r in reqs], dtype=torch.int64)
+        batch.seq_lens_cpu = batch.seq_lens.clone()
+        batch.orig_seq_lens = batch.seq_lens.to(torch.int32)
+        batch.seq_lens_sum = int(batch.seq_lens.sum())
+        batch.prefix_lens = [0] * len(reqs)
+        batch.extend_lens = [len(r.prompt) for r in reqs]
+        batch.sampling_info = SamplingBatchInfo.from_schedule_batch(batch, rt.VOCAB)
+        draft_input = EagleDraftInput(
+            bonus_tokens=torch.tensor(first_tokens, dtype=torch.int32),
+            hidden_states=torch.stack(draft_hidden).to(torch.float32),
+            topk_p=torch.cat([t.values for t in topk]).view(-1, 1).to(torch.float32),
+            topk_index=torch.cat([t.indices for t in topk]).view(-1, 1),
+            new_seq_lens=batch.seq_lens.clone(),
+        )
+        if self.spec_v2:
+            indices = self.future_map.alloc_future_indices(len(reqs))
+            self.future_map.store_to_map_for_new_batch(indices, draft_input)
+            draft_input = EagleDraftInput(future_indices=indices)
+            batch.output_ids = -indices.indices
+        else:
+            batch.output_ids = torch.tensor(first_tokens, dtype=torch.int64)
+        batch.spec_info = draft_input
+        self.all_reqs += reqs
+        if self.batch is None or not self.batch.reqs:
+            self.batch = batch
+        else:
+            self.batch.merge_batch(batch)
+
+    # -- one decode step as Scheduler.run_batch + process_batch_result_decode ----------
+    def decode_step(self):
+        rt = self.rt
+        batch = self.batch
+        bs = batch.batch_size()
+        mark = len(rt.LAUNCHES.entries)
+        replays_before = dict(self.target_runner.graph_replays)
+        if self.spec_v2:
+            batch.prepare_for_decode()
+            mwb = batch.get_model_worker_batch()
+            mwb.sampling_info = mwb.sampling_info.copy_for_forward()
+            mwb.seq_lens = rt.traced(mwb.seq_lens)
+            future_indices = self.future_map.alloc_future_indices(bs)
+            self.future_map.resolve_future(mwb)
+            result = self.worker.forward_batch_generation(mwb)
+            result.copy_done = rt.StandInEvent()
+            self.future_map.store_to_map(future_indices, result)
+            result.copy_to_cpu(return_logprob=batch.return_logprob)
+            batch.spec_info = result.next_draft_input
+            batch.spec_info.future_indices = future_indices
+            batch.seq_lens = result.next_draft_input.new_seq_lens
+            batch.output_ids = -future_indices.indices
+        else:
+            batch.prepare_for_decode()
+            result = self.worker.forward_batch_generation(batch)
+            batch.output_ids = result.next_token_ids
+        replays = {
+            k: v - replays_before.get(k, 0)
+            for k, v in self.target_runner.graph_replays.items()
+            if v - replays_before.get(k, 0)
+        }
+        self.steps.append(
+            dict(
+                bs=bs,
+                speculated=not result.spec_skipped,
+                result=result,
+                rids=[req.rid for req in batch.reqs],
+                launches=rt.LAUNCHES.entries[mark:],
+                replays=replays,
+            )
+        )
+        self.scheduler.process_batch_result_decode(batch, result)
+        batch.filter_batch(v1_spec_info_filtered=True)
+        self.check_kv(batch)
+
+    def check_kv(self, batch):
+        """Target KV rows 0..L-1 and draft KV rows 0..L-1 of every live request equal a
+        dense recomputation from its tokens (L = the committed length)."""
+        if self.spec_v2:
+            batch.maybe_wait_verify_done()
+        table = self.req_to_token_pool.req_to_token
+        for i, req in enumerate(batch.reqs):
+            tokens = req.prompt + req.output_ids
+            length = int(batch.seq_lens[i])
+            assert length == len(tokens) - 1, (req.rid, length, len(tokens))
+            slots = table[req.req_pool_idx, :length].long()
+            pos = torch.arange(length)
+            ids = torch.tensor(tokens[:length])
+            assert torch.allclose(self.target.kv[slots], self.target.token_kv(ids, pos)), req.rid
+            nxt = torch.tensor(tokens[1 : length + 1])
+            assert torch.allclose(self.draft.kv[slots], self.draft.row(nxt, pos)), req.rid
+
+    # -- the run ------------------------------------------------------------------------
+    def run(self, first=FIRST, waves=WAVES, **params):
+        self.prefill(self.make_reqs(first, 0, **params))
+        step, rid = 0, len(first)
+        while self.batch.reqs:
+            if step in waves:
+                self.prefill(self.make_reqs(waves[step], rid, **params))
+                rid += len(waves[step])
+            self.decode_step()
+            step += 1
+            assert step < 200
+        return self
+
+
+@pytest.fixture(params=["v1", "v2"])
+def harness(request, rt, server_args, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="sglang.srt.speculative.spec_disable")
+    return Harness(rt, server_args, request.param == "v2", monkeypatch).run()
+
+
+def spec_steps(h):
+    return [s for s in h.steps if s["speculated"]]
+
+
+def plain_steps(h):
+    return [s for s in h.steps if not s["speculated"]]
+
+
+def test_crosses_threshold_both_ways_twice(harness):
+    sizes = [(s["bs"], s["speculated"]) for s in harness.steps]
+    assert sizes[0] == (2, True)
+    switches = sum(1 for a, b in zip(sizes, sizes[1:], strict=False) if a[1] != b[1])
+    assert switches == 4
+    state = True
+    for bs, speculated in sizes:
+        if bs > THRESHOLD:
+            state = False
+        elif bs <= REENABLE:
+            state = True
+        assert speculated == state, sizes
+
+
+def test_outputs_equal_greedy_target(harness):
+    for req in harness.all_reqs:
+        max_new = req.sampling_params.max_new_tokens
+        expected = harness.target.greedy(req.prompt, max_new)
+        assert req.finished()
+        assert req.output_ids[: len(expected)] == expected, req.rid
+
+
+def test_steps_without_drafts_replay_decode_graphs(harness):
+    """Each step without drafts replays one DECODE graph of the dedicated runtime and
+    nothing of the verify graphs; the live backend is never planned for DECODE; the
+    target's TARGET_VERIFY graphs are back (and replayed) once speculation resumes."""
+    runtime = harness.worker.plain_decode
+    assert runtime.graph_runner is not None
+    assert runtime.graph_runner.capture_forward_mode.name == "DECODE"
+    assert runtime.graph_runner.capture_bs == [bs for bs in GRAPH_BS if bs > REENABLE]
+    assert runtime.graph_runner.attn_backend is runtime.attn_backend
+    assert runtime.attn_backend is not harness.live_backend
+    for s in plain_steps(harness):
+        assert s["replays"] == {"DECODE": 1}, s["replays"]
+        assert s["result"].can_run_cuda_graph
+    for s in spec_steps(harness):
+        assert s["replays"].get("DECODE", 0) == 0
+    resumed = [
+        s for a, s in zip(harness.steps, harness.steps[1:], strict=False)
+        if s["speculated"] and not a["speculated"]
+    ]  # fmt: skip
+    assert len(resumed) == 2
+    for s in resumed:
+        assert s["replays"].get("TARGET_VERIFY", 0) == 1
+    assert harness.target_runner.graph_runner is harness.verify_graphs
+    assert harness.target_runner.attn_backend is harness.live_backend
+    assert "DECODE" not in harness.live_backend.plans
+    assert not any(k.startswith("replay:DECODE") for k in harness.live_backend.plans)
+
+
+def test_kv_pool_back_to_initial_free_size(harness):
+    assert harness.allocator.available_size() == harness.initial_free
+    free_pages = harness.allocator.free_pages.tolist()
+    assert len(set(free_pages)) == len(free_pages)  # no slot freed twice
+    assert harness.req_to_token_pool.available_size() == harness.rt.MAX_REQS
+
+
+def test_acceptance_metrics_count_speculative_steps_only(harness):
+    specs = spec_steps(harness)
+    assert harness.scheduler.spec_num_forward_ct == sum(s["bs"] for s in specs)
+    accepted = sum(s["result"].num_correct_drafts for s in specs)
+    assert accepted > 0
+    assert harness.scheduler.spec_num_accept_tokens == accepted + sum(s["bs"] for s in specs)
+    for req in harness.all_reqs:
+        expected = sum(req.rid in s["rids"] for s in specs)
+        assert req.spec_verify_ct == expected, req.rid
+        assert sum(req.spec_correct_drafts_histogram) == expected, req.rid
+    for s in plain_steps(harness):
+        assert s["result"].num_correct_drafts == 0
+
+
+def test_switch_logged_once_per_transition(harness, caplog):
+    messages = [
+        r.getMessage()
+        for r in caplog.get_records("setup")
+        if r.name == "sglang.srt.speculative.spec_disable" and r.levelno == logging.INFO
+        and r.getMessage().startswith("Speculative decoding")
+    ]  # fmt: skip
+    assert len(messages) == 4
+    assert re.search(r"disabled: decode batch size 6 > 4", messages[0])
+    assert re.search(r"re-enabled: decode batch size [0-3] <= 3", messages[1])
+    assert re.search(r"disabled: decode batch size 7 > 4", messages[2])
+    assert harness.worker.spec_disable.num_transitions == 4
+
+
+def test_v2_new_lengths_published_before_the_target_runs(rt, server_args, monkeypatch):
+    """Spec v2: verify_done is recorded after ``seq_lens + 1`` is launched (the scheduler
+    orders its read of seq_lens by it) and before the target's forward (so the scheduler's
+    wait does not wait for the step)."""
+    h = Harness(rt, server_args, True, monkeypatch).run()
+    for s in plain_steps(h):
+        kinds = [k for k, _ in s["launches"]]
+        event = s["result"].next_draft_input.verify_done
+        assert event.recorded_at is not None
+        at = [i for i, (k, what) in enumerate(s["launches"]) if what is event][0]
+        assert "seq_lens-arith" in kinds[:at], kinds
+        first_forward = kinds.index("forward")
+        assert at < first_forward, kinds
+        # the scheduler never waited on it before it was recorded
+        assert event.waited >= 1
+
+
+def test_draft_state_after_step_without_drafts_equals_direct_extend(rt, server_args, monkeypatch):
+    """After a step without drafts: the new token equals greedy decoding, the draft's top-k
+    and hidden state are those of a direct one-token extend of the tiny draft (token x at
+    position seq_len with the target's aux state there), and the draft's first proposal of
+    the next speculative step is right whenever the draft's formula says so."""
+    for spec_v2 in (False, True):
+        h = Harness(rt, server_args, spec_v2, monkeypatch)
+        h.prefill(h.make_reqs(FIRST + WAVES[3], 0))
+        batch = h.batch
+        table = h.req_to_token_pool.req_to_token
+        before = batch.seq_lens.clone()
+        pool_indices = batch.req_pool_indices.clone()
+        pending = torch.tensor([req.output_ids[-1] for req in batch.reqs])
+        h.decode_step()
+        s = h.steps[-1]
+        assert (s["bs"], s["speculated"]) == (6, False)
+        new_tokens = torch.tensor([req.output_ids[-1] for req in batch.reqs])
+        for req, tok in zip(batch.reqs, new_tokens.tolist(), strict=True):
+            assert tok == h.target.greedy(req.prompt, len(req.output_ids))[-1]
+        slots = table[pool_indices, before.long()].long()
+        _, aux = h.target.run(pending, before, slots, pool_indices, table)
+        expect_logits, expect_hidden = h.draft.run(
+            new_tokens, aux, before, slots, pool_indices, table
+        )
+        expect_p, expect_idx = torch.max(torch.softmax(expect_logits.float(), -1), -1)
+        if spec_v2:
+            state = s["result"].next_draft_input
+            assert state.new_seq_lens.tolist() == (before + 1).tolist()
+            assert state.bonus_tokens.tolist() == new_tokens.tolist()
+            ids = s["result"].next_token_ids.view(-1, rt.NUM_DRAFT)
+            assert ids[:, 0].tolist() == new_tokens.tolist()
+            assert s["result"].accept_lens.tolist() == [1] * 6
+        else:
+            state = batch.spec_info
+            assert state.bonus_tokens.tolist() == new_tokens.tolist()
+        assert state.topk_index.view(-1).tolist() == expect_idx.tolist()
+        assert torch.allclose(state.topk_p.view(-1), expect_p, atol=1e-5)
+        assert torch.allclose(state.hidden_states, expect_hidden.float(), atol=1e-4)
+
+
+def test_hysteresis_decision_and_logging(rt, caplog):
+    from sglang.srt.speculative.spec_disable import SpecDisableController
+
+    caplog.set_level(logging.INFO, logger="sglang.srt.speculative.spec_disable")
+    controller = SpecDisableController(disable_above=8, reenable_at_or_below=6)
+    sizes = [4, 8, 9, 12, 8, 7, 6, 7, 8, 9, 9, 1]
+    decisions = [controller.should_speculate(bs) for bs in sizes]
+    assert decisions == [True, True, False, False, False, False, True, True, True, False,
+                         False, True]  # fmt: skip
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert [m.split(":")[0] for m in messages] == [
+        "Speculative decoding disabled",
+        "Speculative decoding re-enabled",
+        "Speculative decoding disabled",
+        "Speculative decoding re-enabled",
+    ]
+    assert "batch size 9 > 8" in messages[0] and "batch size 6 <= 6" in messages[1]
+    with pytest.raises(ValueError):
+        SpecDisableController(disable_above=4, reenable_at_or_below=5)
