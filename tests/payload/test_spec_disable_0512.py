@@ -300,10 +300,14 @@ class Harness:
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         reqs = []
-        for offset, (prompt, max_new) in enumerate(specs):
-            sp = SamplingParams(max_new_tokens=max_new, temperature=0.0, **params)
+        for offset, (prompt, max_new, *own) in enumerate(specs):
+            merged = {**params, **(own[0] if own else {})}
+            sp = SamplingParams(max_new_tokens=max_new, temperature=0.0, **merged)
             sp.normalize(None)
             req = Req(f"r{start_rid + offset}", "", list(prompt), sp, vocab_size=self.rt.VOCAB)
+            req.tokenizer = types.SimpleNamespace(
+                eos_token_id=self.rt.EOS, additional_stop_token_ids=None
+            )
             req.prompt = list(prompt)
             reqs.append(req)
         return reqs
@@ -622,3 +626,189 @@ def test_hysteresis_decision_and_logging(rt, caplog):
     assert "batch size 9 > 8" in messages[0] and "batch size 6 <= 6" in messages[1]
     with pytest.raises(ValueError):
         SpecDisableController(disable_above=4, reenable_at_or_below=5)
+
+
+# -- one sampling semantics for both kinds of step ----------------------------------------
+NEVER = 47  # a token no request may sample (logit bias -1e9): the rejecting draft's proposal
+
+
+def _reference_process(params):
+    """Dense reference of SGLang's one-token sampling semantics: additive penalties
+    (frequency, presence, min_new_tokens on the stop tokens) on the tokens output so far,
+    then the logit bias. The first token comes from the harness's prefill stand-in, a plain
+    argmax."""
+    from collections import Counter
+
+    def process(logits, out):
+        if not out:
+            return logits
+        for token, count in Counter(out).items():
+            logits[token] -= params.get("frequency_penalty", 0.0) * count
+            logits[token] -= params.get("presence_penalty", 0.0)
+        if len(out) < params.get("min_new_tokens", 0):
+            logits[1] = float("-inf")
+        for token, bias in params.get("logit_bias", {}).items():
+            logits[int(token)] += bias
+        return logits
+
+    return process
+
+
+SAMPLING_CASES = [
+    ([3, 17, 5, 9, 22], 14, {"frequency_penalty": 1.5, "presence_penalty": 0.7}),
+    ([11, 2, 30, 44], 14, {"frequency_penalty": 2.5}),
+    ([7, 7, 2, 19, 4], 20, {"min_new_tokens": 6, "logit_bias": {"1": 1e4}}),
+    ([25, 4, 19, 8, 2, 6], 20, {"min_new_tokens": 9, "logit_bias": {"1": 1e4}}),
+    ([13, 3, 30], 14, {"logit_bias": {"5": 6.0, "9": 4.0}}),
+]
+
+
+def _with_never(params):
+    bias = {**params.get("logit_bias", {}), str(NEVER): -1e9}
+    return {**params, "logit_bias": bias, "stop_token_ids": [1]}
+
+
+@pytest.mark.parametrize("spec", ["v1", "v2"])
+@pytest.mark.parametrize("kind", ["without-drafts", "speculative"])
+def test_one_sampling_semantics_for_both_kinds_of_step(rt, server_args, monkeypatch, spec, kind):
+    """Penalties, logit bias and min_new_tokens act the same on a step without drafts and
+    on a speculative step whose drafts are all rejected (the one-token case), and both
+    equal the dense one-token reference: the orchestrator is cumulated once per step and
+    the verify sampling applies it. (With accepted drafts SGLang's speculative penalties
+    are relaxed: they are cumulated once per step, not once per token.)"""
+    threshold = 1 if kind == "without-drafts" else 64
+    h = Harness(
+        rt, server_args, spec == "v2", monkeypatch,
+        speculative_disable_batch_threshold=threshold,
+        speculative_reenable_batch_threshold=1,
+    )  # fmt: skip
+    monkeypatch.setattr(h.draft, "chain", lambda root, *a: _rejecting_chain(rt, root))
+    cases = [(p, n, _with_never(params)) for p, n, params in SAMPLING_CASES]
+    h.run(first=cases, waves={})
+    steps = [s["speculated"] for s in h.steps]
+    if kind == "without-drafts":
+        assert steps.count(False) >= 6
+    else:
+        assert all(steps)
+    for req, (prompt, max_new, params) in zip(h.all_reqs, cases, strict=True):
+        expected = h.target.greedy(prompt, max_new, _reference_process(params))
+        assert req.output_ids == expected, (req.rid, params)
+    # the processing matters: plain greedy decoding differs for all but one case
+    plain = [h.target.greedy(p, n) for p, n, _ in cases]
+    assert sum(r.output_ids != g for r, g in zip(h.all_reqs, plain, strict=True)) >= 4
+    # min_new_tokens held the (strongly biased) stop token back exactly that long
+    assert len(h.all_reqs[2].output_ids) == 7 and h.all_reqs[2].output_ids[-1] == rt.EOS
+    assert len(h.all_reqs[3].output_ids) == 10 and h.all_reqs[3].output_ids[-1] == rt.EOS
+
+
+def _rejecting_chain(rt, root):
+    proposals = torch.full((len(root), rt.NUM_DRAFT), NEVER, dtype=torch.int64)
+    proposals[:, 0] = root.long()
+    return proposals
+
+
+def test_logit_bias_across_the_threshold(rt, server_args, monkeypatch):
+    """A static logit bias with an accepting draft, crossing the threshold both ways:
+    every token equals the biased dense reference."""
+    for spec_v2 in (False, True):
+        params = {"logit_bias": {"5": 5.0, "12": 3.0, "30": -4.0}}
+        h = Harness(rt, server_args, spec_v2, monkeypatch).run(**params)
+        assert {s["speculated"] for s in h.steps} == {True, False}
+        assert sum(s["result"].num_correct_drafts for s in spec_steps(h)) > 0
+        for req in h.all_reqs:
+            max_new = req.sampling_params.max_new_tokens
+            expected = h.target.greedy(req.prompt, max_new, _reference_process(params))
+            assert req.output_ids[: len(expected)] == expected, req.rid
+        changed = [
+            r.rid for r in h.all_reqs
+            if h.target.greedy(r.prompt, r.sampling_params.max_new_tokens) != r.output_ids
+        ]  # fmt: skip
+        assert len(changed) >= len(h.all_reqs) // 2
+
+
+# -- refusals, eager fallback and the stand-in target itself ------------------------------
+@pytest.mark.parametrize(
+    ("attribute", "value", "words"),
+    [
+        ("hybrid_gdn_config", object(), "hybrid linear-attention / Mamba"),
+        ("mamba2_config", object(), "hybrid linear-attention / Mamba"),
+        ("is_hybrid_swa", True, "sliding-window"),
+        ("sliding_window_size", 4096, "sliding-window"),
+    ],
+)
+@pytest.mark.parametrize("spec", ["v1", "v2"])
+def test_unsupported_targets_refused_at_start_up(
+    rt, server_args, monkeypatch, attribute, value, words, spec
+):
+    h = Harness(rt, server_args, spec == "v2", monkeypatch)
+    setattr(h.target_runner, attribute, value)
+    with pytest.raises(ValueError, match=words):
+        h.worker.init_spec_disable(h.server_args)
+
+
+def test_without_threshold_nothing_is_built(rt, server_args, monkeypatch):
+    for spec_v2 in (False, True):
+        h = Harness(
+            rt, server_args, spec_v2, monkeypatch,
+            speculative_disable_batch_threshold=None,
+            speculative_reenable_batch_threshold=None,
+        )  # fmt: skip
+        assert h.worker.spec_disable is None and h.worker.plain_decode is None
+        assert h.target_runner.new_backends == []
+        h.run()
+        assert all(s["speculated"] for s in h.steps)
+
+
+@pytest.mark.parametrize("spec", ["v1", "v2"])
+def test_batches_above_the_graphs_run_eagerly_on_the_dedicated_backend(
+    rt, server_args, monkeypatch, spec
+):
+    """cuda_graph_bs up to 4: the DECODE graphs cover 4 only, so the 6- and 7-request steps
+    run eagerly, on the dedicated backend; outputs and KV stay exact."""
+    h = Harness(rt, server_args, spec == "v2", monkeypatch, cuda_graph_bs=[1, 2, 4])
+    h.run()
+    runtime = h.worker.plain_decode
+    assert runtime.graph_runner.capture_bs == [4]
+    eager = [s for s in plain_steps(h) if s["bs"] > 4]
+    assert eager and all(s["replays"] == {} for s in eager)
+    assert runtime.attn_backend.plans["DECODE"] == len(eager)
+    assert "DECODE" not in h.live_backend.plans
+    for req in h.all_reqs:
+        expected = h.target.greedy(req.prompt, req.sampling_params.max_new_tokens)
+        assert req.output_ids[: len(expected)] == expected, req.rid
+    assert h.allocator.available_size() == h.initial_free
+
+
+def test_no_decode_graphs_with_cuda_graphs_off(rt, server_args, monkeypatch):
+    h = Harness(rt, server_args, True, monkeypatch, disable_cuda_graph=True)
+    assert h.worker.plain_decode.graph_runner is None
+    assert h.worker.plain_decode.attn_backend is not h.live_backend
+
+
+def test_stand_in_target_depends_on_every_kv_row_and_position(rt):
+    """Dropping one KV row of the context, or shifting one position, changes most greedy
+    tokens of the stand-in target: KV and position mistakes cannot hide behind it."""
+    target = rt.TinyTarget()
+    g = torch.Generator().manual_seed(7)
+    dropped = shifted = total = 0
+    for _ in range(30):
+        prompt = torch.randint(2, rt.VOCAB - 1, (6,), generator=g).tolist()
+        tokens = prompt + target.greedy(prompt, 16)
+        for k in range(len(prompt) + 1, len(tokens)):
+            ids, pos = torch.tensor(tokens[:k]), torch.arange(k)
+            kv = target.token_kv(ids, pos)
+            coef = target.coef[:k]
+            full = (coef * kv).sum(0)
+            without = full - coef[k - 2] * kv[k - 2]
+            moved = (
+                full
+                - coef[k - 1] * kv[k - 1]
+                + coef[k - 1] * target.token_kv(ids[k - 1 :], pos[k - 1 :] + 1)[0]
+            )
+            head, here = target.emb[ids[-1]], target.pos[k - 1]
+            for summary, kind in ((without, "dropped"), (moved, "shifted")):
+                changed = int(torch.argmax(rt.mix(head, here, summary) @ target.wo)) != tokens[k]
+                dropped += changed and kind == "dropped"
+                shifted += changed and kind == "shifted"
+            total += 1
+    assert dropped / total > 0.5 and shifted / total > 0.5, (dropped / total, shifted / total)

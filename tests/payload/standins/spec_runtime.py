@@ -126,9 +126,15 @@ def _rows_of(fb, num_tokens: int) -> torch.Tensor:
     return torch.repeat_interleave(fb.req_pool_indices, lens)
 
 
+def mix(emb_t, pos_p, summary):
+    """Hidden state from the token, its position and the context summary: the sine makes
+    the next token depend on every KV row (a small change of the summary moves it a lot)."""
+    return emb_t + pos_p + 3.0 * torch.sin(2.0 * summary)
+
+
 class TinyTarget:
     """Stand-in target. KV row of token t at position p: tanh(E[t] W + P[p]); hidden at p:
-    E[t] + P[p] + S_p with S_p = sum_j c_j kv_j over the whole context 0..p (random c_j):
+    mix(E[t], P[p], S_p) with S_p = sum_j c_j kv_j over the whole context 0..p (random c_j):
     every KV row and every position moves the logits. Aux (EAGLE-3) state at p:
     [A, hidden, S_p] with A = c_0 kv_0."""
 
@@ -157,7 +163,7 @@ class TinyTarget:
             s = (self.coef[: p + 1] * ctx).sum(dim=0)
             summary.append(s)
             first.append(self.coef[0, 0] * ctx[0])
-            hidden.append(self.emb[input_ids[t]] + self.pos[p] + s)
+            hidden.append(mix(self.emb[input_ids[t]], self.pos[p], s))
         hidden = torch.stack(hidden)
         aux = torch.cat([torch.stack(first), hidden, torch.stack(summary)], dim=-1)
         return hidden @ self.wo, aux
@@ -169,7 +175,7 @@ class TinyTarget:
         kvs = self.token_kv(ids, pos)
         p = len(tokens) - 1
         s = (self.coef[: p + 1] * kvs).sum(dim=0)
-        return (self.emb[ids[-1]] + self.pos[p] + s) @ self.wo
+        return mix(self.emb[ids[-1]], self.pos[p], s) @ self.wo
 
     def greedy(self, prompt: list[int], num_tokens: int, process=None) -> list[int]:
         """Reference: dense greedy decoding. ``process(logits, outputs)`` may edit the
@@ -189,9 +195,9 @@ class TinyTarget:
 
 class TinyDraft:
     """Stand-in EAGLE-3 draft. Position p takes token t_{p+1} and the target's aux state at
-    p, writes its KV row kv(t_{p+1}, p+1) scaled by c_{p+1}, and predicts from
-    E[t_{p+1}] + P[p+1] + A + (sum of its own KV rows 0..p): the target's own formula, so its
-    proposals are right exactly when its KV history and positions are. A deterministic
+    p, writes its KV row c_{p+1} kv(t_{p+1}, p+1), and predicts from
+    mix(E[t_{p+1}], P[p+1], A + sum of its own KV rows 0..p): the target's own formula, so
+    its proposals are right exactly when its KV history and positions are. A deterministic
     per-position bias makes some proposals wrong (acceptance below 1)."""
 
     def __init__(self, target: TinyTarget, seed: int = 1, noise: float = 2.5):
@@ -210,9 +216,10 @@ class TinyDraft:
     def predict(self, tokens, positions, first, history_sum):
         t = self.target
         nxt = (positions.long() + 1).clamp(max=CONTEXT - 1)
-        hidden = t.emb[tokens.long()] + t.pos[nxt] + first + history_sum
+        summary = first + history_sum
+        hidden = mix(t.emb[tokens.long()], t.pos[nxt], summary)
         logits = hidden @ t.wo + self.bias[positions.long()]
-        return logits, torch.cat([first, hidden, history_sum], dim=-1)
+        return logits, torch.cat([first, hidden, summary], dim=-1)
 
     def run(self, input_ids, hidden_in, positions, out_cache_loc, rows, req_to_token):
         self.forward_calls += 1
