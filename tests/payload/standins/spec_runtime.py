@@ -48,6 +48,43 @@ EOS = 1
 
 
 # --------------------------------------------------------------------------------------
+# the two lines' names for the same things
+# --------------------------------------------------------------------------------------
+LINE_NAMES = {
+    "0.5.12": types.SimpleNamespace(
+        line="0.5.12",
+        root="bonus_tokens",  # EagleDraftInput: the pending token of each request
+        retrieve="retrieve_",  # EagleVerifyInput's tree fields
+        accepted="num_correct_drafts",  # GenerationBatchResult: accepted drafts
+        histogram="spec_correct_drafts_histogram",
+        sched_accepted="spec_num_accept_tokens",  # the scheduler's accepted-token counter
+        metrics_mixin="sglang.srt.observability.scheduler_metrics_mixin",
+        fill_root="fill_bonus_tokens",
+        v2_penalties=True,  # spec v2 verify sampling applies penalties and logit bias
+    ),
+    "0.5.9": types.SimpleNamespace(
+        line="0.5.9",
+        root="verified_id",
+        retrieve="retrive_",
+        accepted="num_accepted_tokens",
+        histogram="spec_acceptance_histogram",
+        sched_accepted="spec_num_accepted_tokens",
+        metrics_mixin="sglang.srt.managers.scheduler_metrics_mixin",
+        fill_root="fill_new_verified_id",
+        v2_penalties=False,
+    ),
+}
+
+
+def names():
+    """The running tree's line: 0.5.12 renamed the draft input's root to bonus_tokens."""
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    fields = EagleDraftInput.__dataclass_fields__
+    return LINE_NAMES["0.5.12" if "bonus_tokens" in fields else "0.5.9"]
+
+
+# --------------------------------------------------------------------------------------
 # launch order
 # --------------------------------------------------------------------------------------
 class LaunchLog:
@@ -354,8 +391,9 @@ class StandInCUDAGraph:
     exactly what the runner copied there) and writes into the captured output tensors. A
     replay needs its attention backend's replay metadata prepared for it."""
 
-    def __init__(self, attn_backend):
+    def __init__(self, attn_backend, current_backend):
         self.attn_backend = attn_backend
+        self.current_backend = current_backend
         self.run_once = None
         self.captured_fb = None
         self.output = None
@@ -368,6 +406,10 @@ class StandInCUDAGraph:
 
     def replay(self):
         backend = self.attn_backend
+        assert self.current_backend() is backend, (
+            f"graph captured on {backend.name} replayed with {self.current_backend().name} "
+            "installed: its replay metadata went to another backend"
+        )
         assert backend.replay_planned, (
             f"{backend.name}: graph replayed without its replay metadata prepared"
         )
@@ -389,8 +431,15 @@ def graph_runner_cls():
     from sglang.srt.model_executor import cuda_graph_runner as cgr
 
     class StandInGraphCudaGraphRunner(cgr.CudaGraphRunner):
+        def _backend(self):
+            # 0.5.12 runners own a backend; 0.5.9 runners use the model runner's
+            return getattr(self, "attn_backend", None) or self.model_runner.attn_backend
+
         def _create_device_graph(self):
-            return StandInCUDAGraph(self.attn_backend)
+            if getattr(self, "attn_backend", None) is not None:
+                return StandInCUDAGraph(self.attn_backend, lambda: self.attn_backend)
+            runner = self.model_runner
+            return StandInCUDAGraph(runner.attn_backend, lambda: runner.attn_backend)
 
         def _capture_graph(self, graph, pool, stream, run_once_fn):
             return graph.capture(run_once_fn, self._last_capture_fb)
@@ -399,13 +448,13 @@ def graph_runner_cls():
             def capturing_forward(input_ids, positions, forward_batch, **kw):
                 # init_forward_metadata_capture_cuda_graph planned this very batch
                 self._last_capture_fb = forward_batch
-                if self.attn_backend.planned_for is None:
-                    self.attn_backend.planned_for = forward_batch
+                if self._backend().planned_for is None:
+                    self._backend().planned_for = forward_batch
                 return forward(input_ids, positions, forward_batch, **kw)
 
-            self.attn_backend.planned_for = None
+            self._backend().planned_for = None
             out = super().capture_one_batch_size(bs, capturing_forward, stream_idx)
-            self.attn_backend.planned_for = None
+            self._backend().planned_for = None
             return out
 
         def replay(self, forward_batch, skip_attn_backend_init=False, pp_proxy_tensors=None):
@@ -500,12 +549,20 @@ class StandInModelRunner:
 # kernels
 # --------------------------------------------------------------------------------------
 def verify_tree_greedy_standin(
-    predicts, accept_index, accept_token_num, candidates, retrieve_index,
-    retrieve_next_token, retrieve_next_sibling, target_predict, topk=-1,
+    predicts, accept_index, accept_token_num, candidates, *tree, target_predict=None,
+    topk=-1, **named,
 ):  # fmt: skip
     """sgl_kernel ``verify_tree_greedy``: walk each request's tree from the root, accepting
     a child while it equals the target's prediction at its parent; the prediction at the
-    last accepted node is the bonus. Writes predicts / accept_index / accept_token_num."""
+    last accepted node is the bonus. Writes predicts / accept_index / accept_token_num.
+    (0.5.9 spells the tree arguments ``retrive_*``, 0.5.12 ``retrieve_*``.)"""
+    if tree:
+        retrieve_index, retrieve_next_token, retrieve_next_sibling, target_predict = tree[:4]
+    else:
+        pick = lambda name: named.get("retrieve_" + name, named.get("retrive_" + name))  # noqa: E731
+        retrieve_index, retrieve_next_token, retrieve_next_sibling = (
+            pick("index"), pick("next_token"), pick("next_sibling")
+        )  # fmt: skip
     bs, num_draft = candidates.shape
     assert target_predict.shape == (bs, num_draft)
     assert accept_index.shape[0] == bs and accept_token_num.shape == (bs,)
@@ -595,6 +652,7 @@ def install(monkeypatch):
     from sglang.srt.speculative import eagle_info, eagle_info_v2, eagle_worker_v2, spec_utils
 
     LAUNCHES.entries.clear()
+    n = names()
     for module in (eagle_info, eagle_info_v2):
         monkeypatch.setattr(module, "verify_tree_greedy_func", verify_tree_greedy_standin)
     for module in (spec_utils, eagle_info):
@@ -609,7 +667,7 @@ def install(monkeypatch):
         eagle_info, "create_extend_after_decode_spec_info",
         create_extend_after_decode_spec_info_standin,
     )  # fmt: skip
-    monkeypatch.setattr(eagle_worker_v2, "fill_bonus_tokens", fill_bonus_tokens_standin)
+    monkeypatch.setattr(eagle_worker_v2, n.fill_root, fill_bonus_tokens_standin)
     monkeypatch.setattr(torch.cpu, "Event", StandInEvent, raising=False)
     monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
     monkeypatch.setattr(parallel_state, "_MOE_EP", types.SimpleNamespace(world_size=1))
