@@ -27,6 +27,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tests" / "payload"))
+sys.path.insert(0, str(ROOT))
 
 
 @dataclass
@@ -47,9 +48,20 @@ def load(line: str) -> dict:
 
 
 def patched_tree(line: str) -> Path:
-    from spec_fixtures import line_tree
+    """The line's patched tree as the tier builds it: 0.5.12 from its wheel base, 0.5.9 by
+    patchkit's own apply of the series (the payload conftest's ``prepare_tree``)."""
+    from spec_fixtures import LINE_WHEELS, line_tree
 
-    return line_tree(line, patched=True)
+    if line in LINE_WHEELS:
+        return line_tree(line, patched=True)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "payload_conftest", ROOT / "tests" / "payload" / "conftest.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.prepare_tree("sglang", patched=True)
 
 
 def run_tier(tree: Path, tests: list[str], timeout: int) -> tuple[int, str]:

@@ -838,10 +838,11 @@ def test_no_decode_graphs_with_cuda_graphs_off(rt, server_args, monkeypatch):
     assert h.worker.plain_decode.attn_backend is not h.live_backend
 
 
-def test_stand_in_target_depends_on_every_kv_row_and_position(rt):
-    """Dropping one KV row of the context, or shifting one position, changes most greedy
-    tokens of the stand-in target: KV and position mistakes cannot hide behind it."""
-    target = rt.TinyTarget()
+def test_outputs_are_sensitive_to_every_kv_row_and_position(harness):
+    """The run's target: dropping one KV row of the context, or shifting one position,
+    changes most greedy tokens, so the exact outputs above leave KV and position mistakes
+    nowhere to hide."""
+    rt, target = harness.rt, harness.target
     g = torch.Generator().manual_seed(7)
     dropped = shifted = total = 0
     for _ in range(30):
