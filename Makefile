@@ -3,9 +3,13 @@
 PYTHON    ?= python3
 VENV      := .venv
 BVENV     := .venv-build
+# The payload venv of the SGLang 0.5.12 line (torch 2.11.0; the 0.5.9 line runs in $(VENV)).
+PVENV_0512 := .venv-payload-0.5.12
+PWHEELS_0512 := .cache/wheels/payload-0.5.12
 PIP_FLAGS ?= -q --disable-pip-version-check
 PROFILE   ?= cu130-sm120
 ARGS      ?=
+LINE      ?=
 
 .PHONY: wheels test test-fast gpu-test gpu-bundle verify review lint bench clean
 
@@ -23,19 +27,30 @@ $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
 	$(VENV)/bin/pip install $(PIP_FLAGS) -r build/constraints/payload-test.txt
 	touch $@
 
+# Its wheels (2.7 GB, torch 2.11.0) are kept in .cache/: a later build installs from there.
+$(PVENV_0512)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
+	test -x $(PVENV_0512)/bin/python || $(PYTHON) -m venv $(PVENV_0512)
+	$(PVENV_0512)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_0512) setuptools wheel \
+	    -r build/constraints/payload-test-0.5.12.txt '.[test]'
+	$(PVENV_0512)/bin/pip install $(PIP_FLAGS) --no-index --find-links $(PWHEELS_0512) \
+	    -e '.[test]' -r build/constraints/payload-test-0.5.12.txt
+	touch $@
+
 # Debian's chromium for the review page's browser test (skips cleanly where it cannot install).
 $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
 	touch $@
 
-## wheels: patched, versioned wheels with provenance in dist/
+## wheels: patched, versioned wheels with provenance in dist/ (each target's default line;
+## LINE=0.5.12 builds that line instead, e.g. the cp311 and cp312 wheels of a wheel base)
 wheels: $(BVENV)/.stamp
-	$(BVENV)/bin/patchkit build --target all --profile $(PROFILE) --out dist $(ARGS)
+	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
 
-## test: the CPU tier (manager tests and the payload tests of every patched path)
-test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser
+## test: the CPU tier (manager tests and the payload tests of every patched path, both lines)
+test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp
 	$(VENV)/bin/patchkit lint
 	$(VENV)/bin/python -m pytest -m "not gpu" $(ARGS)
+	PATCHKIT_PAYLOAD_LINE=0.5.12 $(PVENV_0512)/bin/python -m pytest -m payload tests/payload $(ARGS)
 
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core
@@ -50,11 +65,15 @@ gpu-test: $(VENV)/.stamp-core
 GPU_BUNDLE   ?= .gpu-stage
 SGLANG_WHEEL ?=
 gpu-bundle: $(BVENV)/.stamp
+	$(if $(SGLANG_WHEEL),,$(BVENV)/bin/patchkit build --target sglang --line 0.5.12 --python-tag cp312 --out dist)
 	$(BVENV)/bin/python gpu/bundle.py --out $(GPU_BUNDLE) $(if $(SGLANG_WHEEL),--sglang-wheel $(SGLANG_WHEEL))
 
-## verify: static CUDA 13 / torch cu130 ABI check of this interpreter's environment
+## verify: static CUDA 13 / torch cu130 ABI check of the environment that runs the stack:
+##   VERIFY_ENV (a venv, its python or a site-packages; default the active virtualenv, else
+##   .venv); an environment with nothing to check fails
+VERIFY_ENV ?= $(or $(VIRTUAL_ENV),$(VENV))
 verify: $(BVENV)/.stamp
-	$(BVENV)/bin/patchkit verify --env --profile $(PROFILE) $(ARGS)
+	$(BVENV)/bin/patchkit verify --env $(VERIFY_ENV) --profile $(or $(PATCHKIT_PROFILE),$(PROFILE)) $(ARGS)
 
 ## review: the upstream-diff review page
 review: $(BVENV)/.stamp

@@ -24,7 +24,55 @@ VERBS = {
     "export": "export",
     "lint": "lint",
     "review": "review",
+    "import": "import_",
+    "doctor": "doctor",
 }
+
+# One line per verb for `patchkit --help`, so listing the verbs imports none of them.
+SHORT_HELP = {
+    "apply": "Apply the series of each --target onto its base, one commit per patch.",
+    "status": "Show what a checkout carries versus the series.",
+    "fetch": "Resolve and cache the base of each target without touching any work tree.",
+    "build": "Build each patched target's wheel (versioned, reproducible, with provenance).",
+    "inspect": "Show what a wheel or an installed distribution carries.",
+    "verify": "Statically verify CUDA / torch ABI compatibility of an environment or wheelhouse.",
+    "rebase": "Classify each patch on a new base; carry the series there.",
+    "export": "Write one .patch per commit of a checkout, in deterministic bytes.",
+    "lint": "Check the series of every target.",
+    "review": "The upstream-diff review: patch table, upstream status, combined delta.",
+    "import": "Turn a monolithic diff or an overlay directory into a per-concern series.",
+    "doctor": "Check inputs before a long run (e.g. an EAGLE-3 draft checkpoint).",
+}
+
+ENVIRONMENT = (
+    ("PATCHKIT_PROJECT", "the project root (default: nearest parent with patches/targets.toml)"),
+    ("PATCHKIT_CACHE", "mirrors and downloads (default: $XDG_CACHE_HOME/patchkit or ~/.cache)"),
+    ("PATCHKIT_INDEX_URL", "the package index for sdists and wheels (default: PyPI)"),
+    ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
+    ("PATCHKIT_PROFILE", "the build / verify profile (default: cu130-sm120)"),
+    ("PATCHKIT_DEBUG", "1: show tracebacks (as --debug)"),
+    ("NO_COLOR / FORCE_COLOR", "turn colour off / on whatever the terminal"),
+)
+
+# The same meaning in every verb.
+EXIT_CODES = (
+    (0, "success"),
+    (1, "failed: the operation ran and did not succeed (conflict, lint or check errors)"),
+    (2, "usage or configuration error, or a base that cannot be obtained"),
+    (3, "nothing to do: the requested state already holds"),
+    (70, "internal error (a bug: run again with --debug and report it)"),
+    (130, "interrupted (SIGINT / SIGTERM); the message says what was left"),
+)
+
+
+def _epilog() -> str:
+    env = "\n".join(f"  {name:<24}{text}" for name, text in ENVIRONMENT)
+    codes = "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES)
+    return (
+        f"\b\nEnvironment:\n{env}\n\n\b\nExit codes:\n{codes}\n\n"
+        "\b\nShell completion (bash; zsh and fish likewise):\n"
+        '  eval "$(_PATCHKIT_COMPLETE=bash_source patchkit)"'
+    )
 
 
 class LazyGroup(click.Group):
@@ -32,6 +80,18 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name, mod in VERBS.items() if _module_exists(mod))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            text = SHORT_HELP.get(name)
+            if text is None:  # a verb without a listed line: ask the verb itself
+                command = self.get_command(ctx, name)
+                text = command.get_short_help_str(80) if command else ""
+            rows.append((name, text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = VERBS.get(name)
@@ -45,14 +105,29 @@ def _module_exists(module: str) -> bool:
     return os.path.exists(here)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_epilog()
+)
 @click.version_option(__version__, prog_name="patchkit")
 @click.option("--debug", is_flag=True, envvar="PATCHKIT_DEBUG", help="Show tracebacks on errors.")
+@click.option(
+    "-C",
+    "--project",
+    "project_dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Run as if started in DIR (as git -C).",
+)
 @click.pass_context
-def group(ctx: click.Context, debug: bool) -> None:
+def group(ctx: click.Context, debug: bool, project_dir: str | None) -> None:
     """Carry a versioned patch series against pinned upstreams (SGLang, FlashInfer)."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if project_dir is not None:
+        try:
+            os.chdir(project_dir)
+        except OSError as exc:
+            raise click.UsageError(f"-C {project_dir}: {exc.strerror}") from None
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
@@ -66,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.get("PATCHKIT_DEBUG")
     )
     try:
-        rv = group.main(args=argv, prog_name="patchkit", standalone_mode=False)
+        rv = _dispatch(argv)
     except PatchkitError as exc:
         if debug:
             raise
@@ -101,6 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 70
     return rv if isinstance(rv, int) else 0
+
+
+def _dispatch(argv: list[str] | None):
+    try:
+        return group.main(args=argv, prog_name="patchkit", standalone_mode=False)
+    finally:
+        if "patchkit.ui" in sys.modules:
+            sys.modules["patchkit.ui"].stop_all()
 
 
 def _one_line(text: str) -> str:

@@ -764,3 +764,40 @@ def files_written_by_checkout(repo: Path, old: str, new: str) -> list[str]:
         if hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest() == blobs[path]:
             found.append(path)
     return found
+
+
+def tree_with_files(repo: Path, commit: str, files: dict[str, bytes], bare: bool = False) -> str:
+    """The tree of `commit` with each path of `files` holding those bytes (mode kept; new
+    files 100644); written to the object store, no work tree or ref touched."""
+    modes: dict[str, str] = {}
+    if files:
+        listing = str(
+            run(
+                repo,
+                "ls-tree",
+                "-z",
+                "--full-tree",
+                commit,
+                "--",
+                *sorted(files),
+                env={"GIT_LITERAL_PATHSPECS": "1"},
+                bare=bare,
+            )
+        )
+        for entry in listing.split("\0"):
+            meta, _, name = entry.partition("\t")
+            if name:
+                modes[name] = meta.split(" ", 1)[0]
+    with scratch_index(repo, commit, bare=bare) as env:
+        for path, data in sorted(files.items()):
+            blob = str(run(repo, "hash-object", "-w", "--stdin", stdin=data, bare=bare)).strip()
+            mode = modes.get(path, "100644")
+            entry = f"{mode},{blob},{path}"
+            run(repo, "update-index", "--add", "--cacheinfo", entry, env=env, bare=bare)
+        return write_tree(repo, env, bare=bare)
+
+
+def status_entries(repo: Path) -> list[str]:
+    """`XY path` for every changed, unmerged or untracked path of a work tree."""
+    out = str(run(repo, "status", "--porcelain=v1", "--untracked-files=all", "-z"))
+    return [entry for entry in out.split("\0") if len(entry) > 3]

@@ -122,29 +122,39 @@ def test_cxx11_abi_mismatch(tmp_path, torch_dir, cache_dir):
     assert "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs" in checks["undefined-symbol"].message
 
 
-def test_missing_needed_and_cuda_major(tmp_path, torch_dir, cache_dir, monkeypatch):
-    # This host's ld.so.cache may list a CUDA 13 toolkit's libcudart.so.13; a bare host has none.
-    monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
+def test_missing_needed_and_cuda_major(tmp_path, torch_dir, cache_dir):
+    # The verifying host's own CUDA toolkit (this machine has a CUDA 13 one) is never searched.
     cudart13 = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
     ext = builders.linking("needs-cudart13", [cudart13], "cudaGetLastError")
-    site = builders.make_site(str(tmp_path), torch_dir, {"sgl_kernel/common_ops.abi3.so": ext})
+    other = builders.stub_library("libpk_other.so.1", ("pk_one",))
+    ext2 = builders.linking("needs-other", [other], "pk_one")
+    site = builders.make_site(
+        str(tmp_path),
+        torch_dir,
+        {"sgl_kernel/common_ops.abi3.so": ext, "sgl_kernel/spatial_ops.abi3.so": ext2},
+    )
     report = verify(env=site, cache_dir=cache_dir, host_checks=False)
     found = {f.check: f for f in _findings(report, "sgl_kernel")}
-    assert found["needed-missing"].message.startswith(
-        "libcudart.so.13: cannot open shared object file: No such file or directory"
+    # One finding for the wrong CUDA build, its missing runtime as evidence, not a second error.
+    major = found["cuda-major"]
+    assert "a CUDA 13 build: 1 object(s) need libcudart.so.13 but torch is CUDA 12" in (
+        major.message
     )
-    assert "needs libcudart.so.13 (CUDA 13) but torch is CUDA 12" in found["cuda-major"].message
+    assert major.evidence == (f"{site}/sgl_kernel/common_ops.abi3.so: needs libcudart.so.13",)
+    assert found["needed-missing"].message.startswith(
+        "libpk_other.so.1: cannot open shared object file: No such file or directory"
+    )
+    assert found["needed-missing"].file.endswith("spatial_ops.abi3.so")
 
 
-def test_needed_found_through_ld_library_path(tmp_path, torch_dir, cache_dir, monkeypatch):
-    monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
-    cudart13 = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
-    ext = builders.linking("needs-cudart13", [cudart13], "cudaGetLastError")
+def test_needed_found_through_ld_library_path(tmp_path, torch_dir, cache_dir):
+    cudart13 = builders.stub_library("libpk_other.so.1", ("pk_one",))
+    ext = builders.linking("needs-other", [cudart13], "pk_one")
     site = builders.make_site(
         str(tmp_path),
         torch_dir,
         {
-            "cudalibs/libcudart.so.13": cudart13,
+            "cudalibs/libpk_other.so.1": cudart13,
             "sgl_kernel/common_ops.abi3.so": ext,
         },
     )

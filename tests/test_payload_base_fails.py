@@ -3,10 +3,15 @@
 The payload tests run again against the unpatched trees (``PATCHKIT_PAYLOAD_TREE=base``) and
 each collected test must fail there; a test that passes on the base proves nothing about its
 patch.  Generic over ``tests/payload``: new payload tests are covered without listing them.
+
+Once per SGLang line (``PATCHKIT_PAYLOAD_LINE``), each in the interpreter made for it: this one
+when its torch is the line's (``build/constraints/payload-test*.txt``), else
+``.venv-payload-<line>`` (``make test`` builds it); a line without one is skipped.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -20,13 +25,45 @@ pytestmark = [pytest.mark.payload, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = "tests/payload"
+CONSTRAINTS = ROOT / "build" / "constraints"
 OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (.+)$")
 
 
-def _pytest(*args: str, tree: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATCHKIT_PAYLOAD_TREE": tree}
+def _lines() -> list[str]:
+    """The SGLang lines of targets.toml, the default line first."""
+    from patchkit.workspace import Workspace
+
+    spec = Workspace.load(ROOT).target("sglang")
+    default = spec.current_line.name
+    return [default, *(name for name in spec.line_names if name != default)]
+
+
+def _pinned_torch(line: str) -> str:
+    own = CONSTRAINTS / f"payload-test-{line}.txt"
+    path = own if own.is_file() else CONSTRAINTS / "payload-test.txt"
+    for raw in path.read_text().splitlines():
+        name, sep, version = raw.split("#", 1)[0].strip().partition("==")
+        if sep and name.strip().lower() == "torch":
+            return version.strip()
+    raise AssertionError(f"{path.name} pins no torch")
+
+
+def _interpreter(line: str) -> str | None:
+    try:
+        here = importlib.metadata.version("torch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        here = None
+    if here == _pinned_torch(line):
+        return sys.executable
+    venv = ROOT / f".venv-payload-{line}" / "bin" / "python"
+    return str(venv) if venv.is_file() else None
+
+
+def _pytest(*args: str, tree: str, line: str, python: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATCHKIT_PAYLOAD_TREE": tree, "PATCHKIT_PAYLOAD_LINE": line}
+    env.pop("PATCHKIT_PAYLOAD_SGLANG_ROOT", None)  # the trees come from the series
     return subprocess.run(
-        [sys.executable, "-m", "pytest", PAYLOAD, "-p", "no:cacheprovider", *args],
+        [python, "-m", "pytest", PAYLOAD, "-p", "no:cacheprovider", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -35,8 +72,8 @@ def _pytest(*args: str, tree: str) -> subprocess.CompletedProcess:
     )
 
 
-def _collected_ids() -> list[str]:
-    run = _pytest("--collect-only", "-q", tree="patched")
+def _collected_ids(line: str, python: str) -> list[str]:
+    run = _pytest("--collect-only", "-q", tree="patched", line=line, python=python)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return [line for line in run.stdout.splitlines() if line.startswith(f"{PAYLOAD}/")]
 
@@ -62,11 +99,15 @@ def _outcomes(report: str, ids: list[str]) -> dict[str, str]:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs the payload venv")
-def test_every_payload_test_fails_on_the_unpatched_tree():
-    ids = _collected_ids()
-    assert ids, f"no payload tests collected under {PAYLOAD}"
+@pytest.mark.parametrize("line", _lines())
+def test_every_payload_test_fails_on_the_unpatched_tree(line):
+    python = _interpreter(line)
+    if python is None:
+        pytest.skip(f"no interpreter with torch=={_pinned_torch(line)} for line {line}")
+    ids = _collected_ids(line, python)
+    assert ids, f"no payload tests collected under {PAYLOAD} for line {line}"
 
-    run = _pytest("-q", "-rA", "--tb=no", tree="base")
+    run = _pytest("-q", "-rA", "--tb=no", tree="base", line=line, python=python)
     outcomes = _outcomes(run.stdout, ids)
 
     def failed(test_id: str) -> bool:
@@ -77,7 +118,7 @@ def test_every_payload_test_fails_on_the_unpatched_tree():
         test_id: outcomes.get(test_id, "not run") for test_id in ids if not failed(test_id)
     }
     assert not not_failed, (
-        "payload tests that do not fail on the unpatched tree:\n"
+        f"payload tests that do not fail on the unpatched tree of line {line}:\n"
         + "\n".join(f"  {test_id}: {outcome}" for test_id, outcome in sorted(not_failed.items()))
         + f"\n--- pytest output (tail) ---\n{run.stdout[-4000:]}"
     )

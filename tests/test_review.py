@@ -3,6 +3,8 @@ the self-contained HTML page, loaded in a real headless chromium."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import shutil
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from browser.cdp import Browser, find_chromium
-from helpers import ROOT, git, patchkit
+from helpers import ROOT, git, patchkit, series_folder
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401 - fixtures
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -20,7 +22,7 @@ AUX_POST = "eagle3-aux-capture-post-allreduce.patch"
 
 
 def series_names(root: Path, target: str) -> list[str]:
-    text = (root / "patches" / target / "series").read_text()
+    text = (series_folder(root, target) / "series").read_text()
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
@@ -31,7 +33,7 @@ def versioned_project(project, cache) -> Path:
     git(project, "init", "-q", "-b", "main")
     git(project, "add", "-A")
     git(project, "commit", "-qm", "series 0.1.0")
-    sg = project / "patches" / "sglang"
+    sg = series_folder(project, "sglang")
     text = (sg / KIMI).read_text()
     (sg / KIMI).write_text(
         text.replace(
@@ -101,13 +103,57 @@ def test_html_is_self_contained(tmp_path, cache):
     r = patchkit("review", "--html", str(page))
     assert r.returncode == 0, r.stderr
     html = page.read_text()
-    assert "<script" not in html.lower()
+    # one inline script, allowed by its sha256 in the CSP and by nothing else
+    scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
+    assert len(scripts) == 1 and html.lower().count("<script") == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in html
+    assert "unsafe-inline'; script-src" in html and "script-src 'unsafe" not in html
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html.split("<main>")[0])
     assert "default-src 'none'" in html
     assert not re.search(r"<(img|iframe|link)[^>]+(src|href)=\"https?:", html)
     assert html.count('class="patch-row"') == sum(
         len(series_names(ROOT, t)) for t in ("sglang", "flashinfer")
     )
+    # diffs are collapsed by default; line numbers and highlighting are rendered server-side
+    assert "<details open" not in html
+    assert 'class="ln" data-ln="' in html and 'class="tok-kw"' in html
+
+
+def test_diff_table_numbers_lines_and_highlights():
+    from patchkit.review.render.diffview import diff_table
+
+    diff = (
+        "diff --git a/pkg/m.py b/pkg/m.py\n"
+        "index 1111111..2222222 100644\n"
+        "--- a/pkg/m.py\n+++ b/pkg/m.py\n"
+        "@@ -10,3 +10,4 @@ def f():\n"
+        " x = 1\n-y = 'a'\n+y = 'b'  # why\n+z = 2\n w = 3\n"
+    )
+    html = diff_table(diff)
+    rows = re.findall(
+        r'<tr class="(\w+)"><td class="ln" data-ln="(\d*)"></td>'
+        r'<td class="ln" data-ln="(\d*)"></td>',
+        html,
+    )
+    assert rows == [
+        ("meta", "", ""),
+        ("meta", "", ""),
+        ("meta", "", ""),
+        ("hunk", "", ""),
+        ("ctx", "10", "10"),
+        ("del", "11", ""),
+        ("add", "", "11"),
+        ("add", "", "12"),
+        ("ctx", "12", "13"),
+    ]
+    assert '<span class="tok-str">&#x27;b&#x27;</span>' in html
+    assert '<span class="tok-com"># why</span>' in html
+    # a C++/CUDA file is highlighted as C, an unknown extension as plain text
+    cu = diff_table("diff --git a/k.cu b/k.cu\n@@ -1 +1 @@\n-#if X\n+int y = 0;\n")
+    assert 'class="tok-pre"' in cu and '<span class="tok-kw">int</span>' in cu
+    txt = diff_table("diff --git a/k.txt b/k.txt\n@@ -1 +1 @@\n-if x\n+def y\n")
+    assert "tok-" not in txt
 
 
 @pytest.mark.slow
@@ -142,9 +188,46 @@ def test_html_page_in_headless_chromium(tmp_path, versioned_project, sglang_0510
         assert sections == len(expected)
         width = browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
         assert width, "the page scrolls sideways"
+        # every rebase note is shown: the equivalent-implementation caveat and conflict reasons
+        notes = browser.evaluate(
+            "[...document.querySelectorAll('tr.patch-row .rebase-note, tr.patch-row .conflicts')]"
+            ".map(n => n.textContent)"
+        )
+        assert any("read it before dropping" in n for n in notes), notes
+        counts = browser.evaluate("document.querySelector('.counts').textContent")
+        assert "patch(es)" in counts and "file(s)" in counts and "upstreamed" in counts
+        # collapsed by default; expand all / collapse all by script; a hash link opens its diff
+        opened = "[...document.querySelectorAll('details.patch-diff')].filter(d => d.open).length"
+        assert browser.evaluate(opened) == 0
+        collapsed_height = browser.evaluate("document.documentElement.scrollHeight")
+        browser.evaluate("document.querySelector('[data-action=expand-all]').click()")
+        assert browser.evaluate(opened) == len(expected)
+        assert browser.evaluate("document.documentElement.scrollHeight") > 2 * collapsed_height
+        browser.evaluate("document.querySelector('[data-action=collapse-all]').click()")
+        assert browser.evaluate(opened) == 0
+        anchor = browser.evaluate("document.querySelector('tr.patch-row a').hash")
+        browser.evaluate(f"window.location.hash = {json.dumps(anchor)}")
+        assert browser.evaluate(opened) == 1
+        numbers = browser.evaluate(
+            "getComputedStyle(document.querySelector('td.ln[data-ln=\\'1\\']') "
+            "|| document.querySelector('td.ln'), '::before').content"
+        )
+        assert numbers not in ("none", "normal", '""')
+        paths_break_at_slashes = browser.evaluate(
+            "[...document.querySelectorAll('td.files')].every("
+            "td => getComputedStyle(td).wordBreak === 'normal')"
+        )
+        assert paths_break_at_slashes
+        assert browser.errors() == []
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         browser.screenshot(ARTIFACTS / "review.png")
         browser.evaluate("document.getElementById('range-diff').scrollIntoView()")
         browser.screenshot(ARTIFACTS / "review-range-diff.png")
+    with Browser(executable, width=390, height=844) as phone:
+        phone.goto(page.as_uri())
+        assert phone.errors() == []
+        sideways = phone.evaluate("document.documentElement.scrollWidth > window.innerWidth + 1")
+        assert not sideways, "the page scrolls sideways at phone width"
+        phone.screenshot(ARTIFACTS / "review-phone.png")
     shutil.copy(page, ARTIFACTS / "review.html")
     assert (ARTIFACTS / "review.png").stat().st_size > 10_000

@@ -33,7 +33,9 @@ def _dist(site: str, name: str, version: str, requires=(), record=()):
 
 
 def _site(tmp_path, version="2.9.1+cu130", cuda="'13.0'", extras=None) -> str:
-    site = builders.make_site(str(tmp_path), None, extras or {})
+    # One real object, so the run checks something ("nothing checked" is its own error).
+    extras = {"demo/libdemo.so": builders.stub_library("libdemo.so", ("demo",)), **(extras or {})}
+    site = builders.make_site(str(tmp_path), None, extras)
     os.makedirs(os.path.join(site, "torch"), exist_ok=True)
     with open(os.path.join(site, "torch", "version.py"), "w") as fh:
         fh.write(VERSION_PY.format(v=version, c=cuda))
@@ -150,8 +152,7 @@ def test_torch_arch_list(tmp_path):
     )
 
 
-def test_one_runtime(tmp_path, monkeypatch):
-    monkeypatch.setattr("patchkit.abi.loader.read_ld_cache", lambda path=None: {})
+def test_one_runtime(tmp_path):
     rt12 = builders.stub_library("libcudart.so.12", ("cudaMalloc",))
     rt13 = builders.stub_library("libcudart.so.13", ("cudaMalloc",))
     ext = builders.linking("two-runtimes", [rt12, rt13])

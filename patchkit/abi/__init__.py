@@ -44,6 +44,10 @@ class VerifyReport:
         return sum(f.severity == "warning" for f in self.findings)
 
     @property
+    def notes(self) -> int:
+        return sum(f.severity == "note" for f in self.findings)
+
+    @property
     def exit_code(self) -> int:
         return 1 if self.errors else 0
 
@@ -55,6 +59,7 @@ class VerifyReport:
             "files": self.files,
             "errors": self.errors,
             "warnings": self.warnings,
+            "notes": self.notes,
             "seconds": round(self.seconds, 3),
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -73,13 +78,16 @@ def verify(
 ) -> VerifyReport:
     """Verify a site-packages folder (``env``), a folder of wheels, or wheels over an env.
 
-    Raises FileNotFoundError for a missing folder, ValueError for a bad ``gpus`` entry and
-    profiles.ProfileError for a missing or broken profile.
+    ``profile`` defaults to ``$PATCHKIT_PROFILE``, else cu130-sm120. Raises FileNotFoundError
+    for a missing folder, ValueError for a bad ``gpus`` entry and profiles.ProfileError for a
+    missing or broken profile.
     """
     started = time.perf_counter()
+    environ = dict(os.environ if environ is None else environ)
+    if profile is None:
+        profile = environ.get("PATCHKIT_PROFILE") or None
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     targets = [CC.parse(g) for g in gpus] if gpus else list(prof.targets)
-    environ = dict(os.environ if environ is None else environ)
     cache = ResultCache(cache_dir, enabled=use_cache)
     scratch = tempfile.mkdtemp(prefix="patchkit-verify-") if wheelhouse else None
     try:
@@ -94,7 +102,7 @@ def verify(
         driver = detect_driver() if host_checks else None
         source = os.path.abspath(wheelhouse if wheelhouse else (env or default_site_packages()))
         key = _run_key(tree, source, prof, targets, environ, driver)
-        hit = cache.load("run:" + source, 0, key)
+        hit = cache.load("run:" + source, 0, key, _decode_findings)
         if hit is not None:
             return VerifyReport(
                 profile=prof.name,
@@ -116,7 +124,7 @@ def verify(
             environ=environ,
         )
         findings = run_checks(ctx)
-        cache.store("run:" + source, 0, key, findings)
+        cache.store("run:" + source, 0, key, [f.to_dict() for f in findings])
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -131,6 +139,12 @@ def verify(
     )
 
 
+def _decode_findings(value) -> list[Finding]:
+    if not isinstance(value, list):
+        raise TypeError("findings")
+    return [Finding.from_dict(d) for d in value]
+
+
 # Environment variables some check reads.
 _ENV_KEYS = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PATH", "FLASHINFER_CUDA_ARCH_LIST")
 
@@ -139,16 +153,18 @@ def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -
     """Everything the findings depend on: files (path, size, mtime), metadata, profile, host."""
     # A wheelhouse is unpacked into a fresh scratch folder each run: its name is no input.
     env_root = tree.root if tree.kind == "env" else None
-    try:
-        ld = os.stat("/etc/ld.so.cache")
-        ld_id = (ld.st_size, ld.st_mtime_ns)
-    except OSError:
-        ld_id = None
+    prof_bytes = []
+    for path in (prof.path, prof.data_file(prof.torch_symbols) if prof.torch_symbols else None):
+        try:
+            st = os.stat(path) if path else None
+            prof_bytes.append((path, st.st_size, st.st_mtime_ns) if st else None)
+        except OSError:
+            prof_bytes.append(repr(prof))
     try:
         with open(prof.path, "rb") as fh:
-            prof_bytes = fh.read()
+            prof_bytes.append(fh.read())
     except OSError:
-        prof_bytes = repr(prof).encode()
+        pass
     # The rules themselves: this package's files (a code change must not reuse old findings).
     here = os.path.dirname(os.path.abspath(__file__))
     code = []
@@ -163,6 +179,7 @@ def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -
             source,
             env_root,
             sorted((m.relpath, m.size, m.mtime) for m in tree.members.values()),
+            sorted(tree.candidates),
             sorted(tree.texts.items()),
             sorted((d.name, d.version, d.wheel, tuple(d.requires)) for d in tree.dists.values()),
             tree.invalid,
@@ -171,6 +188,5 @@ def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -
             [str(t) for t in targets],
             [(k, environ.get(k)) for k in _ENV_KEYS],
             driver.version if driver else None,
-            ld_id,
         ]
     )

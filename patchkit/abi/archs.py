@@ -25,16 +25,42 @@ class CC:
 
     @classmethod
     def parse(cls, text: str) -> CC:
-        """Accept ``12.0``, ``120``, ``sm_120``, ``9.0``, ``90``."""
+        """Accept ``12.0``, ``12``, ``sm_120``, ``compute_120a``, ``120``; refuse the ambiguous.
+
+        A bare number is read both as a major (``12`` -> 12.0) and as an SM number (``120`` ->
+        12.0); exactly one reading must be a compute capability that exists (KNOWN), so
+        ``12`` is 12.0 (there is no CC 1.2), ``90`` is 9.0, and ``13`` (13.0? 1.3?) is refused;
+        so is ``1.2``, which no GPU CUDA 13 supports (``12.0`` was meant).
+        """
+        raw = text
         text = text.strip().lower()
-        m = re.fullmatch(r"(\d+)\.(\d+)", text)
+        m = re.fullmatch(r"(\d{1,2})\.(\d)", text)
         if m:
-            return cls(int(m.group(1)), int(m.group(2)))
-        m = re.fullmatch(r"(?:sm_|compute_)?(\d{2,3})[af]?", text)
+            cc = cls(int(m.group(1)), int(m.group(2)))
+            if cc.major < 3:
+                raise ValueError(
+                    f"compute capability {raw!r} is older than any GPU CUDA 13 runs on; "
+                    f"did you mean {cc.major}{cc.minor}.0 (sm_{cc.major}{cc.minor}0)?"
+                )
+            return cc
+        m = re.fullmatch(r"(?:sm|compute)_(\d{2,3})[af]?", text)
         if m:
             n = int(m.group(1))
-            return cls(n // 10, n % 10)
-        raise ValueError(f"not a compute capability: {text!r} (expected e.g. 12.0 or sm_120)")
+            cc = cls(n // 10, n % 10)
+            if cc.major < 3:
+                raise ValueError(f"{raw!r} is older than any GPU CUDA 13 runs on")
+            return cc
+        m = re.fullmatch(r"\d{1,3}", text)
+        if m:
+            n = int(text)
+            readings = sorted({cls(n, 0), cls(n // 10, n % 10)} & KNOWN)
+            if len(readings) == 1:
+                return readings[0]
+            raise ValueError(
+                f"cannot read compute capability {raw!r}: neither {n}.0 nor {n // 10}.{n % 10} "
+                "is a GPU CUDA knows; write it as X.Y or sm_XY (e.g. 12.0, sm_120)"
+            )
+        raise ValueError(f"not a compute capability: {raw!r} (expected e.g. 12.0 or sm_120)")
 
     @classmethod
     def from_arch(cls, arch: int) -> CC:
@@ -43,9 +69,22 @@ class CC:
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}"
 
+    def __repr__(self) -> str:
+        return f"CC({self.major}, {self.minor})"
+
     @property
     def sm(self) -> str:
         return f"{self.major}{self.minor}"
+
+
+# Compute capabilities of shipped NVIDIA GPUs (CUDA's list), used to read a bare number.
+KNOWN = {
+    CC(*map(int, v.split(".")))
+    for v in (
+        "3.5 3.7 5.0 5.2 5.3 6.0 6.1 6.2 7.0 7.2 7.5 8.0 8.6 8.7 8.8 8.9 9.0 10.0 10.1 10.3 "
+        "11.0 12.0 12.1"
+    ).split()
+}
 
 
 def runs_on(entry: FatbinEntry, cc: CC) -> bool:

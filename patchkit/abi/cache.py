@@ -1,26 +1,31 @@
 """Per-file analysis results keyed by path, size and mtime: an unchanged stack re-verifies at once.
 
-One pickle per file under ``$PATCHKIT_CACHE/verify`` (default ``~/.cache/patchkit``), named by a
-hash of the file's identity; each is written to a temporary name and renamed into place, so a
-reader never sees half a file and concurrent runs cannot corrupt each other.
+One JSON document per file under ``<cache>/verify`` (``$PATCHKIT_CACHE``, else
+``$XDG_CACHE_HOME/patchkit``, else ``~/.cache/patchkit``), named by a hash of the file's
+identity. Entries are data, never code: each is parsed as JSON and checked field by field by
+the reader the caller passes; a missing, truncated, foreign or ill-typed entry is a miss.
+Writes go to a temporary name that is renamed into place, so a reader never sees half a file and
+concurrent runs cannot corrupt each other.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 # Bump when FileReport or the analysis changes meaning.
-FORMAT = 5
+FORMAT = 6
 
 
 def cache_root() -> str:
-    """``$PATCHKIT_CACHE`` or ``~/.cache/patchkit``."""
-    return os.environ.get("PATCHKIT_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "patchkit"
-    )
+    """``$PATCHKIT_CACHE``, else ``$XDG_CACHE_HOME/patchkit``, else ``~/.cache/patchkit``."""
+    from patchkit.project import cache_root as project_cache_root
+
+    return str(project_cache_root())
 
 
 class ResultCache:
@@ -32,36 +37,56 @@ class ResultCache:
 
     def _path(self, key: str) -> str:
         digest = hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()
-        return os.path.join(self.dir, digest[:2], digest[2:] + ".pickle")
+        return os.path.join(self.dir, digest[:2], digest[2:] + ".json")
 
-    def load(self, key: str, size: int, mtime: int):
+    def load(self, key: str, size: int, mtime: int, decode: Callable[[Any], Any]):
+        """The stored value for (key, size, mtime) passed through ``decode``, else None.
+
+        ``decode`` rebuilds the value from plain JSON data and raises (KeyError, TypeError,
+        ValueError ...) on anything it does not expect; that is a miss, never an error.
+        """
         if not self.enabled:
             return None
         try:
             with open(self._path(key), "rb") as fh:
-                fmt, k, s, m, value = pickle.load(fh)
-        except Exception:  # missing, truncated, or from another version: a miss
+                doc = json.loads(fh.read())
+            if not isinstance(doc, dict):
+                return None
+            if (doc.get("format"), doc.get("key"), doc.get("size"), doc.get("mtime")) != (
+                FORMAT,
+                key,
+                size,
+                mtime,
+            ):
+                return None
+            return decode(doc["value"])
+        except Exception:  # missing, truncated, from another version, ill-typed: a miss
             return None
-        if (fmt, k, s, m) != (FORMAT, key, size, mtime):
-            return None
-        return value
 
-    def store(self, key: str, size: int, mtime: int, value) -> None:
+    def store(self, key: str, size: int, mtime: int, value: Any) -> None:
+        """Store ``value`` (plain JSON data) for (key, size, mtime)."""
         if not self.enabled:
             return
         path = self._path(key)
+        tmp = None
         try:
+            data = json.dumps(
+                {"format": FORMAT, "key": key, "size": size, "mtime": mtime, "value": value},
+                separators=(",", ":"),
+                ensure_ascii=False,
+            ).encode("utf-8", "surrogateescape")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                pickle.dump((FORMAT, key, size, mtime, value), fh, protocol=pickle.HIGHEST_PROTOCOL)
+                fh.write(data)
             os.replace(tmp, path)
-        except OSError:
+        except (OSError, ValueError, TypeError):
             # A read-only or full cache only costs speed.
-            try:
-                os.unlink(tmp)
-            except (OSError, UnboundLocalError):
-                pass
+            if tmp:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
 
 
 def run_key(parts) -> str:

@@ -23,9 +23,9 @@ from patchkit.abi.archs import CC, arch_list_runs_on, coverage, family_hint
 from patchkit.abi.cache import ResultCache
 from patchkit.abi.elf import open_mapped
 from patchkit.abi.fatbin import PTX_ISA_TO_CUDA, decide_kernels
-from patchkit.abi.loader import Closure, Loaded, Loader, read_ld_cache
+from patchkit.abi.loader import EXEMPT, Closure, Loaded, Loader, read_ld_cache
 from patchkit.abi.profiles import CheckSpec, Profile, load_catalogue
-from patchkit.abi.scan import FileReport, analyze_file
+from patchkit.abi.scan import FileReport
 from patchkit.abi.sources import Tree
 
 TORCH_SONAMES = {
@@ -80,16 +80,34 @@ class Finding:
 
     check: str
     number: int
-    severity: str  # "error" | "warning"
+    severity: str  # "error" | "warning" | "note"
     file: str
     message: str
     hint: str
+    evidence: tuple[str, ...] = ()  # the facts behind a grouped finding, one per line
 
     def line(self) -> str:
         return f"{self.severity:<7}  {self.file}: {self.message} — {self.hint}"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["evidence"] = list(self.evidence)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Finding:
+        """Rebuild from to_dict() output (the run cache); raises on anything else."""
+        strs = ("check", "severity", "file", "message", "hint")
+        if not all(isinstance(d[k], str) for k in strs) or type(d["number"]) is not int:
+            raise TypeError("finding fields")
+        if d["severity"] not in ("error", "warning", "note"):
+            raise ValueError("severity")
+        ev = d["evidence"]
+        if not isinstance(ev, list) or not all(isinstance(x, str) for x in ev):
+            raise TypeError("evidence")
+        return cls(
+            *(d[k] for k in ("check", "number", "severity", "file", "message", "hint")), tuple(ev)
+        )
 
 
 @dataclass
@@ -171,8 +189,12 @@ class Context:
     torch: TorchFacts = field(default_factory=TorchFacts)
     loader: Loader | None = None
     closures: dict[str, Closure] = field(default_factory=dict)
+    # Stand-ins for the profile's torch libraries when torch is not among the checked files.
+    profile_torch: dict[str, FileReport] = field(default_factory=dict)
+    profile_torch_source: str | None = None
+    grouped: set[str] = field(default_factory=set)  # files whose CUDA build is one finding
 
-    def emit(self, check: str, file: str, **fields) -> None:
+    def emit(self, check: str, file: str, evidence: tuple[str, ...] = (), **fields) -> None:
         spec = self.catalogue[check]
         severity = self.profile.severity.get(check, spec.severity)
         values = _Fields(fields)
@@ -184,6 +206,7 @@ class Context:
                 file,
                 spec.message.format_map(values),
                 spec.hint.format_map(values),
+                tuple(evidence),
             )
         )
 
@@ -241,17 +264,27 @@ def _top(rel: str) -> str:
 
 
 def is_extension(ctx: Context, rel: str, rep: FileReport) -> bool:
-    """A torch extension or a shared object of a profile extension package."""
+    """Any ELF object outside torch and the nvidia-* CUDA wheels (whatever its name)."""
+    if rep.kind != "elf" or rel in ctx.profile_torch:
+        return False
     top = _top(rel)
+    # auditwheel's <dist>.libs/ hold vendored libraries, loaded only as an extension's NEEDED
     if top in ("torch", "nvidia") or top.endswith(".libs"):
         return False
-    if any(fnmatch.fnmatch(top, pat) for pat in ctx.profile.extension_packages):
-        return True
-    return rep.elf is not None and any(n in TORCH_SONAMES for n in rep.elf.needed)
+    owner = ctx.tree.owner(rel)
+    return not (owner and (owner.name == "torch" or owner.name.startswith("nvidia-")))
 
 
 def extension_reports(ctx: Context) -> dict[str, FileReport]:
     return {rel: rep for rel, rep in sorted(ctx.reports.items()) if is_extension(ctx, rel, rep)}
+
+
+def owner_label(ctx: Context, rel: str, rep: FileReport) -> str:
+    """What to name a grouped finding after: the wheel, else the installed dist, else the top."""
+    if "!" in rep.origin:
+        return rep.origin.split("!", 1)[0]
+    owner = ctx.tree.owner(rel)
+    return f"{owner.name} {owner.version}" if owner else _top(rel)
 
 
 # ---------------------------------------------------------------- checks 1-5: distributions
@@ -260,7 +293,15 @@ def extension_reports(ctx: Context) -> dict[str, FileReport]:
 def check_torch_variant(ctx: Context) -> None:
     t, p = ctx.torch, ctx.profile
     if not t.present:
-        ctx.emit("torch-missing", "torch", expected=p.torch_version)
+        if ctx.profile_torch:
+            ctx.emit(
+                "torch-from-profile",
+                "torch",
+                expected=p.torch_version,
+                source=ctx.profile_torch_source,
+            )
+        else:
+            ctx.emit("torch-missing", "torch", expected=p.torch_version)
         return
     if t.cuda is None:
         ctx.emit("torch-cpu-only", "torch/version.py", ver=t.version, index_url=p.index_url)
@@ -392,44 +433,94 @@ def check_wheel_filenames(ctx: Context) -> None:
 
 
 def check_cuda_major(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    """One finding per distribution built for another CUDA major, its files as evidence."""
     t = ctx.torch.major or ctx.profile.cuda_major
-    for rep in extensions.values():
+    builds: dict[str, list[tuple[str, str, list[str]]]] = defaultdict(list)
+    for rel, rep in extensions.items():
         if rep.elf is None:
             continue
-        for name in rep.elf.needed:
-            m = CUDA_RUNTIME.match(name)
-            if m and int(m.group(2)) != t:
-                ctx.emit("cuda-major", rep.origin, soname=name, m=m.group(2), t=t)
-                break
+        wrong = [n for n in rep.elf.needed if (m := CUDA_RUNTIME.match(n)) and int(m.group(2)) != t]
+        if wrong:
+            builds[owner_label(ctx, rel, rep)].append((rel, rep.origin, wrong))
+    for label, files in sorted(builds.items()):
+        sonames = sorted({n for _, _, names in files for n in names})
+        majors = sorted({CUDA_RUNTIME.match(n).group(2) for n in sonames})
+        m = "/".join(majors)
+        if len(files) == 1 and "!" not in label and label == _top(files[0][0]):
+            label = files[0][1]
+        ctx.grouped.update(rel for rel, _, _ in files)
+        ctx.emit(
+            "cuda-major",
+            label,
+            evidence=tuple(f"{origin}: needs {', '.join(names)}" for _, origin, names in files),
+            n=len(files),
+            soname=sonames[0],
+            sonames=", ".join(sonames),
+            m=m,
+            t=t,
+        )
+
+
+def load_profile_torch(ctx: Context) -> None:
+    """Stand-ins for the profile's torch libraries, when torch is not among the checked files."""
+    if ctx.torch.present or not ctx.profile.torch_symbols:
+        return
+    from patchkit.abi import torchsyms
+
+    path = ctx.profile.data_file(ctx.profile.torch_symbols)
+    try:
+        doc = torchsyms.load(path)
+    except ValueError as exc:
+        ctx.emit("torch-symbols-unreadable", ctx.profile.name, reason=str(exc))
+        return
+    label = f"profile torch {doc.get('torch')}"
+    for rel, elf in torchsyms.elf_infos(doc, label).items():
+        ctx.profile_torch[rel] = FileReport(relpath=rel, origin=elf.path, elf=elf)
+    ctx.profile_torch_source = f"{doc.get('wheel')}, sha256 {str(doc.get('sha256'))[:12]}…"
+    c10 = ctx.profile_torch.get("torch/lib/libc10.so")
+    if c10 and c10.elf:
+        ctx.torch.cxx11_abi = c10.elf.cxx11_abi
+
+
+def _elsewhere(ctx: Context):
+    """soname -> the dist of the stack that ships it, when that dist is not being checked."""
+    partial = ctx.tree.kind == "wheelhouse" and not ctx.tree.has_env
+
+    def where(name: str) -> str | None:
+        dist = ctx.profile.provider(name)
+        if dist is None or not partial:
+            return None
+        if dist in ctx.tree.dists:
+            return None  # it is here, so the library should have been found: an error
+        if dist == "torch" and ctx.profile_torch:
+            return None
+        return dist
+
+    return where
 
 
 def build_loader(ctx: Context) -> Loader:
-    cache = ctx.cache
+    reports = {**ctx.reports, **ctx.profile_torch}
+    root = ctx.tree.root
+    lib_path = []
+    for entry in ctx.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if entry and os.path.abspath(entry).startswith(root + os.sep):
+            lib_path.append(os.path.relpath(os.path.abspath(entry), root).replace(os.sep, "/"))
+    prof = ctx.profile
 
-    def host_report(path: str) -> FileReport | None:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        hit = cache.load(path, st.st_size, st.st_mtime_ns)
-        if hit is None:
-            hit = analyze_file(path, "host:" + path, path)
-            cache.store(path, st.st_size, st.st_mtime_ns, hit)
-        return hit
+    def host_provides(name: str) -> bool:
+        return prof.host_provides(name) if prof.host_libraries else name in EXEMPT
 
-    external = (
-        set()
-        if ctx.torch.present
-        else set(TORCH_SONAMES) | {f"libcudart.so.{ctx.profile.cuda_major}"}
-    )
-    lib_path = [p for p in ctx.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
     loader = Loader(
-        ctx.reports, host_report, lib_path, ctx.ld_cache, tree_root=ctx.tree.root, external=external
+        reports, host_provides, lib_path, tree_root=ctx.tree.root, elsewhere=_elsewhere(ctx)
     )
-    local = [rel for rel in ctx.reports if re.fullmatch(r"torch/_C\..*so", rel)]
-    global_ = [rel for rel in ("torch/lib/libtorch_global_deps.so",) if rel in ctx.reports]
+    local = [rel for rel in reports if re.fullmatch(r"torch/_C\..*so", rel)]
+    if not local and "torch/lib/libtorch_python.so" in ctx.profile_torch:
+        local = ["torch/lib/libtorch_python.so"]  # what torch/_C loads
+    global_ = [rel for rel in ("torch/lib/libtorch_global_deps.so",) if rel in reports]
     for cl in loader.preload(local[:1], global_):
-        ctx.closures[cl.objects[0].key] = cl
+        if cl.objects[0].key not in ctx.profile_torch:
+            ctx.closures[cl.objects[0].key] = cl
     if any(name.startswith("libcudart.so") for name in loader.preloaded):
         # torch/__init__.py then preloads nvrtc and nvJitLink from the nvidia wheels (pytorch
         # #138460, #145580), so extensions find them by SONAME.
@@ -450,22 +541,67 @@ def build_loader(ctx: Context) -> Loader:
 
 def check_needed(ctx: Context, extensions: dict[str, FileReport]) -> None:
     loader = ctx.loader
-    seen = set()
+    seen: set = set()
+    elsewhere: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    missing: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cl in list(ctx.closures.values()):
-        _report_missing(ctx, cl, seen)
+        _report_missing(ctx, cl, seen, elsewhere, missing)
     for rel, rep in extensions.items():
         if rep.elf is None:
             continue
         cl = loader.closure(rel, rep)
         ctx.closures[rel] = cl
-        _report_missing(ctx, cl, seen)
+        _report_missing(ctx, cl, seen, elsewhere, missing)
+    _emit_missing(ctx, missing)
+    for dist, names in sorted(elsewhere.items()):
+        users = sorted({u for us in names.values() for u in us})
+        ctx.emit(
+            "needed-elsewhere",
+            users[0] if len(users) == 1 else _many(users),
+            evidence=tuple(
+                f"{u}: needs {', '.join(sorted(n for n in names if u in names[n]))}" for u in users
+            ),
+            names=", ".join(sorted(names)),
+            dist=dist,
+        )
 
 
-def _report_missing(ctx: Context, cl: Closure, seen: set) -> None:
+def _many(origins: list[str]) -> str:
+    """A name for a group of files: their wheel, if they share one."""
+    wheels = {o.split("!", 1)[0] for o in origins if "!" in o}
+    if len(wheels) == 1 and all("!" in o for o in origins):
+        return f"{wheels.pop()} ({len(origins)} objects)"
+    return f"{len(origins)} objects"
+
+
+def _report_missing(ctx: Context, cl: Closure, seen: set, elsewhere, missing) -> None:
+    t = ctx.torch.major or ctx.profile.cuda_major
     for name, needed_by in cl.missing:
-        if (name, needed_by) not in seen:
-            seen.add((name, needed_by))
-            ctx.emit("needed-missing", needed_by, name=name, so=os.path.basename(needed_by))
+        if (name, needed_by) in seen:
+            continue
+        seen.add((name, needed_by))
+        m = CUDA_RUNTIME.match(name)
+        obj = next((o for o in cl.objects if o.report.origin == needed_by), None)
+        if m and int(m.group(2)) != t and obj is not None and obj.key in ctx.grouped:
+            continue  # part of the CUDA-build finding (check 6)
+        label = owner_label(ctx, obj.key, obj.report) if obj else needed_by
+        missing[(label, name)].append(needed_by)
+    for name, needed_by, dist in cl.elsewhere:
+        elsewhere[dist][name].add(needed_by)
+
+
+def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list[str]]) -> None:
+    for (label, name), users in sorted(missing.items()):
+        if len(users) == 1:
+            ctx.emit("needed-missing", users[0], name=name, so=os.path.basename(users[0]))
+            continue
+        ctx.emit(
+            "needed-missing",
+            label,
+            evidence=tuple(f"{u}: needs {name}" for u in users),
+            name=name,
+            so=f"{len(users)} objects",
+        )
 
 
 def _bucket(name: str) -> str:
@@ -495,6 +631,7 @@ def _bucket(name: str) -> str:
 def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     loader = ctx.loader
     global_sets = [obj.report.elf.defined for obj in loader.global_scope if obj.report.elf]
+    torch_known = ctx.torch.present or bool(ctx.profile_torch)
     pending: list[tuple[str, str, str, int]] = []  # (file, mangled, bucket, count in file)
     for rel, rep in extensions.items():
         cl = ctx.closures.get(rel)
@@ -503,41 +640,63 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
         # The extension's scope: the global scope, then its own NEEDED closure (dlopen order).
         scope = global_sets + [o.report.elf.defined for o in cl.objects[1:] if o.report.elf]
         driver_api = bool({"libcuda.so.1", "libcuda.so"} & cl.exempt)
+        unread = cl.exempt | {name for name, _, _ in cl.elsewhere}  # libraries not read here
         missing = []
         for name in rep.elf.undefined:
             if any(name in defined for defined in scope):
                 continue
+            lib = rep.elf.symbol_library(name)
+            if lib is not None and lib in unread:
+                continue  # bound by version to a host library or one from another wheel
             bucket = _bucket(name)
             if bucket == "python-abi":
                 continue  # the interpreter defines these
-            if bucket == "cuda-lib" and driver_api:
-                continue  # libcuda.so.1 comes with the driver, not with any wheel
-            if bucket == "torch-abi" and not ctx.torch.present:
+            if bucket == "cuda-lib" and (driver_api or cl.elsewhere):
+                continue  # libcuda.so.1 comes with the driver; others from wheels not here
+            if bucket == "torch-abi" and not torch_known:
                 continue  # torch-missing already says these cannot be checked
+            if bucket in ("libstdc++", "other") and lib is None and unread:
+                continue  # an unversioned name a host library may define: not decidable here
             missing.append((name, bucket))
         for name, bucket in missing:
             pending.append((rep.origin, name, bucket, len(missing)))
     names = demangle([p[1] for p in pending])
+    torch_ver = ctx.torch.version or ctx.profile.torch_version
+    # Torch symbols: one finding per package (a build against another torch), symbols as evidence.
+    by_owner: dict[str, list[tuple[str, str]]] = defaultdict(list)
     per_file: dict[str, int] = defaultdict(int)
     for origin, name, bucket, total in pending:
+        if bucket == "torch-abi":
+            rel = next((r for r, rp in extensions.items() if rp.origin == origin), origin)
+            by_owner[owner_label(ctx, rel, extensions.get(rel) or ctx.reports[rel])].append(
+                (origin, name)
+            )
+            continue
         per_file[origin] += 1
         if per_file[origin] > MAX_SYMBOLS_PER_FILE:
             continue
         demangled = names.get(name, name)
         if per_file[origin] == MAX_SYMBOLS_PER_FILE and total > MAX_SYMBOLS_PER_FILE:
             demangled += f"; and {total - MAX_SYMBOLS_PER_FILE} more undefined symbols"
-        if bucket == "torch-abi":
-            ctx.emit(
-                "undefined-symbol",
-                origin,
-                mangled=name,
-                demangled=demangled,
-                torch_ver=ctx.torch.version or ctx.profile.torch_version,
-            )
-        else:
-            ctx.emit(
-                "undefined-symbol-other", origin, mangled=name, demangled=demangled, bucket=bucket
-            )
+        ctx.emit("undefined-symbol-other", origin, mangled=name, demangled=demangled, bucket=bucket)
+    for label, items in sorted(by_owner.items()):
+        files = sorted({o for o, _ in items})
+        symbols = sorted({n for _, n in items})
+        first = symbols[0]
+        ctx.emit(
+            "undefined-symbol" if ctx.torch.present else "undefined-symbol-profile",
+            files[0] if len(files) == 1 else label,
+            evidence=tuple(f"{o}: {n} ({names.get(n, n)})" for o, n in sorted(items)),
+            mangled=first,
+            demangled=names.get(first, first),
+            more=(
+                f"; {len(symbols)} torch symbols undefined in {len(files)} object(s)"
+                if len(items) > 1
+                else ""
+            ),
+            torch_ver=torch_ver,
+            source=ctx.profile_torch_source or "",
+        )
 
 
 def demangle(names: list[str]) -> dict[str, str]:
@@ -577,8 +736,18 @@ def check_cxx11(ctx: Context, extensions: dict[str, FileReport]) -> None:
         ctx.emit("cxx11-abi", rep.origin, x=rep.elf.cxx11_abi, y=y, example=shown)
 
 
+_VERSION = re.compile(r"^([A-Z]+)_(\d+(?:\.\d+)*)$")
+
+
+def _vtuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("."))
+
+
 def check_symbol_versions(ctx: Context) -> None:
+    """Versioned references: against the verdefs of the library the loader picks in the tree,
+    or, for the target host's libraries, against the versions the profile says it provides."""
     seen = set()
+    host = {k: _vtuple(v) for k, v in ctx.profile.host_versions.items()}
     for cl in ctx.closures.values():
         by_soname = {}
         for obj in cl.objects:
@@ -597,31 +766,81 @@ def check_symbol_versions(ctx: Context) -> None:
                     if v not in provided and (lib, v, elf.path) not in seen:
                         seen.add((lib, v, elf.path))
                         ctx.emit("symbol-version", elf.path, lib=lib, v=v, so=elf.path)
-    if ctx.tree.kind == "wheelhouse":
-        _check_glibc_tags(ctx)
+    # Every object, loaded by an extension or not: what it needs from the host's runtime.
+    if host:
+        for _rel, rep in sorted(ctx.reports.items()):
+            elf = rep.elf
+            if elf is None:
+                continue
+            for lib, versions in sorted(elf.verneed.items()):
+                if not ctx.profile.host_provides(lib) or lib in _tree_sonames(ctx):
+                    continue
+                for v in versions:
+                    m = _VERSION.match(v)
+                    if not m or m.group(1) not in host or (lib, v, elf.path) in seen:
+                        continue
+                    if _vtuple(m.group(2)) > host[m.group(1)]:
+                        seen.add((lib, v, elf.path))
+                        sym = elf.example(lib, v)
+                        ctx.emit(
+                            "host-version",
+                            rep.origin,
+                            lib=lib,
+                            v=v,
+                            so=os.path.basename(rep.relpath),
+                            sym=f" ({sym})" if sym else "",
+                            family=m.group(1),
+                            have=ctx.profile.host_versions[m.group(1)],
+                        )
+    _check_glibc_tags(ctx)
+
+
+def _tree_sonames(ctx: Context) -> set[str]:
+    names = ctx.__dict__.get("_tree_sonames")
+    if names is None:
+        names = {rep.elf.soname for rep in ctx.reports.values() if rep.elf and rep.elf.soname}
+        ctx.__dict__["_tree_sonames"] = names
+    return names
 
 
 def _check_glibc_tags(ctx: Context) -> None:
+    """A wheel's manylinux tag against the newest GLIBC_ version any of its objects needs,
+    from any library (libc, libm, libpthread, ld-linux ...)."""
     for dist in ctx.tree.dists.values():
         if not dist.wheel:
             continue
         tags = [tuple(map(int, m)) for m in re.findall(r"manylinux_(\d+)_(\d+)", dist.wheel)]
         if "manylinux2014" in dist.wheel:
             tags.append((2, 17))
+        if "manylinux2010" in dist.wheel:
+            tags.append((2, 12))
+        if "manylinux1" in dist.wheel:
+            tags.append((2, 5))
         if not tags:
             continue
         tag = max(tags)
-        need = (0, 0)
+        need: tuple[int, ...] = (0, 0)
+        evidence: list[str] = []
         for rep in ctx.reports.values():
-            if rep.elf and rep.origin.startswith(dist.wheel + "!"):
-                for v in rep.elf.verneed.get("libc.so.6", []):
-                    m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)", v)
-                    if m:
-                        need = max(need, (int(m.group(1)), int(m.group(2))))
+            if not (rep.elf and rep.origin.startswith(dist.wheel + "!")):
+                continue
+            for lib, versions in rep.elf.verneed.items():
+                for v in versions:
+                    m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v)
+                    if not m:
+                        continue
+                    have = (int(m.group(1)), int(m.group(2)))
+                    if have > tag:
+                        sym = rep.elf.example(lib, v)
+                        evidence.append(
+                            f"{rep.relpath}: {v} from {lib}" + (f" ({sym})" if sym else "")
+                        )
+                    need = max(need, have)
         if need > tag:
             ctx.emit(
                 "wheel-glibc-tag",
                 dist.wheel,
+                evidence=tuple(sorted(set(evidence))),
                 tag=f"manylinux_{tag[0]}_{tag[1]}",
                 x=f"{need[0]}.{need[1]}",
             )
@@ -698,7 +917,7 @@ def coverage_subjects(ctx: Context, cc: CC) -> dict[str, str]:
     optional = [p.replace("{common_ops}", variant) for p in ctx.profile.optional]
     others = {v for v in ctx.profile.common_ops.values() if v != variant}
     for rel, rep in ctx.reports.items():
-        if not rep.fatbins:
+        if not rep.fatbins or rep.kind != "elf":
             continue
         parts = rel.split("/")
         if parts[0] == "sgl_kernel" and len(parts) > 2 and parts[1] in others:
@@ -760,6 +979,8 @@ def check_coverage(ctx: Context) -> None:
         isas = [isa for isa, cuda in PTX_ISA_TO_CUDA.items() if cuda <= ctx.driver.cuda]
         max_isa = max(isas) if isas else None
     for cc in ctx.targets:
+        # PTX-only objects of one package: one note-like warning, the objects as evidence
+        jits: dict[tuple, list[str]] = defaultdict(list)
         for rel, kind in sorted(coverage_subjects(ctx, cc).items()):
             rep = ctx.reports[rel]
             lacking = [f for f in rep.kernel_fatbins if coverage(f, cc).verdict == "none"]
@@ -804,9 +1025,59 @@ def check_coverage(ctx: Context) -> None:
                         v=ctx.driver.version,
                     )
                 else:
-                    ctx.emit(
-                        "arch-jit", rep.origin, cc=cc.sm, ptx=jit[0].image, isa=f"{isa[0]}.{isa[1]}"
-                    )
+                    jits[(owner_label(ctx, rel, rep), cc.sm, jit[0].image, isa)].append(rep.origin)
+        for (label, sm, image, isa), files in sorted(jits.items()):
+            ctx.emit(
+                "arch-jit",
+                files[0] if len(files) == 1 else f"{label} ({len(files)} objects)",
+                evidence=tuple(files) if len(files) > 1 else (),
+                cc=sm,
+                ptx=image,
+                isa=f"{isa[0]}.{isa[1]}",
+            )
+
+
+def check_device_files(ctx: Context) -> None:
+    """Raw cubins, fatbins and PTX files (``cuModuleLoad`` inputs), one finding per package."""
+    groups: dict[str, list[tuple[str, FileReport]]] = defaultdict(list)
+    for rel, rep in sorted(ctx.reports.items()):
+        if rep.kind != "elf" and rep.fatbins:
+            groups[owner_label(ctx, rel, rep)].append((rel, rep))
+    optional = [p.replace("{common_ops}", "*") for p in ctx.profile.optional]
+    for label, files in sorted(groups.items()):
+        archs = sorted({a for _, rep in files for f in rep.fatbins for a in f.archs}, key=_arch_key)
+        for cc in ctx.targets:
+            lacking = [
+                rel
+                for rel, rep in files
+                if all(coverage(f, cc).verdict == "none" for f in rep.kernel_fatbins)
+                and rep.kernel_fatbins
+            ]
+            if not lacking:
+                continue
+            kind = (
+                "optional"
+                if all(any(fnmatch.fnmatch(rel, p) for p in optional) for rel in lacking)
+                else "required"
+            )
+            by_arch: dict[str, int] = defaultdict(int)
+            for _, rep in files:
+                for f in rep.fatbins:
+                    for a in f.archs:
+                        by_arch[a] += 1
+            ctx.emit(
+                "device-files-optional" if kind == "optional" else "device-files",
+                label,
+                evidence=tuple(
+                    [f"{a}: {by_arch[a]} file(s)" for a in archs]
+                    + [f"no image for sm_{cc.sm}: {r}" for r in lacking[:5]]
+                    + ([f"... and {len(lacking) - 5} more"] if len(lacking) > 5 else [])
+                ),
+                k=len(lacking),
+                n=len(files),
+                cc=cc.sm,
+                archs=" ".join(archs),
+            )
 
 
 def _arch_key(name: str):
@@ -815,8 +1086,15 @@ def _arch_key(name: str):
 
 
 def check_device_toolkit(ctx: Context, extensions: dict[str, FileReport]) -> None:
-    for rep in extensions.values():
+    for rel, rep in extensions.items():
+        if rel in ctx.grouped:
+            continue  # its CUDA build is already one finding (check 6)
         tk = next((f.toolkit for f in rep.fatbins if f.toolkit), None)
+        if tk is None and rep.kernel_fatbins:
+            fat = next((f for f in rep.kernel_fatbins if f.kernels is None), None)
+            if fat is not None:
+                _open_undecided(ctx, rel, rep, [fat])
+                tk = fat.toolkit
         if not tk or rep.elf is None:
             continue
         host = next((int(m.group(2)) for n in rep.elf.needed if (m := CUDA_RUNTIME.match(n))), None)
@@ -945,6 +1223,7 @@ def check_malformed(ctx: Context) -> None:
                 ctx.emit("invalid-archive", rep.origin, reason=rep.error)
             elif (
                 "wrong magic" not in rep.error
+                or rep.kind != "elf"
                 or _top(rel) == "torch"
                 or any(fnmatch.fnmatch(_top(rel), p) for p in ctx.profile.extension_packages)
             ):
@@ -953,9 +1232,20 @@ def check_malformed(ctx: Context) -> None:
             ctx.emit("malformed-fatbin", rep.origin, reason=rep.fatbin_error)
 
 
+def check_nothing(ctx: Context) -> None:
+    if not ctx.reports:
+        ctx.emit(
+            "nothing-checked",
+            ctx.tree.root if ctx.tree.kind == "env" else "wheelhouse",
+            n=len(ctx.tree.dists),
+        )
+
+
 def run_checks(ctx: Context) -> list[Finding]:
     """Run every check over ``ctx`` and return the findings, errors first."""
     read_torch(ctx)
+    load_profile_torch(ctx)
+    check_nothing(ctx)
     check_malformed(ctx)
     check_torch_variant(ctx)
     check_torch_dist(ctx)
@@ -973,10 +1263,11 @@ def run_checks(ctx: Context) -> list[Finding]:
     check_loader_hardcode(ctx)
     check_driver(ctx)
     check_coverage(ctx)
+    check_device_files(ctx)
     check_device_toolkit(ctx, extensions)
     check_torch_archs(ctx)
     check_flashinfer(ctx)
     check_jit_toolchain(ctx)
     check_cuda_python(ctx)
-    order = {"error": 0, "warning": 1}
-    return sorted(ctx.findings, key=lambda f: (order.get(f.severity, 2), f.number, f.file))
+    order = {"error": 0, "warning": 1, "note": 2}
+    return sorted(ctx.findings, key=lambda f: (order.get(f.severity, 3), f.number, f.file))

@@ -9,10 +9,12 @@ independent oracle for these facts instead.
 from __future__ import annotations
 
 import mmap
+import operator
 import os
 import re
 import struct
 from dataclasses import dataclass, field
+from itertools import accumulate, compress, count
 
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
@@ -54,10 +56,119 @@ class ElfInfo:
     verdef: list[str] = field(default_factory=list)
     cxx11_abi: int | None = None
     sections: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # strong undefined symbol -> "library version" it is bound to (.gnu.version), if versioned
+    undefined_versions: dict[str, str] = field(default_factory=dict)
 
     def section(self, name: str) -> tuple[int, int, int] | None:
         """(file offset, size, address) of a section, if present."""
         return self.sections.get(name)
+
+    def symbol_library(self, name: str) -> str | None:
+        """The library a versioned undefined symbol binds to (``logf`` -> ``libm.so.6``)."""
+        v = self.undefined_versions.get(name)
+        return v.split(" ", 1)[0] if v else None
+
+    def example(self, lib: str, version: str) -> str | None:
+        """One undefined symbol that needs ``version`` of ``lib`` (evidence for a message)."""
+        want = f"{lib} {version}"
+        return next((s for s, v in self.undefined_versions.items() if v == want), None)
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "machine": self.machine,
+            "soname": self.soname,
+            "needed": self.needed,
+            "rpath": self.rpath,
+            "runpath": self.runpath,
+            "defined": _lines(self.defined),
+            "undefined": list(self.undefined),
+            "verneed": self.verneed,
+            "verdef": self.verdef,
+            "cxx11_abi": self.cxx11_abi,
+            "sections": {k: list(v) for k, v in self.sections.items()},
+            "undefined_versions": self.undefined_versions,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> ElfInfo:
+        """Rebuild from to_json() output; raises TypeError/KeyError on anything else."""
+        sections = {}
+        for k, v in _dict(d["sections"]).items():
+            if not (isinstance(v, list) and len(v) == 3 and all(type(i) is int for i in v)):
+                raise TypeError("section")
+            sections[k] = (v[0], v[1], v[2])
+        verneed = {k: _strs(v) for k, v in _dict(d["verneed"]).items()}
+        versions = _dict(d["undefined_versions"])
+        _strs(list(versions.values()))
+        cxx = d["cxx11_abi"]
+        if cxx not in (None, 0, 1):
+            raise TypeError("cxx11_abi")
+        return cls(
+            path=_str(d["path"]),
+            machine=_str(d["machine"]),
+            soname=_opt_str(d["soname"]),
+            needed=_strs(d["needed"]),
+            rpath=_strs(d["rpath"]),
+            runpath=_strs(d["runpath"]),
+            defined=frozenset(_unlines(d["defined"])),
+            undefined=tuple(_strs(d["undefined"])),
+            verneed=verneed,
+            verdef=_strs(d["verdef"]),
+            cxx11_abi=cxx,
+            sections=sections,
+            undefined_versions=versions,
+        )
+
+
+def _lines(names) -> str | list[str]:
+    """A big name set as one newline-joined string (fast to encode and decode as JSON)."""
+    joined = "\n".join(names)
+    return joined if joined.count("\n") == max(len(names) - 1, 0) else list(names)
+
+
+def _unlines(x) -> list[str]:
+    if isinstance(x, str):
+        return x.split("\n") if x else []
+    return _strs(x)
+
+
+def _str(x) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"expected a string, got {type(x).__name__}")
+    return x
+
+
+def _opt_str(x) -> str | None:
+    return None if x is None else _str(x)
+
+
+def _strs(x) -> list[str]:
+    if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
+        raise TypeError("expected a list of strings")
+    return x
+
+
+def _dict(x) -> dict:
+    if not isinstance(x, dict):
+        raise TypeError("expected an object")
+    return x
+
+
+PAGE = mmap.PAGESIZE
+
+
+def prefetch(buf, ranges) -> None:
+    """Start reading ``(offset, length)`` ranges of a mapped file in the background
+    (MADV_WILLNEED); a no-op for bytes already in memory."""
+    if not isinstance(buf, mmap.mmap):
+        return
+    for off, length in ranges:
+        start = off - off % PAGE
+        try:
+            buf.madvise(mmap.MADV_WILLNEED, start, min(length + off - start, len(buf) - start))
+        except (OSError, ValueError, OverflowError):
+            return
 
 
 def is_elf(path: str) -> bool:
@@ -141,6 +252,16 @@ def _parse(path: str, buf) -> ElfInfo:
             _check_range(size, off, sec_size, f"section {name or index}")
         sections[name] = (off, sec_size, addr)
         by_type.setdefault(stype, sec)
+    # Ask for every range read below at once: the reads then overlap instead of queueing.
+    prefetch(
+        buf,
+        [
+            sections[n][:2]
+            for n in (".dynamic", ".dynsym", ".dynstr", ".gnu.version", ".gnu.version_r",
+                      ".gnu.version_d", ".nvFatBinSegment")
+            if n in sections
+        ],
+    )  # fmt: skip
 
     def strings(sec) -> bytes:
         link = sec[6]
@@ -173,6 +294,7 @@ def _parse(path: str, buf) -> ElfInfo:
                 runpath.extend(p for p in cstr(table, value).split(":") if p)
 
     verneed: dict[str, list[str]] = {}
+    version_index: dict[int, str] = {}  # vna_other -> "library version"
     vn = by_type.get(SHT_GNU_VERNEED)
     if vn is not None:
         table = strings(vn)
@@ -185,8 +307,10 @@ def _parse(path: str, buf) -> ElfInfo:
             for _ in range(min(cnt, 4096)):
                 if apos + 16 > len(data):
                     raise MalformedElf("version-needed entry runs past .gnu.version_r")
-                _h, _f, _other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
-                verneed.setdefault(lib, []).append(cstr(table, name_off))
+                _h, _f, other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
+                vname = cstr(table, name_off)
+                verneed.setdefault(lib, []).append(vname)
+                version_index[other & 0x7FFF] = f"{lib} {vname}"
                 if not anext:
                     break
                 apos += anext
@@ -210,7 +334,7 @@ def _parse(path: str, buf) -> ElfInfo:
                 break
             pos += nxt
 
-    defined, undefined, cxx11 = _symbols(buf, sections)
+    defined, undefined, cxx11, versions = _symbols(buf, sections, version_index)
     return ElfInfo(
         path=path,
         machine=str(machine),
@@ -224,38 +348,91 @@ def _parse(path: str, buf) -> ElfInfo:
         verdef=verdef,
         cxx11_abi=cxx11,
         sections=sections,
+        undefined_versions=versions,
     )
 
 
-def _symbols(buf, sections):
+_EXPORTED_BIND = bytes(1 if (i >> 4) in (1, 2, 10) else 0 for i in range(256))
+_STRONG_BIND = bytes(1 if (i >> 4) in (1, 10) else 0 for i in range(256))
+_VISIBLE = bytes(1 if (i & 3) in (0, 3) else 0 for i in range(256))
+_NONZERO = bytes([0] + [1] * 255)
+
+
+def _names(text: str, name, offsets) -> list[str]:
+    """Strings of .dynstr at ``offsets``: through an index of string starts, ``name`` (find)
+    for offsets inside another string (the linker merges common suffixes)."""
+    offsets = list(offsets)
+    if len(offsets) < 64:
+        return [name(o) for o in offsets]
+    parts = text.split("\0")
+    # start of part i = total length of the parts before it + i separators
+    starts = map(operator.add, accumulate(map(len, parts), initial=0), count())
+    index = dict(zip(starts, parts, strict=False))
+    out = list(map(index.get, offsets))
+    if None in out:
+        out = [v if v is not None else name(o) for v, o in zip(out, offsets, strict=True)]
+    return out
+
+
+def _symbols(buf, sections, version_index: dict[int, str]):
+    """Exported and strong-undefined dynamic symbols, read column-wise from .dynsym."""
     sym = sections.get(".dynsym")
     strs = sections.get(".dynstr")
     if sym is None or strs is None:
-        return frozenset(), (), None
+        return frozenset(), (), None, {}
     soff, ssize, _ = sym
     toff, tsize, _ = strs
     count = ssize // 24
     table = bytes(buf[toff : toff + tsize])
-    defined: set[str] = set()
-    undefined: list[str] = []
-    find = table.find
     raw = bytes(buf[soff : soff + count * 24])
-    exported = (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
-    for name_off, info, other, shndx in struct.iter_unpack("<IBBH16x", raw):
-        if not name_off or (info >> 4) not in exported:
-            continue
-        end = find(b"\0", name_off)
-        if end < 0:
-            raise MalformedElf(f"symbol name at {name_off:#x} runs past .dynstr")
-        if shndx == SHN_UNDEF:
-            # Weak references may stay unresolved; only strong ones fail a RTLD_NOW load.
-            if info >> 4 != STB_WEAK:
-                undefined.append(table[name_off:end].decode("utf-8", "replace"))
-        elif (other & 3) in EXPORTED_VISIBILITY:
-            defined.add(table[name_off:end].decode("utf-8", "replace"))
+    view = memoryview(raw)
+    # Columns of the 24-byte Elf64_Sym: st_name u32 @0, st_info @4, st_other @5, st_shndx @6.
+    names = view.cast("I")[0::6]
+    info = raw[4::24]
+    other = raw[5::24]
+    text = table.decode("utf-8", "surrogateescape")
+    if len(text) != len(table):  # non-ASCII names: offsets are byte offsets, decode per name
+
+        def name(off: int) -> str:
+            end = table.find(b"\0", off)
+            if end < 0:
+                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
+            return table[off:end].decode("utf-8", "replace")
+    else:
+        find = text.find
+
+        def name(off: int) -> str:
+            end = find("\0", off)
+            if end < 0:
+                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
+            return text[off:end]
+
+    # The filters run as byte-string operations, not a Python loop over ~100k symbols:
+    # bindings GLOBAL 1, WEAK 2, GNU_UNIQUE 10; visibility DEFAULT 0 / PROTECTED 3 exported.
+    n = len(info)
+    bound = int.from_bytes(info.translate(_EXPORTED_BIND), "little")
+    strong_bind = int.from_bytes(info.translate(_STRONG_BIND), "little")
+    visible = int.from_bytes(other.translate(_VISIBLE), "little")
+    in_section = int.from_bytes(raw[6::24].translate(_NONZERO), "little") | int.from_bytes(
+        raw[7::24].translate(_NONZERO), "little"
+    )
+    ones = int.from_bytes(b"\x01" * n, "little")
+    defined_mask = (bound & visible & in_section).to_bytes(n, "little")
+    undefined_mask = (strong_bind & (ones ^ in_section)).to_bytes(n, "little")
+    defined = frozenset(_names(text, name, filter(None, compress(names, defined_mask))))
+    strong = [k for k in compress(range(n), undefined_mask) if names[k]]
+    undefined = tuple(_names(text, name, (names[k] for k in strong)))
+    versions: dict[str, str] = {}
+    ver = sections.get(".gnu.version")
+    if ver is not None and version_index and ver[1] >= count * 2:
+        versym = memoryview(bytes(buf[ver[0] : ver[0] + count * 2])).cast("H")
+        for k, sym_name in zip(strong, undefined, strict=True):
+            v = version_index.get(versym[k] & 0x7FFF)
+            if v:
+                versions[sym_name] = v
     cxx11 = None
     if any(marker in table for marker in _CXX11_MARKERS):
         cxx11 = 1
     elif any(ns in table for ns in _TORCH_NAMESPACES) and _OLD_ABI_STRING.search(table):
         cxx11 = 0
-    return frozenset(defined), tuple(undefined), cxx11
+    return defined, undefined, cxx11, versions

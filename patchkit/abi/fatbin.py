@@ -85,23 +85,65 @@ class Fatbin:
     def archs(self) -> list[str]:
         return sorted({e.name for e in self.entries})
 
-    # Cached and sent between processes by the thousand: entries travel as plain tuples.
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["entries"] = [tuple(e) for e in self.entries]
-        return state
+    def to_json(self) -> list:
+        return [
+            self.offset,
+            self.size,
+            [list(e[:9]) + [list(e.version), e.flags] for e in self.entries],
+            self.wrapper_version,
+            self.has_kernels,
+            self.kernels,
+            self.toolkit,
+        ]
 
-    def __setstate__(self, state: dict) -> None:
-        state["entries"] = list(map(FatbinEntry._make, state["entries"]))
-        self.__dict__.update(state)
+    @classmethod
+    def from_json(cls, d: list) -> Fatbin:
+        """Rebuild from to_json() output; raises TypeError/ValueError on anything else."""
+        offset, size, entries, wrapper, has, kernels, toolkit = d
+        out = []
+        for e in entries:
+            kind, arch, variant, comp, off, hsize, psize, csize, usize, ver, flags = e
+            if kind not in ("cubin", "ptx") or variant not in ("", "a", "f"):
+                raise ValueError("entry kind")
+            if comp not in ("", "lz4", "zstd"):
+                raise ValueError("entry compression")
+            ints = (arch, off, hsize, psize, csize, usize, flags, *ver)
+            if len(ver) != 2 or not all(type(i) is int for i in ints):
+                raise TypeError("entry fields")
+            out.append(
+                FatbinEntry(
+                    kind, arch, variant, comp, off, hsize, psize, csize, usize, tuple(ver), flags
+                )
+            )
+        if not (type(offset) is int and type(size) is int):
+            raise TypeError("fatbin offset")
+        if wrapper is not None and type(wrapper) is not int:
+            raise TypeError("wrapper")
+        if has not in (None, True, False) or (kernels is not None and type(kernels) is not int):
+            raise TypeError("kernels")
+        if toolkit is not None and not isinstance(toolkit, str):
+            raise TypeError("toolkit")
+        return cls(offset, size, out, wrapper, has, kernels, toolkit)
 
 
-def parse_fatbins(buf, start: int = 0, end: int | None = None) -> list[Fatbin]:
-    """Walk the fatbins concatenated in ``buf[start:end]`` (8-aligned, zero padding allowed)."""
+def parse_fatbins(
+    buf, start: int = 0, end: int | None = None, hints: list[int] | None = None
+) -> list[Fatbin]:
+    """Walk the fatbins concatenated in ``buf[start:end]`` (8-aligned, zero padding allowed).
+
+    Only headers are read: first the chain of fatbin headers, then the entry headers of all
+    fatbins in rounds (the n-th entry of every fatbin per round), each round's pages requested
+    together so that a cold file is read with many requests in flight, not one at a time.
+    """
+    from patchkit.abi.elf import prefetch
+
     end = len(buf) if end is None else end
     if end > len(buf) or start < 0 or start > end:
         raise MalformedFatbin("fatbin section lies outside the file")
     out: list[Fatbin] = []
+    spans: list[tuple[int, int]] = []
+    if hints:  # where the fatbin headers are (.nvFatBinSegment): fetch them all at once
+        prefetch(buf, [(h, 16) for h in hints if start <= h < end])
     pos = start
     while pos + 16 <= end:
         magic, version, hsize, fsize = struct.unpack_from("<IHHQ", buf, pos)
@@ -114,51 +156,62 @@ def parse_fatbins(buf, start: int = 0, end: int | None = None) -> list[Fatbin]:
             raise MalformedFatbin(
                 f"fatbin at offset {pos - start:#x} claims {fsize:#x} bytes, past the section end"
             )
-        fat = Fatbin(offset=pos - start, size=hsize + fsize)
-        fat.entries = list(_entries(buf, pos + hsize, pos + hsize + fsize, start))
-        out.append(fat)
+        out.append(Fatbin(offset=pos - start, size=hsize + fsize))
+        spans.append((pos + hsize, pos + hsize + fsize))
         pos += hsize + fsize
         pos = (pos + 7) & ~7
+    frontier = [(i, s, e) for i, (s, e) in enumerate(spans)]
+    while frontier:
+        prefetch(buf, [(p, ENTRY_MIN_HEADER) for _, p, _ in frontier])
+        nxt = []
+        for i, p, e in frontier:
+            entry = _entry(buf, p, e, start)
+            if entry is not None:
+                out[i].entries.append(entry)
+                nxt.append((i, p + entry.header_size + entry.payload_size, e))
+        frontier = nxt
     return out
 
 
 _ENTRY = struct.Struct("<HHIQIIHHI8xQ8xQ")  # the 0x40-byte entry header
 
 
-def _entries(buf, pos: int, end: int, base: int):
-    unpack = _ENTRY.unpack_from
-    while pos + ENTRY_MIN_HEADER <= end:
-        kind, _, hsize, psize, csize, _ext, minor, major, arch, flags, unc = unpack(buf, pos)
-        if kind == 0 and hsize == 0:  # trailing padding
-            break
-        if kind not in (KIND_PTX, KIND_CUBIN):
-            raise MalformedFatbin(f"unknown fatbin entry kind {kind} at offset {pos - base:#x}")
-        if hsize < ENTRY_MIN_HEADER or hsize > ENTRY_MAX_HEADER or pos + hsize + psize > end:
-            raise MalformedFatbin(
-                f"fatbin entry at offset {pos - base:#x} (header {hsize:#x}, payload {psize:#x}) "
-                "runs past its fatbin"
-            )
-        compression = "zstd" if flags & FLAG_ZSTD else "lz4" if flags & FLAG_LZ4 else ""
-        if compression and (csize > psize or unc > MAX_UNCOMPRESSED):
-            raise MalformedFatbin(
-                f"fatbin entry at offset {pos - base:#x} has impossible sizes "
-                f"(compressed {csize:#x}, payload {psize:#x}, uncompressed {unc:#x})"
-            )
-        variant = "a" if flags & FLAG_ARCH_A else "f" if flags & FLAG_ARCH_F else ""
-        yield FatbinEntry(
-            "ptx" if kind == KIND_PTX else "cubin",
-            arch,
-            variant,
-            compression,
-            pos - base,
-            hsize,
-            psize,
-            csize if compression else 0,
-            unc if compression else psize,
-            (major, minor),
-            flags,
+def _entry(buf, pos: int, end: int, base: int) -> FatbinEntry | None:
+    """The entry whose header is at ``pos``, or None at the end of its fatbin."""
+    if pos + ENTRY_MIN_HEADER > end:
+        return None
+    kind, _, hsize, psize, csize, _ext, minor, major, arch, flags, unc = _ENTRY.unpack_from(
+        buf, pos
+    )
+    if kind == 0 and hsize == 0:  # trailing padding
+        return None
+    if kind not in (KIND_PTX, KIND_CUBIN):
+        raise MalformedFatbin(f"unknown fatbin entry kind {kind} at offset {pos - base:#x}")
+    if hsize < ENTRY_MIN_HEADER or hsize > ENTRY_MAX_HEADER or pos + hsize + psize > end:
+        raise MalformedFatbin(
+            f"fatbin entry at offset {pos - base:#x} (header {hsize:#x}, payload {psize:#x}) "
+            "runs past its fatbin"
         )
-        pos += hsize + psize
+    compression = "zstd" if flags & FLAG_ZSTD else "lz4" if flags & FLAG_LZ4 else ""
+    if compression and (csize > psize or unc > MAX_UNCOMPRESSED):
+        raise MalformedFatbin(
+            f"fatbin entry at offset {pos - base:#x} has impossible sizes "
+            f"(compressed {csize:#x}, payload {psize:#x}, uncompressed {unc:#x})"
+        )
+    variant = "a" if flags & FLAG_ARCH_A else "f" if flags & FLAG_ARCH_F else ""
+    return FatbinEntry(
+        "ptx" if kind == KIND_PTX else "cubin",
+        arch,
+        variant,
+        compression,
+        pos - base,
+        hsize,
+        psize,
+        csize if compression else 0,
+        unc if compression else psize,
+        (major, minor),
+        flags,
+    )
 
 
 def wrapper_versions(segment: bytes) -> list[tuple[int, int]]:
@@ -221,7 +274,9 @@ def cubin_info(image: bytes) -> CubinInfo:
         raise MalformedFatbin(f"cubin machine is {machine}, not EM_CUDA")
     (eflags,) = struct.unpack_from("<I", image, 0x30)
     if osabi == 0x41 or abiver >= 8:
-        sm, arch_a = (eflags >> 8) & 0xFF, False
+        # Bit 0x8 marks `a` in ptxas 12.9 output (13.0 leaves it clear): trusted only when set;
+        # the tkinfo target, where there is one, decides (scan.analyze_cubin).
+        sm, arch_a = (eflags >> 8) & 0xFF, bool(eflags & 0x8)
     else:
         sm, arch_a = eflags & 0xFF, bool(eflags & 0x800)
     kernels = 0
@@ -298,9 +353,9 @@ def describe(
     sections or PTX ``.entry`` directives and read the toolkit; the rest stay undecided
     (``has_kernels`` None) until ``decide_kernels`` is asked about them.
     """
-    fats = parse_fatbins(buf, start, end)
+    wrappers = wrapper_versions(segment) if segment else []
+    fats = parse_fatbins(buf, start, end, [start + ptr - section_addr for _, ptr in wrappers])
     if segment:
-        wrappers = wrapper_versions(segment)
         by_addr = {ptr - section_addr: ver for ver, ptr in wrappers}
         for i, fat in enumerate(fats):
             ver = by_addr.get(fat.offset)
@@ -309,7 +364,7 @@ def describe(
             fat.wrapper_version = ver
     if len(fats) <= open_images:
         open_images = len(fats)
-    else:
+    elif open_images:
         open_images = 1  # enough for the toolkit facts; the rest are decided on demand
     for fat in fats:
         _decide_from_headers(fat)

@@ -1,8 +1,11 @@
-"""An emulation of ld.so for extensions imported after ``import torch``.
+"""An emulation of ld.so for extensions imported after ``import torch``, on the target host.
 
 Search order for a DT_NEEDED name (glibc): a SONAME already loaded; DT_RPATH of the object and
 of the objects that loaded it (only if the object has no DT_RUNPATH); ``LD_LIBRARY_PATH``;
-DT_RUNPATH; ``/etc/ld.so.cache``; the default directories. ``import torch`` has already loaded
+DT_RUNPATH; ``/etc/ld.so.cache``; the default directories. Only the checked tree is searched:
+what the target host provides (driver libraries, the C/C++ runtime) is what the profile's
+``[host] libraries`` declares, never what the verifying machine happens to have installed, so
+a result does not change with the machine verify runs on. ``import torch`` has already loaded
 ``torch/_C``'s closure (RTLD_LOCAL) and ``libtorch_global_deps.so``'s (RTLD_GLOBAL), so an
 extension finds libc10/libtorch/libcudart by SONAME even without an RPATH, but binds
 libtorch_python symbols only if it NEEDs libtorch_python.so itself.
@@ -20,15 +23,7 @@ from patchkit.abi.scan import FileReport
 
 LD_SO_CACHE = "/etc/ld.so.cache"
 CACHE_MAGIC = b"glibc-ld.so.cache1.1"
-DEFAULT_DIRS = (
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-)
-# Driver libraries come with the NVIDIA driver, not with any wheel.
+# Driver libraries come with the NVIDIA driver, not with any wheel (without a profile's list).
 EXEMPT = ("libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so")
 FLAG_X86_64_LIBC6 = 0x0303
 
@@ -67,7 +62,7 @@ def _cstr(data: bytes, off: int) -> str:
 class Loaded:
     """A resolved library: its report and where it was found (tree relpath or host path)."""
 
-    key: str  # tree relpath, or "host:/usr/lib/..."
+    key: str  # tree relpath
     report: FileReport
 
 
@@ -77,63 +72,73 @@ class Closure:
 
     objects: list[Loaded] = field(default_factory=list)
     missing: list[tuple[str, str]] = field(default_factory=list)  # (name, needed by)
-    exempt: set[str] = field(default_factory=set)
+    exempt: set[str] = field(default_factory=set)  # provided by the target host
+    # (name, needed by, dist): shipped by a wheel of the stack that is not in this wheelhouse
+    elsewhere: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 class Loader:
-    """Resolve NEEDED names inside a Tree (by relative path) and on the host."""
+    """Resolve NEEDED names inside a Tree (by relative path) and against the profile's host."""
 
     def __init__(
         self,
         reports: dict[str, FileReport],
-        host_report: Callable[[str], FileReport | None],
+        host_provides: Callable[[str], bool] = lambda name: name in EXEMPT,
         ld_library_path: list[str] | None = None,
-        ld_cache: dict[str, str] | None = None,
-        default_dirs: tuple[str, ...] = DEFAULT_DIRS,
         tree_root: str | None = None,
-        external: set[str] | None = None,
+        elsewhere: Callable[[str], str | None] = lambda name: None,
     ) -> None:
         self.reports = reports
-        self.host_report = host_report
-        self.ld_library_path = ld_library_path or []
-        self.ld_cache = ld_cache if ld_cache is not None else read_ld_cache()
-        self.default_dirs = default_dirs
+        self.host_provides = host_provides
+        self.ld_library_path = ld_library_path or []  # tree-relative directories
         self.tree_root = tree_root
-        self.external = external or set()  # sonames assumed provided (torch outside a wheelhouse)
+        self.elsewhere = elsewhere  # soname -> the stack's dist that ships it, not in the tree
         self.by_dir: dict[str, dict[str, str]] = {}
         for rel in reports:
             self.by_dir.setdefault(posixpath.dirname(rel), {})[posixpath.basename(rel)] = rel
         self.preloaded: dict[str, Loaded] = {}
         self.global_scope: list[Loaded] = []
 
-    def _in_tree(self, directory: str, name: str) -> str | None:
-        return self.by_dir.get(directory, {}).get(name)
+    def _in_tree(self, directory: str, name: str) -> Loaded | None:
+        rel = self.by_dir.get(directory, {}).get(name)
+        return Loaded(rel, self.reports[rel]) if rel is not None else None
+
+    @staticmethod
+    def _expand(entry: str, origin: str) -> str:
+        """An RPATH entry with $ORIGIN made tree-relative (``TREE:<dir>``)."""
+        if "$ORIGIN" not in entry and "${ORIGIN}" not in entry:
+            return entry
+        rel = posixpath.normpath(
+            entry.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", origin or ".")
+        )
+        return "TREE:" + ("" if rel == "." else rel)
 
     def _search_dir(self, directory: str, name: str, origin: str) -> Loaded | None:
-        """``directory`` from an RPATH/RUNPATH entry: $ORIGIN-relative (tree) or absolute (host)."""
+        """``directory`` from an RPATH/RUNPATH entry: $ORIGIN-relative or absolute, in the tree."""
+        if directory.startswith("TREE:"):
+            rel = directory[5:]
+            if rel == ".." or rel.startswith("../"):
+                return None  # leaves the checked tree: a host path, not searched
+            return self._in_tree(rel, name)
         if "$ORIGIN" in directory or "${ORIGIN}" in directory:
             rel = directory.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", origin or ".")
             rel = posixpath.normpath(rel)
-            if not rel.startswith("../") and rel != "..":
-                rel = "" if rel == "." else rel
-                hit = self._in_tree(rel, name)
-                if hit is not None:
-                    return Loaded(hit, self.reports[hit])
-                return None
-            if self.tree_root is None:
-                return None
-            directory = os.path.normpath(os.path.join(self.tree_root, rel))
-        return self._host(os.path.join(directory, name))
+            if rel == ".":
+                rel = ""
+            if rel == ".." or rel.startswith("../"):
+                return None  # leaves the checked tree: a host path, not searched
+            return self._in_tree(rel, name)
+        return self._absolute(os.path.join(directory, name))
 
-    def _host(self, path: str) -> Loaded | None:
-        if not os.path.isfile(path):
+    def _absolute(self, path: str) -> Loaded | None:
+        """An absolute path is searched only where it lies inside the checked tree."""
+        if not self.tree_root:
             return None
-        if self.tree_root and path.startswith(self.tree_root + os.sep):
-            rel = os.path.relpath(path, self.tree_root).replace(os.sep, "/")
-            if rel in self.reports:
-                return Loaded(rel, self.reports[rel])
-        report = self.host_report(os.path.realpath(path))
-        return Loaded("host:" + os.path.realpath(path), report) if report else None
+        path = os.path.normpath(path)
+        if not path.startswith(self.tree_root + os.sep):
+            return None
+        rel = os.path.relpath(path, self.tree_root).replace(os.sep, "/")
+        return self._in_tree(posixpath.dirname(rel), posixpath.basename(rel))
 
     def find(
         self,
@@ -146,28 +151,20 @@ class Loader:
         """Resolve one DT_NEEDED ``name`` needed by tree path ``requester``."""
         if name in loaded:
             return loaded[name]
-        origin = posixpath.dirname(requester) if not requester.startswith("host:") else None
+        origin = posixpath.dirname(requester)
         if "/" in name:
-            return self._host(name)
+            return self._absolute(name)
         if not runpath:
             for entry in rpaths:
-                hit = self._search_dir(entry, name, origin or "")
+                hit = self._search_dir(entry, name, origin)
                 if hit:
                     return hit
         for entry in self.ld_library_path:
-            hit = self._host(os.path.join(entry, name))
+            hit = self._in_tree(entry, name)
             if hit:
                 return hit
         for entry in runpath:
-            hit = self._search_dir(entry, name, origin or "")
-            if hit:
-                return hit
-        if name in self.ld_cache:
-            hit = self._host(self.ld_cache[name])
-            if hit:
-                return hit
-        for entry in self.default_dirs:
-            hit = self._host(os.path.join(entry, name))
+            hit = self._search_dir(entry, name, origin)
             if hit:
                 return hit
         return None
@@ -188,14 +185,21 @@ class Loader:
             elf = obj.report.elf
             if elf is None:
                 continue
-            rpaths = list(elf.rpath) + inherited if not elf.runpath else list(elf.rpath)
+            # $ORIGIN means the directory of the object whose RPATH it is, also when inherited.
+            here = posixpath.dirname(obj.key)
+            own = [self._expand(entry, here) for entry in elf.rpath]
+            rpaths = own + inherited if not elf.runpath else own
             for name in elf.needed:
-                if name in EXEMPT or name in self.external:
+                if self.host_provides(name):
                     out.exempt.add(name)
                     continue
                 hit = self.find(name, obj.key, rpaths, elf.runpath, loaded)
                 if hit is None:
-                    out.missing.append((name, obj.report.origin))
+                    dist = self.elsewhere(name)
+                    if dist:
+                        out.elsewhere.append((name, obj.report.origin, dist))
+                    else:
+                        out.missing.append((name, obj.report.origin))
                     continue
                 loaded[name] = hit
                 if hit.report.elf and hit.report.elf.soname:

@@ -1,8 +1,16 @@
-"""Verify profiles (``build/profiles/<name>.toml``) and the check catalogue (``checks.toml``)."""
+"""Verify profiles (``build/profiles/<name>.toml``) and the check catalogue (``checks.toml``).
+
+A profile name is looked up in the project's ``build/profiles/`` first (the checkout patchkit
+runs in, or ``$PATCHKIT_PROJECT``), then in the copies shipped inside the package
+(``patchkit/abi/profiles/``), so an installed patchkit works anywhere and a project can
+override or add profiles.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +22,8 @@ else:  # pragma: no cover
 
 from patchkit.abi.archs import CC
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROFILE_DIR = os.path.join(PROJECT_ROOT, "build", "profiles")
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGED_DIR = os.path.join(HERE, "profiles")
 DEFAULT_PROFILE = "cu130-sm120"
 CATALOGUE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks.toml")
 
@@ -42,41 +50,97 @@ class Profile:
     common_ops: dict[str, str] = field(default_factory=dict)
     jit_arch: list[str] = field(default_factory=list)
     severity: dict[str, str] = field(default_factory=dict)
+    # What the target host provides besides the checked files (sonames), and its C runtime.
+    host_libraries: list[str] = field(default_factory=list)
+    host_versions: dict[str, str] = field(default_factory=dict)  # GLIBC -> 2.35, GLIBCXX -> ...
+    # Which distribution of the stack ships a library: dist -> soname globs.
+    provides: dict[str, list[str]] = field(default_factory=dict)
+    torch_symbols: str = ""  # file name of the torch symbol set, next to the profile
     path: str = ""
 
+    def provider(self, soname: str) -> str | None:
+        """The distribution of the stack that ships ``soname``, if the profile knows one."""
+        for dist, globs in self.provides.items():
+            if any(fnmatch.fnmatchcase(soname, g) for g in globs):
+                return dist
+        return None
 
-def available(directory: str = PROFILE_DIR) -> list[str]:
-    """Profile names in ``directory``."""
+    def host_provides(self, soname: str) -> bool:
+        return any(fnmatch.fnmatchcase(soname, g) for g in self.host_libraries)
+
+    def data_file(self, name: str) -> str:
+        """A data file named by the profile: beside it, else among the packaged profiles."""
+        for folder in (os.path.dirname(self.path), PACKAGED_DIR):
+            candidate = os.path.join(folder, name)
+            if os.path.isfile(candidate):
+                return candidate
+        return os.path.join(os.path.dirname(self.path), name)
+
+
+def search_dirs() -> list[str]:
+    """Where profile names are looked up: the project's build/profiles, then the package's."""
+    dirs = []
     try:
-        return sorted(f[:-5] for f in os.listdir(directory) if f.endswith(".toml"))
-    except OSError:
-        return []
+        from patchkit.project import find_project
+
+        dirs.append(str(find_project().build_dir / "profiles"))
+    except Exception:  # no project here: the packaged profiles only
+        pass
+    if PACKAGED_DIR not in dirs:
+        dirs.append(PACKAGED_DIR)
+    return dirs
 
 
-def load_profile(name_or_path: str | None = None, directory: str = PROFILE_DIR) -> Profile:
-    """Load a profile by name (from ``build/profiles``) or by path to a TOML file."""
+def available(directories: list[str] | None = None) -> list[str]:
+    """Profile names found in ``directories`` (default: search_dirs())."""
+    names: set[str] = set()
+    for directory in directories if directories is not None else search_dirs():
+        try:
+            names.update(f[:-5] for f in os.listdir(directory) if f.endswith(".toml"))
+        except OSError:
+            pass
+    return sorted(names)
+
+
+def find_profile(name: str, directories: list[str] | None = None) -> str | None:
+    """The file of profile ``name``: the first search directory that has it."""
+    for directory in directories if directories is not None else search_dirs():
+        path = os.path.join(directory, f"{name}.toml")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def load_profile(name_or_path: str | None = None, directories: list[str] | None = None) -> Profile:
+    """Load a profile by name (project build/profiles, then packaged) or by path to a file."""
     name_or_path = name_or_path or DEFAULT_PROFILE
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         path = name_or_path
     else:
-        path = os.path.join(directory, f"{name_or_path}.toml")
+        dirs = directories if directories is not None else search_dirs()
+        path = find_profile(name_or_path, dirs)
+        if path is None:
+            names = ", ".join(available(dirs)) or "none"
+            raise ProfileError(f"no profile {name_or_path!r} (available: {names})")
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
-        names = ", ".join(available(directory)) or "none"
-        raise ProfileError(f"no profile {name_or_path!r} (available: {names})") from None
+        raise ProfileError(f"no profile file {path}") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ProfileError(f"cannot read profile {path}: {exc}") from None
     try:
         return _build(data, path)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProfileError(f"profile {path} is incomplete: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProfileError(f"profile {path} is incomplete or malformed: {exc}") from None
 
 
 def _build(data: dict[str, Any], path: str) -> Profile:
     torch = data["torch"]
     cuda = data["cuda"]
+    for key, value in data.get("host", {}).get("versions", {}).items():
+        if not isinstance(value, str) or not re.fullmatch(r"\d+(\.\d+)*", value):
+            raise ValueError(f"[host.versions] {key} = {value!r} is not a version like 2.35")
     return Profile(
         name=data.get("name", os.path.basename(path)[:-5]),
         torch_version=torch["version"],
@@ -92,6 +156,10 @@ def _build(data: dict[str, Any], path: str) -> Profile:
         common_ops=dict(data.get("sgl_kernel", {}).get("common_ops", {})),
         jit_arch=list(data.get("flashinfer", {}).get("jit_arch", [])),
         severity=dict(data.get("severity", {})),
+        host_libraries=[str(x) for x in data.get("host", {}).get("libraries", [])],
+        host_versions={str(k): str(v) for k, v in data.get("host", {}).get("versions", {}).items()},
+        provides={str(k): [str(g) for g in v] for k, v in data.get("provides", {}).items()},
+        torch_symbols=str(torch.get("symbols", "")),
         path=path,
     )
 

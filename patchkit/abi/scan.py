@@ -1,17 +1,41 @@
-"""Per-file analysis: ELF dynamic facts and fatbin summary of each shared object, cached."""
+"""Per-file analysis: ELF dynamic facts and device code (fatbins, raw cubins, PTX), cached.
+
+Every file is classified by its bytes, not its name: an ELF object (shared library, extension,
+executable), a raw cubin (an EM_CUDA ELF), a raw fatbin (magic 0xBA55ED50) or a PTX module.
+Only the bytes that matter are read: the ELF header, the section table, the dynamic sections and
+the fatbin entry headers through an mmap; a wheel member is inflated only as far as needed
+(a raw cubin: until its ``.note.nv.tkinfo`` names the target).
+"""
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import struct
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from patchkit.abi.cache import ResultCache
 from patchkit.abi.elf import ElfInfo, MalformedElf, open_mapped, read_elf
-from patchkit.abi.fatbin import Fatbin, MalformedFatbin, describe
-from patchkit.abi.sources import Member, Tree, extract_member, read_member
+from patchkit.abi.fatbin import (
+    EM_CUDA,
+    Fatbin,
+    FatbinEntry,
+    MalformedFatbin,
+    cubin_info,
+    describe,
+    ptx_kernels,
+)
+from patchkit.abi.sources import (
+    Member,
+    Tree,
+    extract_member,
+    forget_open,
+    read_member,
+    read_member_head,
+)
 
 _ARCH_FLAGS = re.compile(rb"(?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)+")
 # Files whose bytes carry torch's TORCH_CUDA_ARCH_LIST (== torch._C._cuda_getArchFlags()).
@@ -21,42 +45,121 @@ PARALLEL_BYTES = 64 << 20
 IN_MEMORY_BYTES = 1 << 30
 # Files with at most this many fatbins have every fatbin opened to count its kernels.
 OPEN_ALL_BELOW = 64
+# How much of a raw cubin is inflated, at most, looking for its tkinfo note.
+CUBIN_HEAD = 256 << 10
+KINDS = ("elf", "cubin", "fatbin", "ptx")
+_TKINFO_ARCH = re.compile(rb"-arch[ =](sm_\d+[af]?)")
+_TKINFO_RELEASE = re.compile(rb"release (\d+)\.(\d+)")
+_PTX_TARGET = re.compile(rb"^\s*\.target\s+(sm_\d+[af]?)", re.M)
+_PTX_VERSION = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.M)
 
 
 @dataclass
 class FileReport:
-    """What one shared object is, as far as loading it and launching its kernels go."""
+    """What one file is, as far as loading it and launching its kernels go."""
 
     relpath: str
     origin: str
     elf: ElfInfo | None = None
-    error: str | None = None  # the file could not be read as ELF
+    error: str | None = None  # the file could not be read
     fatbins: list[Fatbin] = field(default_factory=list)
     fatbin_error: str | None = None
     arch_flags: list[str] = field(default_factory=list)
+    kind: str = "elf"  # elf | cubin | fatbin | ptx
 
     @property
     def kernel_fatbins(self) -> list[Fatbin]:
         """Fatbins that hold (or may hold) kernels; the empty device-link fatbin is left out."""
         return [f for f in self.fatbins if f.has_kernels is not False]
 
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "elf": self.elf.to_json() if self.elf else None,
+            "error": self.error,
+            "fatbins": [f.to_json() for f in self.fatbins],
+            "fatbin_error": self.fatbin_error,
+            "arch_flags": self.arch_flags,
+        }
 
-def analyze_file(path: str, relpath: str, origin: str) -> FileReport:
-    """Read one file; malformed ELF or fatbin data becomes ``error``/``fatbin_error``, no raise."""
+    @classmethod
+    def from_json(cls, d: dict, relpath: str, origin: str) -> FileReport:
+        """Rebuild from to_json() output; raises on anything else (the cache's miss)."""
+        if d["kind"] not in KINDS:
+            raise ValueError("kind")
+        for key in ("error", "fatbin_error"):
+            if d[key] is not None and not isinstance(d[key], str):
+                raise TypeError(key)
+        flags = d["arch_flags"]
+        if not isinstance(flags, list) or not all(isinstance(x, str) for x in flags):
+            raise TypeError("arch_flags")
+        elf = ElfInfo.from_json(d["elf"]) if d["elf"] is not None else None
+        if elf is not None:
+            elf.path = origin
+        return cls(
+            relpath=relpath,
+            origin=origin,
+            elf=elf,
+            error=d["error"],
+            fatbins=[Fatbin.from_json(f) for f in d["fatbins"]],
+            fatbin_error=d["fatbin_error"],
+            arch_flags=flags,
+            kind=d["kind"],
+        )
+
+
+def classify(head: bytes, name: str) -> str | None:
+    """``elf``, ``cubin``, ``fatbin``, ``ptx`` or None, from a file's first bytes (and a
+    ``.ptx`` name for PTX, which is plain text)."""
+    if head[:4] == b"\x7fELF":
+        if len(head) >= 20 and struct.unpack_from("<H", head, 0x12)[0] == EM_CUDA:
+            return "cubin"
+        return "elf"
+    if head[:4] == b"\x50\xed\x55\xba":
+        return "fatbin"
+    if name.endswith(".ptx") and (b".version" in head or b"//" in head[:2]):
+        return "ptx"
+    return None
+
+
+def analyze_file(path: str, relpath: str, origin: str, kind: str = "elf") -> FileReport:
+    """Read one file; malformed data becomes ``error``/``fatbin_error``, never a raise."""
+    if kind == "ptx":
+        try:
+            with open(path, "rb") as fh:
+                return analyze_ptx(fh.read(), relpath, origin)
+        except OSError as exc:
+            return FileReport(
+                relpath=relpath, origin=origin, kind=kind, error=f"cannot read: {exc}"
+            )
     try:
         buf = open_mapped(path)
     except MalformedElf as exc:
-        return FileReport(relpath=relpath, origin=origin, error=str(exc))
+        return FileReport(relpath=relpath, origin=origin, kind=kind, error=str(exc))
     except (OSError, ValueError) as exc:
-        return FileReport(relpath=relpath, origin=origin, error=f"cannot read: {exc}")
+        return FileReport(relpath=relpath, origin=origin, kind=kind, error=f"cannot read: {exc}")
     try:
+        # Only the pages touched are read; tell the kernel not to read ahead around them.
+        buf.madvise(mmap.MADV_RANDOM)
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        if kind == "cubin":
+            return analyze_cubin(buf, relpath, origin)
+        if kind == "fatbin":
+            return analyze_fatbin_file(buf, relpath, origin)
         return analyze_buffer(buf, relpath, origin)
     finally:
         buf.close()
 
 
 def analyze_buffer(buf, relpath: str, origin: str) -> FileReport:
-    """Like analyze_file, over bytes already in memory (an mmap or a wheel member)."""
+    """Like analyze_file for an ELF object, over bytes already in memory (mmap or member).
+
+    Over an mmap (a file that stays on disk) no fatbin image is opened here: the checks open
+    one only where an answer depends on it (a fatbin lacking a target; the toolkit of an
+    extension), so a cold run does not read compressed payloads it never needs.
+    """
     report = FileReport(relpath=relpath, origin=origin)
     if len(buf) < 64:
         report.error = f"file is {len(buf)} bytes, too short for an ELF header"
@@ -73,70 +176,235 @@ def analyze_buffer(buf, relpath: str, origin: str) -> FileReport:
         segment = bytes(buf[seg[0] : seg[0] + seg[1]]) if seg and seg[1] < (1 << 24) else None
         try:
             report.fatbins = describe(
-                buf, sec[0], sec[0] + sec[1], segment, sec[2], open_images=OPEN_ALL_BELOW
+                buf,
+                sec[0],
+                sec[0] + sec[1],
+                segment,
+                sec[2],
+                open_images=0 if isinstance(buf, mmap.mmap) else OPEN_ALL_BELOW,
             )
         except MalformedFatbin as exc:
             report.fatbin_error = str(exc)
         except (ValueError, IndexError, OverflowError, MemoryError, struct.error) as exc:
             report.fatbin_error = f"{type(exc).__name__}: {exc}"
     if os.path.basename(relpath) in ARCH_FLAG_FILES:
-        m = _ARCH_FLAGS.search(buf)
+        sec = elf.section(".rodata")
+        region = buf[sec[0] : sec[0] + sec[1]] if sec else buf
+        m = _ARCH_FLAGS.search(region)
         if m:
             report.arch_flags = m.group(0).decode().split()
     elf.sections = {k: v for k, v in elf.sections.items() if k.startswith((".nv", ".dyn"))}
     return report
 
 
+def _cubin_entry(sm: int, variant: str, size: int, abi: int) -> FatbinEntry:
+    return FatbinEntry("cubin", sm, variant, "", 0, 0, size, 0, size, (1, abi), 0)
+
+
+def analyze_cubin(buf, relpath: str, origin: str, size: int | None = None) -> FileReport:
+    """A raw cubin (``cuModuleLoad`` input): its SM, ``a``/``f`` variant and toolkit.
+
+    ``buf`` may be only the head of the file (a wheel member inflated part way, ``size`` its
+    full length): the ELF header gives the SM, the tkinfo note (near the start in nvcc's
+    layout) the variant and toolkit; with the whole file, the section table is read instead.
+    """
+    report = FileReport(relpath=relpath, origin=origin, kind="cubin")
+    size = len(buf) if size is None else size
+    try:
+        if len(buf) < 64 or buf[:4] != b"\x7fELF":
+            raise MalformedFatbin("cubin does not start with the ELF magic")
+        kernels = None
+        if len(buf) == size:
+            info = cubin_info(buf)
+            sm, arch_a, abi, toolkit, target = (
+                info.sm,
+                info.arch_a,
+                info.abi_version,
+                info.toolkit,
+                info.target,
+            )
+            kernels = info.kernels
+        else:
+            info = cubin_info(bytes(buf[:64]))  # header fields only: the table is not in the head
+            sm, arch_a, abi = info.sm, info.arch_a, info.abi_version
+            region = bytes(buf)
+            m = _TKINFO_ARCH.search(region)
+            target = m.group(1).decode() if m else None
+            rel = _TKINFO_RELEASE.search(region)
+            toolkit = f"{int(rel.group(1))}.{int(rel.group(2))}" if rel else None
+        variant = "a" if arch_a else ""
+        if target:
+            m = re.fullmatch(r"sm_(\d+)([af]?)", target)
+            if m:
+                sm, variant = int(m.group(1)), m.group(2)
+    except (MalformedFatbin, struct.error, ValueError, IndexError) as exc:
+        report.error = f"not a readable cubin: {exc}"
+        return report
+    fat = Fatbin(offset=0, size=size, entries=[_cubin_entry(sm, variant, size, abi)])
+    fat.has_kernels = True if kernels is None else kernels > 0
+    fat.kernels, fat.toolkit = kernels, toolkit
+    report.fatbins = [fat]
+    return report
+
+
+def analyze_fatbin_file(buf, relpath: str, origin: str) -> FileReport:
+    """A raw fatbin file (``nvcc -fatbin``, ``cuModuleLoadFatBinary`` input)."""
+    report = FileReport(relpath=relpath, origin=origin, kind="fatbin")
+    try:
+        report.fatbins = describe(buf, 0, len(buf), None, 0, open_images=OPEN_ALL_BELOW)
+    except MalformedFatbin as exc:
+        report.fatbin_error = str(exc)
+    except (ValueError, IndexError, OverflowError, MemoryError, struct.error) as exc:
+        report.fatbin_error = f"{type(exc).__name__}: {exc}"
+    return report
+
+
+def analyze_ptx(text: bytes, relpath: str, origin: str) -> FileReport:
+    """A PTX module: its ``.target`` and ``.version`` (the ISA a driver must know)."""
+    report = FileReport(relpath=relpath, origin=origin, kind="ptx")
+    target = _PTX_TARGET.search(text)
+    version = _PTX_VERSION.search(text)
+    if not target or not version:
+        report.error = "PTX without a .version and .target directive"
+        return report
+    m = re.fullmatch(rb"sm_(\d+)([af]?)", target.group(1))
+    arch, variant = int(m.group(1)), m.group(2).decode()
+    ver = (int(version.group(1)), int(version.group(2)))
+    entry = FatbinEntry("ptx", arch, variant, "", 0, 0, len(text), 0, len(text), ver, 0)
+    fat = Fatbin(offset=0, size=len(text), entries=[entry])
+    fat.kernels = ptx_kernels(text)
+    fat.has_kernels = fat.kernels > 0
+    report.fatbins = [fat]
+    return report
+
+
 def _analyze_member(member: Member) -> FileReport:
     if member.path is None and member.wheel is not None:
         try:
+            if member.kind == "cubin" and member.size > CUBIN_HEAD:
+                head = read_member_head(member, CUBIN_HEAD, b"-arch")
+                return analyze_cubin(head, member.relpath, member.origin, member.size)
             if member.size <= IN_MEMORY_BYTES:
-                return analyze_buffer(read_member(member), member.relpath, member.origin)
+                data = read_member(member)
+                if member.kind == "ptx":
+                    return analyze_ptx(data, member.relpath, member.origin)
+                if member.kind == "cubin":
+                    return analyze_cubin(data, member.relpath, member.origin)
+                if member.kind == "fatbin":
+                    return analyze_fatbin_file(data, member.relpath, member.origin)
+                return analyze_buffer(data, member.relpath, member.origin)
             path = extract_member(member)
-        except (
-            Exception
-        ) as exc:  # zipfile raises BadZipFile, zlib.error, EOFError ... on corrupt members
-            return FileReport(member.relpath, member.origin, error=f"invalid archive: {exc}")
+        except (zlib.error, EOFError, ValueError, OSError, RuntimeError, KeyError) as exc:
+            return FileReport(
+                member.relpath, member.origin, kind=member.kind, error=f"invalid archive: {exc}"
+            )
+        except Exception as exc:  # zipfile raises BadZipFile and others on corrupt members
+            return FileReport(
+                member.relpath, member.origin, kind=member.kind, error=f"invalid archive: {exc}"
+            )
         try:
-            return analyze_file(path, member.relpath, member.origin)
+            return analyze_file(path, member.relpath, member.origin, member.kind)
         finally:
             os.unlink(path)  # the scratch copy is only needed while it is read
-    return analyze_file(member.path, member.relpath, member.origin)
+    return analyze_file(member.path, member.relpath, member.origin, member.kind)
 
 
 def _analyze_and_store(member: Member, cache: ResultCache) -> FileReport:
     report = _analyze_member(member)
-    if not (report.error or "").startswith("invalid archive"):
-        cache.store(member.cache_key, member.size, member.mtime, report)
+    # Wheel members are stored together, one entry per wheel, by the caller.
+    if member.wheel is None and not (report.error or "").startswith("invalid archive"):
+        cache.store(member.cache_key, member.size, member.mtime, report.to_json())
     return report
 
 
-def _worker(args: tuple[Member, ResultCache]) -> FileReport:
-    # The worker writes the cache entry itself, so the parent does not pickle the report twice.
-    return _analyze_and_store(*args)
+def _worker(args: tuple[list[Member], ResultCache]) -> list[FileReport]:
+    # The worker writes the cache entries itself, so the parent does not encode them twice.
+    members, cache = args
+    return [_analyze_and_store(m, cache) for m in members]
+
+
+def load_cached(cache: ResultCache, member: Member) -> FileReport | None:
+    return cache.load(
+        member.cache_key,
+        member.size,
+        member.mtime,
+        lambda d: FileReport.from_json(d, member.relpath, member.origin),
+    )
+
+
+def _batches(todo: list[Member], jobs: int) -> list[list[Member]]:
+    """Largest first, then small files in batches (thousands of cubins are not one task each)."""
+    out: list[list[Member]] = []
+    small: list[Member] = []
+    for m in todo:
+        if m.size >= (8 << 20):
+            out.append([m])
+        else:
+            small.append(m)
+    per = max(1, len(small) // (jobs * 4) or 1)
+    out += [small[i : i + per] for i in range(0, len(small), per)]
+    return out
+
+
+def _wheel_key(wheel: str) -> tuple[str, int, int]:
+    st = os.stat(wheel)
+    return "wheel:" + os.path.realpath(wheel), st.st_size, st.st_mtime_ns
 
 
 def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dict[str, FileReport]:
-    """A FileReport per shared object in ``tree``: from the cache, else computed in parallel."""
+    """A FileReport per object in ``tree``: from the cache, else computed in parallel.
+
+    Installed files are cached one entry per file; the members of a wheel one entry per wheel
+    (a wheel of 5,000 cubins is one file to write and read, not 5,000)."""
     reports: dict[str, FileReport] = {}
     todo: list[Member] = []
+    wheels: dict[str, list[Member]] = {}
     for member in tree.members.values():
-        hit = cache.load(member.cache_key, member.size, member.mtime)
+        if member.wheel is not None:
+            wheels.setdefault(member.wheel, []).append(member)
+            continue
+        hit = load_cached(cache, member)
         if hit is not None:
-            hit.relpath, hit.origin = member.relpath, member.origin
-            if hit.elf is not None:
-                hit.elf.path = member.origin
             reports[member.relpath] = hit
         else:
             todo.append(member)
+    computed: list[str] = []
+    for wheel, members in wheels.items():
+        origins = {m.relpath: m.origin for m in members}
+
+        def decode(d, origins=origins):
+            if not isinstance(d, dict) or set(d) != set(origins):
+                raise ValueError("members")
+            return {rel: FileReport.from_json(v, rel, origins[rel]) for rel, v in d.items()}
+
+        try:
+            key = _wheel_key(wheel)
+        except OSError:
+            key = None
+        hit = cache.load(*key, decode) if key else None
+        if hit is not None:
+            reports.update(hit)
+        else:
+            todo.extend(members)
+            computed.append(wheel)
     todo.sort(key=lambda m: -m.size)
     jobs = jobs if jobs is not None else min(len(todo), os.cpu_count() or 1)
     big = sum(m.size for m in todo)
     if jobs > 1 and len(todo) > 1 and big > PARALLEL_BYTES:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_worker, [(m, cache) for m in todo], chunksize=1))
+        batches = _batches(todo, jobs)
+        with ProcessPoolExecutor(max_workers=jobs, initializer=forget_open) as pool:
+            results = [r for rs in pool.map(_worker, [(b, cache) for b in batches]) for r in rs]
+        todo = [m for b in batches for m in b]
     else:
         results = [_analyze_and_store(m, cache) for m in todo]
     for member, report in zip(todo, results, strict=True):
         reports[member.relpath] = report
+    for wheel in computed:
+        members = [reports[m.relpath] for m in wheels[wheel]]
+        if any((r.error or "").startswith("invalid archive") for r in members):
+            continue
+        try:
+            cache.store(*_wheel_key(wheel), {r.relpath: r.to_json() for r in members})
+        except OSError:
+            pass
     return reports

@@ -9,6 +9,7 @@ decompression bombs) and only shared objects are extracted, into a scratch folde
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import sysconfig
@@ -24,6 +25,16 @@ SO_NAME = re.compile(r"\.so(\.\d+)*$")
 # Text files the checks read, relative to site-packages.
 TEXT_FILES = ("torch/version.py", "sgl_kernel/load_utils.py", "sgl_kernel/__init__.py")
 SKIP_DIRS = {"__pycache__", "include", "share", "tests", "test"}
+# Files that are source or data by their name are not opened; every other file's first bytes
+# decide whether it is an ELF object or device code (scan.classify).
+TEXT_SUFFIXES = frozenset(
+    (
+        ".py .pyc .pyi .pyx .pxd .pxi .h .hpp .hh .cuh .cu .c .cc .cpp .cxx .inl .inc .txt .md "
+        ".rst .json .yaml .yml .toml .cfg .ini .typed .html .css .js .csv .cmake .f90 .f .png "
+        ".jpg .svg .lock .pem .proto .jinja .j2 .mat .wav .npz .npy .sav .arff .xsd .pth"
+    ).split()
+)
+HEAD_BYTES = 64
 
 
 @dataclass
@@ -36,6 +47,7 @@ class Dist:
     owns: Callable[[str], bool] = lambda prefix: False
     wheel: str | None = None
     filename_version: str | None = None
+    files: Callable[[], list[str]] = lambda: []  # the paths it installs (RECORD / members)
 
 
 @dataclass
@@ -50,6 +62,7 @@ class Member:
     cache_key: str
     wheel: str | None = None  # the wheel this member is read from
     scratch: str | None = None  # where it may be extracted
+    kind: str = "elf"  # scan.classify: elf | cubin | fatbin | ptx
 
 
 @dataclass
@@ -63,9 +76,24 @@ class Tree:
     dists: dict[str, Dist] = field(default_factory=dict)
     invalid: list[tuple[str, str]] = field(default_factory=list)
     dirs: set[str] = field(default_factory=set)  # relative dirs holding shared objects
+    # every file whose bytes were (or would be) looked at: (relpath, size, mtime)
+    candidates: list[tuple[str, int, int]] = field(default_factory=list)
+    has_env: bool = False  # a wheelhouse laid over an installed environment
 
     def has(self, relpath: str) -> bool:
         return relpath in self.members
+
+    def owner(self, relpath: str) -> Dist | None:
+        """The distribution that installs ``relpath`` (RECORD, or the wheel it came from)."""
+        index = self.__dict__.get("_owners")
+        if index is None:
+            index = {}
+            for dist in self.dists.values():
+                for name in dist.files():
+                    if name in self.members:
+                        index.setdefault(name, dist)
+            self.__dict__["_owners"] = index
+        return index.get(relpath)
 
     def overlay(self, other: Tree) -> Tree:
         """``other``'s files and dists on top of this tree's (a wheelhouse over an environment)."""
@@ -75,12 +103,35 @@ class Tree:
         merged.dists = {**self.dists, **other.dists}
         merged.invalid = self.invalid + other.invalid
         merged.dirs = self.dirs | other.dirs
+        merged.candidates = self.candidates + other.candidates
+        merged.has_env = self.kind == "env" or self.has_env or other.has_env
         return merged
 
 
 def default_site_packages() -> str:
     """The running interpreter's purelib folder."""
     return sysconfig.get_paths()["purelib"]
+
+
+def resolve_env(path: str) -> str:
+    """A site-packages folder from what a user names: the folder itself, a virtual environment
+    (``.venv``, which has ``pyvenv.cfg``), or its interpreter (``.venv/bin/python``)."""
+    path = os.path.abspath(path)
+    if os.path.isfile(path) and os.path.basename(os.path.dirname(path)) == "bin":
+        path = os.path.dirname(os.path.dirname(path))
+    if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+        found = sorted(glob.glob(os.path.join(path, "lib", "python3*", "site-packages")))
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise FileNotFoundError(os.path.join(path, "lib", "python3*", "site-packages"))
+        from patchkit.errors import VerifyInputError
+
+        raise VerifyInputError(
+            f"{path} holds several site-packages ({', '.join(found)})",
+            "pass the site-packages folder to check",
+        )
+    return path
 
 
 _HEADER = re.compile(r"^(Name|Version|Requires-Dist):[ \t]*(.*?)\s*$", re.M)
@@ -122,8 +173,14 @@ def read_env(site: str) -> Tree:
                     _read_dist_info(tree, entry.path)
                 elif name not in SKIP_DIRS and not name.startswith("."):
                     stack.append((relpath + "/", entry.path))
-            elif ".so" in name and SO_NAME.search(name) and entry.is_file():
+            elif _maybe_code(name) and entry.is_file():
                 st = entry.stat()
+                if st.st_size < 20:
+                    continue
+                tree.candidates.append((relpath, st.st_size, st.st_mtime_ns))
+                kind = _kind_of_file(entry.path, name)
+                if kind is None:
+                    continue
                 tree.members[relpath] = Member(
                     relpath=relpath,
                     path=entry.path,
@@ -131,6 +188,7 @@ def read_env(site: str) -> Tree:
                     mtime=st.st_mtime_ns,
                     origin=entry.path,
                     cache_key=os.path.realpath(entry.path) if entry.is_symlink() else entry.path,
+                    kind=kind,
                 )
                 tree.dirs.add(rel.rstrip("/"))
     for relpath in TEXT_FILES:
@@ -142,24 +200,57 @@ def read_env(site: str) -> Tree:
     return tree
 
 
+class _Record:
+    """A dist-info RECORD, read on first use."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._paths: list[str] | None = None
+
+    def files(self) -> list[str]:
+        if self._paths is None:
+            try:
+                with open(self.path, encoding="utf-8", errors="replace") as fh:
+                    self._paths = [line.split(",", 1)[0] for line in fh.read().splitlines()]
+            except OSError:
+                self._paths = []
+        return self._paths
+
+    def owns(self, prefix: str) -> bool:
+        return any(p.startswith(prefix) for p in self.files())
+
+
+def _maybe_code(name: str) -> bool:
+    dot = name.rfind(".")
+    if dot <= 0:
+        return name not in ("RECORD", "METADATA", "WHEEL", "INSTALLER", "LICENSE", "REQUESTED")
+    return name[dot:].lower() not in TEXT_SUFFIXES
+
+
+def _kind_of_file(path: str, name: str) -> str | None:
+    from patchkit.abi.scan import classify
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, HEAD_BYTES, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return classify(head, name)
+
+
 def _read_dist_info(tree: Tree, folder: str) -> None:
     try:
         with open(os.path.join(folder, "METADATA"), encoding="utf-8", errors="replace") as fh:
             name, version, requires = _parse_metadata(fh.read(1 << 16))
     except OSError:
         return
-    record_path = os.path.join(folder, "RECORD")
-
-    def owns(prefix: str, _cache: dict = {}) -> bool:  # noqa: B006 - per-closure memo
-        if "lines" not in _cache:
-            try:
-                with open(record_path, encoding="utf-8", errors="replace") as fh:
-                    _cache["lines"] = fh.read().splitlines()
-            except OSError:
-                _cache["lines"] = []
-        return any(line.startswith(prefix) for line in _cache["lines"])
-
-    dist = Dist(canonicalize_name(name), version, requires, owns)
+    record = _Record(os.path.join(folder, "RECORD"))
+    dist = Dist(canonicalize_name(name), version, requires, record.owns, files=record.files)
     tree.dists[dist.name] = dist
 
 
@@ -179,6 +270,8 @@ def read_wheelhouse(folder: str, scratch: str) -> Tree:
 
 
 def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
+    from patchkit.abi.scan import classify
+
     wheel = os.path.basename(path)
     try:
         zf = zipfile.ZipFile(path)
@@ -206,7 +299,17 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
             metadata = zf.read(info).decode("utf-8", "replace")
         elif name in TEXT_FILES:
             tree.texts[name] = zf.read(info).decode("utf-8", "replace")
-        elif SO_NAME.search(name) and not info.is_dir():
+        elif not info.is_dir() and info.file_size >= 20 and _maybe_code(name.rsplit("/", 1)[-1]):
+            try:
+                with zf.open(info) as src:
+                    head = src.read(HEAD_BYTES)
+            except Exception as exc:  # zipfile/zlib errors on a corrupt member
+                tree.invalid.append((wheel, f"invalid archive: {name}: {exc}"))
+                zf.close()
+                return
+            kind = classify(head, name)
+            if kind is None:
+                continue
             tree.members[name] = Member(
                 relpath=name,
                 path=None,
@@ -216,6 +319,7 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
                 cache_key=f"{os.path.realpath(path)}!{name}",
                 wheel=path,
                 scratch=scratch,
+                kind=kind,
             )
             tree.dirs.add(os.path.dirname(name))
     zf.close()
@@ -231,20 +335,58 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
         owns=lambda prefix, names=names: any(n.startswith(prefix) for n in names),
         wheel=wheel,
         filename_version=m.group("ver") if m else None,
+        files=lambda names=names: sorted(names),
     )
     tree.dists[dist.name] = dist
+
+
+_OPEN: dict[str, zipfile.ZipFile] = {}
+
+
+def _zip(path: str) -> zipfile.ZipFile:
+    """One open ZipFile per wheel and process: its central directory is parsed once, not per
+    member (a wheel of 10,000 cubins)."""
+    zf = _OPEN.get(path)
+    if zf is None:
+        if len(_OPEN) > 16:
+            for old in _OPEN.values():
+                old.close()
+            _OPEN.clear()
+        zf = _OPEN[path] = zipfile.ZipFile(path)
+    return zf
+
+
+def forget_open() -> None:
+    """In a forked worker: drop the parent's open wheels (their file offsets are shared)."""
+    _OPEN.clear()
 
 
 def read_member(member: Member) -> bytes:
     """A wheel member's bytes, refusing members larger than their header says."""
     assert member.wheel is not None
-    with zipfile.ZipFile(member.wheel) as zf:
-        info = zf.getinfo(member.relpath)
-        with zf.open(info) as src:
-            data = src.read(info.file_size + 1)
+    zf = _zip(member.wheel)
+    info = zf.getinfo(member.relpath)
+    with zf.open(info) as src:
+        data = src.read(info.file_size + 1)
     if len(data) > info.file_size:
         raise ValueError(f"member {member.relpath!r} is larger than its header says")
     return data
+
+
+def read_member_head(member: Member, limit: int, until: bytes) -> bytes:
+    """A wheel member's first bytes, inflated in steps until ``until`` appears (or ``limit``)."""
+    assert member.wheel is not None
+    out = b""
+    with _zip(member.wheel).open(member.relpath) as src:
+        while len(out) < limit:
+            chunk = src.read(16384)
+            if not chunk:
+                break
+            out += chunk
+            if until in out[-len(chunk) - len(until) :]:
+                out += src.read(4096)  # the rest of the note
+                break
+    return out
 
 
 def extract_member(member: Member) -> str:
@@ -256,12 +398,12 @@ def extract_member(member: Member) -> str:
         raise ValueError(f"member {member.relpath!r} would land outside the scratch folder")
     os.makedirs(os.path.dirname(target), exist_ok=True)
     written = 0
-    with zipfile.ZipFile(member.wheel) as zf:
-        info = zf.getinfo(member.relpath)
-        with zf.open(info) as src, open(target, "wb") as dst:
-            while chunk := src.read(1 << 22):
-                written += len(chunk)
-                if written > info.file_size:
-                    raise ValueError(f"member {member.relpath!r} is larger than its header says")
-                dst.write(chunk)
+    zf = _zip(member.wheel)
+    info = zf.getinfo(member.relpath)
+    with zf.open(info) as src, open(target, "wb") as dst:
+        while chunk := src.read(1 << 22):
+            written += len(chunk)
+            if written > info.file_size:
+                raise ValueError(f"member {member.relpath!r} is larger than its header says")
+            dst.write(chunk)
     return target

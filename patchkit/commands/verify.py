@@ -8,6 +8,8 @@ import click
 
 from patchkit.errors import VerifyInputError
 
+MAX_EVIDENCE = 8
+
 
 @click.command("verify")
 @click.option(
@@ -17,7 +19,8 @@ from patchkit.errors import VerifyInputError
     flag_value="",
     default=None,
     metavar="[PATH]",
-    help="Verify a site-packages folder (default: this interpreter's).",
+    help="Verify a site-packages folder, a virtual environment or its python "
+    "(default: this interpreter's).",
 )
 @click.option(
     "--wheelhouse",
@@ -30,14 +33,16 @@ from patchkit.errors import VerifyInputError
     "--profile",
     default=None,
     metavar="NAME",
-    help="Profile from build/profiles/ (or a path to one); default cu130-sm120.",
+    envvar="PATCHKIT_PROFILE",
+    help="Profile name (the project's build/profiles/, then patchkit's own) or a path to one; "
+    "default $PATCHKIT_PROFILE, else cu130-sm120.",
 )
 @click.option(
     "--gpu",
     "gpus",
     multiple=True,
     metavar="CC",
-    help="Target compute capability (e.g. 12.0); repeatable; replaces the profile's.",
+    help="Target compute capability (12.0, 12, sm_120 or 120); repeatable; replaces the profile's.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the per-file cache.")
@@ -48,12 +53,12 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
     """
     from patchkit.abi import verify
     from patchkit.abi.profiles import ProfileError
-    from patchkit.abi.sources import default_site_packages
+    from patchkit.abi.sources import default_site_packages, resolve_env
 
     if env is None and wheelhouse is None:
         env = ""
-    env_path = (env or default_site_packages()) if env is not None else None
     try:
+        env_path = resolve_env(env or default_site_packages()) if env is not None else None
         report = verify(
             env=env_path,
             wheelhouse=wheelhouse,
@@ -62,7 +67,9 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
             use_cache=not no_cache,
         )
     except ProfileError as exc:
-        raise VerifyInputError(str(exc), "list build/profiles/ for the available names") from None
+        raise VerifyInputError(
+            str(exc), "pass one of the available names, or a path to a profile .toml"
+        ) from None
     except FileNotFoundError as exc:
         raise VerifyInputError(
             f"no such folder: {exc.filename or exc}",
@@ -72,14 +79,21 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
         raise VerifyInputError(f"not a folder: {exc.filename or exc}") from None
     except ValueError as exc:
         raise VerifyInputError(str(exc), "use a compute capability such as 9.0 or 12.0") from None
+    except OSError as exc:
+        raise VerifyInputError(f"cannot read {exc.filename or ''}: {exc.strerror or exc}") from None
 
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         for finding in report.findings:
             click.echo(finding.line())
+            for line in finding.evidence[:MAX_EVIDENCE]:
+                click.echo(f"           {line}")
+            if len(finding.evidence) > MAX_EVIDENCE:
+                click.echo(f"           ... {len(finding.evidence) - MAX_EVIDENCE} more (--json)")
+        notes = f", {report.notes} note(s)" if report.notes else ""
         click.echo(
-            f"{report.errors} error(s), {report.warnings} warning(s) in {report.files} shared "
+            f"{report.errors} error(s), {report.warnings} warning(s){notes} in {report.files} "
             f"objects ({report.source}; profile {report.profile}; targets "
             f"{', '.join(report.targets) or 'none'}; {report.seconds:.2f} s)"
         )

@@ -278,3 +278,93 @@ def make_site(root: str, torch_dir: str | None, extras: dict[str, str] | None = 
         else:
             shutil.copy(src, dst)
     return site
+
+
+# ---------------------------------------------------------------- wheels and raw device code
+
+
+def make_wheel(folder: str, filename: str, members: dict[str, bytes], requires=()) -> str:
+    """A wheel pip would accept (METADATA, WHEEL, RECORD) holding ``members``."""
+    import zipfile
+
+    name, version = filename.split("-")[:2]
+    path = os.path.join(folder, filename)
+    info = f"{name}-{version}.dist-info"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for arc, data in members.items():
+            zf.writestr(arc, data)
+        zf.writestr(f"{info}/METADATA", "\n".join(meta) + "\n\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
+        zf.writestr(f"{info}/RECORD", "".join(f"{a},,\n" for a in members))
+    return path
+
+
+# A library calling logf: glibc 2.27 gave logf a new version, so it needs logf@GLIBC_2.27.
+LOGF_SOURCE = "#include <math.h>\nfloat pk_log(float x) { return logf(x); }\n"
+
+
+def logf_library() -> str:
+    """A shared object whose only GLIBC_2.27 need comes from libm (logf), not from libc."""
+    if shutil.which("gcc") is None:
+        raise FileNotFoundError("gcc")
+
+    def build(out: str) -> None:
+        src = out + ".c"
+        with open(src, "w") as fh:
+            fh.write(LOGF_SOURCE)
+        _run(["gcc", "-shared", "-fPIC", "-O1", src, "-o", out, "-lm", "-Wl,-soname,libpklog.so"])
+        os.unlink(src)
+
+    return _cached("logf", LOGF_SOURCE, build)
+
+
+KERNEL_SOURCE = 'extern "C" __global__ void pk_kernel(float* x) { x[threadIdx.x] += 1.0f; }\n'
+
+
+def device_code(kind: str, arch: str) -> str:
+    """A raw ``.cubin`` (``sm_120a``), ``.fatbin`` or ``.ptx`` (``compute_120``) made by nvcc."""
+    tool = nvcc()
+    if tool is None:
+        raise FileNotFoundError("nvcc")
+    suffix = {"cubin": ".cubin", "fatbin": ".fatbin", "ptx": ".ptx"}[kind]
+    virtual = "compute_" + arch.split("_", 1)[1]
+    flags = {
+        "cubin": ["-cubin", f"-arch={arch}"],
+        "fatbin": ["-fatbin", "-gencode", f"arch={virtual},code={arch}"],
+        "ptx": ["-ptx", f"-arch={virtual}"],
+    }[kind]
+
+    def build(out: str) -> None:
+        src = out + ".cu"
+        with open(src, "w") as fh:
+            fh.write(KERNEL_SOURCE)
+        _run([tool, *flags, src, "-o", out])
+        os.unlink(src)
+
+    path = _cached(f"dev-{kind}-{arch}", KERNEL_SOURCE + " ".join(flags), build)
+    named = path[: -len(".so")] + suffix
+    if not os.path.exists(named):
+        shutil.copy(path, named)
+    return named
+
+
+WHEELS = os.environ.get("PATCHKIT_TEST_WHEELS") or os.path.join(
+    os.path.dirname(ARTIFACTS), "wheels"
+)
+
+
+def real_wheel(spec: str, pattern: str) -> str | None:
+    """A wheel from the package index, downloaded once into the test wheel cache (None if the
+    index cannot be reached)."""
+    import sys
+
+    found = sorted(glob.glob(os.path.join(WHEELS, pattern)))
+    if found:
+        return found[0]
+    os.makedirs(WHEELS, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+    proc = subprocess.run([*cmd, "-d", WHEELS, spec], capture_output=True, timeout=900)
+    found = sorted(glob.glob(os.path.join(WHEELS, pattern)))
+    return found[0] if proc.returncode == 0 and found else None

@@ -5,6 +5,13 @@ The tests import the patched upstream modules from a prepared tree (nothing is i
 directory ``<root>``).  With ``PATCHKIT_PAYLOAD_TREE=base`` the same fixtures give the
 unpatched trees, and every payload test must then fail (``tests/test_payload_base_fails.py``).
 
+``PATCHKIT_PAYLOAD_LINE`` picks the SGLang series line (default: the target's default line);
+each line needs its own interpreter (``build/constraints/payload-test*.txt``: 0.5.9 runs on
+torch 2.9.1, 0.5.12 on torch 2.11.0).  A test marked ``sglang_lines("0.5.9", ...)`` belongs to
+those lines only and is not collected on the others (its patch is not carried there).
+``PATCHKIT_PAYLOAD_SGLANG_ROOT`` imports SGLang from an existing tree instead (a checkout
+laid out like the upstream repository, e.g. ``work/sglang`` after ``patchkit apply``).
+
 Trees are cached under ``$PATCHKIT_CACHE/payload`` (default ``~/.cache/patchkit/payload``),
 keyed by the sdist hash and the content of the applied patches.
 """
@@ -22,6 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 PATCHES = REPO / "patches"
 STANDINS = Path(__file__).resolve().parent / "standins"
 TREE_ENV = "PATCHKIT_PAYLOAD_TREE"
+LINE_ENV = "PATCHKIT_PAYLOAD_LINE"
+ROOT_ENV = "PATCHKIT_PAYLOAD_SGLANG_ROOT"
+CONSTRAINTS = REPO / "build" / "constraints"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 
@@ -33,30 +43,76 @@ def payload_tree_kind() -> str:
     return kind
 
 
+def payload_line() -> str | None:
+    """The SGLang line under test (``PATCHKIT_PAYLOAD_LINE``); None: the default line."""
+    return os.environ.get(LINE_ENV) or None
+
+
+def line_constraints(line: str | None) -> Path:
+    """The payload venv's requirements of a line: ``payload-test-<line>.txt``, else the
+    default line's ``payload-test.txt``."""
+    own = CONSTRAINTS / f"payload-test-{line}.txt"
+    return own if line is not None and own.is_file() else CONSTRAINTS / "payload-test.txt"
+
+
+def _pinned_torch(line: str | None) -> str | None:
+    for raw in line_constraints(line).read_text().splitlines():
+        name, sep, version = raw.split("#", 1)[0].strip().partition("==")
+        if sep and name.strip().lower() == "torch":
+            return version.strip()
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sglang_lines(*lines): payload test of a patch carried only on these lines"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests of patches the line under test does not carry."""
+    line = payload_line() or _default_line()
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("sglang_lines")
+        (drop if marker is not None and line not in marker.args else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _default_line() -> str:
+    from patchkit.workspace import Workspace
+
+    return Workspace.load(REPO).target("sglang").current_line.name
+
+
 def _cache_root() -> Path:
     base = os.environ.get("PATCHKIT_CACHE")
     root = Path(base) if base else Path.home() / ".cache" / "patchkit"
     return root / "payload"
 
 
-def prepare_tree(target: str, patched: bool) -> Path:
+def prepare_tree(target: str, patched: bool, line: str | None = None) -> Path:
     """Return the root of the pinned ``target`` tree, laid out like the upstream repository.
 
     Made by patchkit's own `apply` code: the base is acquired as `patchkit apply` does (the
     pinned sdist from the package index, sha256-checked, imported into the mirror) and, with
-    ``patched``, every patch of ``patches/<target>/series`` is applied at zero fuzz as one
-    commit.  Trees are cached under ``$PATCHKIT_CACHE/payload``, keyed by the series hash; a
-    tree appears only complete (apply publishes by rename).
+    ``patched``, every patch of ``line`` (None: the default line;
+    ``patches/<target>/<line>/series``) is applied at zero fuzz as one commit.  Trees are
+    cached under ``$PATCHKIT_CACHE/payload``, keyed by the series hash; a tree appears only
+    complete (apply publishes by rename).
     """
     from patchkit.apply import apply_series
     from patchkit.errors import NothingToDo
-    from patchkit.series import Series
+    from patchkit.series import Series, load_series
     from patchkit.upstream import Mirror, acquire
     from patchkit.workspace import Workspace
 
     ws = Workspace.load(REPO)
-    spec = ws.target(target)
-    series = ws.series(target) if patched else Series(target, ws.project.series_dir(target))
+    spec = ws.targets.get(target, line)
+    folder = ws.project.patches_dir / spec.current_line.series
+    series = load_series(folder, target) if patched else Series(target, folder)
     base = acquire(spec, None, offline_git=True)
     kind = "patched" if patched else "base"
     tree = _cache_root() / "trees" / f"{target}-{spec.pin}-{kind}-{series.hash()[:16]}"
@@ -96,12 +152,23 @@ def standins() -> Path:
 
 @pytest.fixture(scope="session")
 def sglang_tree(payload_kind: str, standins: Path) -> Path:
-    """Root of the SGLang 0.5.9 tree (patched unless PATCHKIT_PAYLOAD_TREE=base)."""
+    """Root of the SGLang tree of the line under test (patched unless
+    PATCHKIT_PAYLOAD_TREE=base)."""
+    line = payload_line()
+    wanted = _pinned_torch(line)
+    hint = f"build/constraints/{line_constraints(line).name}"
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
-        pytest.skip("payload tests need torch==2.9.1 (build/constraints/payload-test.txt)")
-    root = prepare_tree("sglang", payload_kind == "patched")
+        pytest.skip(f"payload tests need torch=={wanted} ({hint})")
+    if wanted and torch.__version__.split("+")[0] != wanted:
+        pytest.exit(
+            f"SGLang line {line or _default_line()} needs torch=={wanted} ({hint}); this "
+            f"interpreter has {torch.__version__}",
+            returncode=4,
+        )
+    override = os.environ.get(ROOT_ENV)
+    root = Path(override) if override else prepare_tree("sglang", payload_kind == "patched", line)
     _put_first_on_path(root / "python")
     return root
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,29 +69,68 @@ def test_fusion_gate_accepts_sm120(server_args, monkeypatch):
 
 
 class PeerSum:
-    """Recording stand-in for the TP all-reduce of a two-rank group.
+    """Recording stand-in for the all-reduces of a two-rank group.
 
-    The collective is infrastructure, not the code under test: it records its inputs and
-    returns this rank's tensor plus the peer rank's partial sum.
+    The collective is infrastructure, not the code under test: it records which group's
+    all-reduce was called with what, and returns this rank's tensor plus the peer rank's
+    partial sum.
     """
 
     def __init__(self, peer: torch.Tensor):
         self.peer = peer
-        self.calls: list[torch.Tensor] = []
+        self.calls: list[tuple[str, torch.Tensor]] = []
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls.append(x.clone())
-        return x + self.peer
+    def on(self, group: str):
+        def all_reduce(x: torch.Tensor) -> torch.Tensor:
+            self.calls.append((group, x.clone()))
+            return x + self.peer
+
+        return all_reduce
 
 
-def _two_rank_norm(monkeypatch: pytest.MonkeyPatch, peer: torch.Tensor):
+# The TP-level all-reduces of ``sglang.srt.distributed`` by group (0.5.12 also reduces over
+# the attention TP and MoE groups), and the group sizes the fused path asks for.
+ALL_REDUCES = {
+    "tensor_model_parallel_all_reduce": "tp",
+    "attention_tensor_model_parallel_all_reduce": "attn_tp",
+    "moe_tensor_model_parallel_all_reduce": "moe_tp",
+}
+WORLD_SIZES = {
+    "get_tensor_model_parallel_world_size": 2,
+    "get_attn_tensor_model_parallel_world_size": 2,
+    "get_moe_tensor_parallel_world_size": 2,
+    "get_moe_expert_parallel_world_size": 1,
+}
+
+
+def _has_group_choice() -> bool:
+    """0.5.12's ``forward_with_allreduce_fusion`` takes ``use_attn_tp_group``; 0.5.9's not."""
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    params = inspect.signature(RMSNorm.forward_with_allreduce_fusion).parameters
+    return "use_attn_tp_group" in params
+
+
+def _two_rank_norm(monkeypatch: pytest.MonkeyPatch, peer: torch.Tensor, ep_size: int = 1):
     from sglang.srt import distributed
     from sglang.srt.layers import flashinfer_comm_fusion
     from sglang.srt.layers.layernorm import RMSNorm
 
     all_reduce = PeerSum(peer)
-    monkeypatch.setattr(distributed, "get_tensor_model_parallel_world_size", lambda: 2)
-    monkeypatch.setattr(distributed, "tensor_model_parallel_all_reduce", all_reduce)
+    sizes = {**WORLD_SIZES}
+    if ep_size > 1:  # expert parallel: the MoE TP group is one rank
+        sizes.update(
+            get_moe_expert_parallel_world_size=ep_size, get_moe_tensor_parallel_world_size=1
+        )
+    for name, size in sizes.items():
+        if hasattr(distributed, name):
+            monkeypatch.setattr(distributed, name, lambda size=size: size)
+    for name, group in ALL_REDUCES.items():
+        if hasattr(distributed, name):
+            monkeypatch.setattr(distributed, name, all_reduce.on(group))
+    if hasattr(distributed, "get_moe_ep_group"):
+        ep_group = SimpleNamespace(all_reduce=all_reduce.on("moe_ep"))
+        monkeypatch.setattr(distributed, "get_moe_ep_group", lambda: ep_group)
     # The real fused op is registered for CUDA only; stand in for it declining, as it does
     # without FlashInfer comm or an initialised workspace: (None, None).
     assert flashinfer_comm_fusion._flashinfer_comm is None
@@ -105,6 +146,14 @@ def _two_rank_norm(monkeypatch: pytest.MonkeyPatch, peer: torch.Tensor):
     return norm, all_reduce
 
 
+def _fallback_cases() -> list[tuple[dict, int, str]]:
+    """(keyword arguments, expert-parallel size, the group the fallback must all-reduce)."""
+    if not _has_group_choice():
+        return [({}, 1, "tp")]
+    moe = {"use_attn_tp_group": False}
+    return [({}, 1, "attn_tp"), (moe, 1, "moe_tp"), (moe, 2, "moe_ep")]
+
+
 def _reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
     h = x + residual
     out = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS) * weight
@@ -112,29 +161,37 @@ def _reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor):
 
 
 def test_layernorm_fallback_all_reduces(sglang_tree, server_args, monkeypatch):
-    gen = torch.Generator().manual_seed(0)
-    mine, peer, residual = (torch.randn(TOKENS, HIDDEN, generator=gen) for _ in range(3))
-    norm, all_reduce = _two_rank_norm(monkeypatch, peer)
+    for kwargs, ep_size, group in _fallback_cases():
+        gen = torch.Generator().manual_seed(0)
+        mine, peer, residual = (torch.randn(TOKENS, HIDDEN, generator=gen) for _ in range(3))
+        norm, all_reduce = _two_rank_norm(monkeypatch, peer, ep_size)
 
-    out, residual_out = norm.forward_with_allreduce_fusion(mine.clone(), residual.clone())
+        out, residual_out = norm.forward_with_allreduce_fusion(
+            mine.clone(), residual.clone(), **kwargs
+        )
 
-    assert len(all_reduce.calls) == 1, "the fallback must all-reduce the partial sum once"
-    torch.testing.assert_close(all_reduce.calls[0], mine)
-    want_out, want_residual = _reference(mine + peer, residual, norm.weight.detach())
-    torch.testing.assert_close(residual_out, want_residual)
-    torch.testing.assert_close(out, want_out)
+        assert [g for g, _ in all_reduce.calls] == [group], (
+            f"the fallback ({kwargs or 'defaults'}, EP {ep_size}) must all-reduce the partial "
+            f"sum once, "
+            f"over the {group} group; got {[g for g, _ in all_reduce.calls]}"
+        )
+        torch.testing.assert_close(all_reduce.calls[0][1], mine)
+        want_out, want_residual = _reference(mine + peer, residual, norm.weight.detach())
+        torch.testing.assert_close(residual_out, want_residual)
+        torch.testing.assert_close(out, want_out)
 
 
 def test_layernorm_fallback_adds_post_residual_once(sglang_tree, server_args, monkeypatch):
-    gen = torch.Generator().manual_seed(1)
-    mine, peer, residual, extra = (torch.randn(TOKENS, HIDDEN, generator=gen) for _ in range(4))
-    norm, all_reduce = _two_rank_norm(monkeypatch, peer)
+    for kwargs, ep_size, group in _fallback_cases():
+        gen = torch.Generator().manual_seed(1)
+        mine, peer, residual, extra = (torch.randn(TOKENS, HIDDEN, generator=gen) for _ in range(4))
+        norm, all_reduce = _two_rank_norm(monkeypatch, peer, ep_size)
 
-    out, residual_out = norm.forward_with_allreduce_fusion(
-        mine.clone(), residual.clone(), post_residual_addition=extra.clone()
-    )
+        out, residual_out = norm.forward_with_allreduce_fusion(
+            mine.clone(), residual.clone(), post_residual_addition=extra.clone(), **kwargs
+        )
 
-    want_out, want_residual = _reference(mine + peer, residual + extra, norm.weight.detach())
-    torch.testing.assert_close(residual_out, want_residual)
-    torch.testing.assert_close(out, want_out)
-    assert len(all_reduce.calls) == 1
+        want_out, want_residual = _reference(mine + peer, residual + extra, norm.weight.detach())
+        torch.testing.assert_close(residual_out, want_residual)
+        torch.testing.assert_close(out, want_out)
+        assert [g for g, _ in all_reduce.calls] == [group]

@@ -1,9 +1,12 @@
-"""EAGLE-3 aux hidden-state capture on DeepSeek-V2/V3 (Kimi-K2.5's language model).
+"""EAGLE-3 aux hidden-state capture.
 
-eagle3-aux-capture-post-allreduce.patch: captured states are the TP-reduced sums even when the
-previous layer deferred its all-reduce to the next layer's fused all-reduce + RMSNorm.
-eagle3-aux-capture-before-cuda-graphs.patch: the draft's configured layer ids are selected
-before CUDA graphs are captured, and graph capture / warm-up no longer reset them to defaults.
+eagle3-aux-capture-post-allreduce.patch (both lines): captured states are the TP-reduced sums
+even when the previous layer deferred its all-reduce to the next layer's fused all-reduce +
+RMSNorm, in every model that captures in front of a layer and defers: DeepSeek-V2/V3 (Kimi-K2.5's
+language model, GLM-4 MoE Lite), GLM-4 MoE, GPT-OSS and Bailing MoE.
+eagle3-aux-capture-before-cuda-graphs.patch (0.5.9 line; upstream from 0.5.11): the draft's
+configured layer ids are selected before CUDA graphs are captured, and graph capture / warm-up
+no longer reset them to defaults.
 """
 
 from __future__ import annotations
@@ -23,16 +26,29 @@ VOCAB = 32
 TP = 2
 CAPTURE = [1, 3, 5]  # draft ids; the model captures in front of layers 2, 4, 6
 
+# The decoder models whose forward() captures ``hidden_states + residual`` in front of a layer
+# while the previous layer may have deferred its all-reduce to the fused one: module, class.
+CAPTURING_MODELS = {
+    "deepseek_v2": ("sglang.srt.models.deepseek_v2", "DeepseekV2Model"),
+    "glm4_moe": ("sglang.srt.models.glm4_moe", "Glm4MoeModel"),
+    "gpt_oss": ("sglang.srt.models.gpt_oss", "GptOssModel"),
+    "bailing_moe": ("sglang.srt.models.bailing_moe", "BailingMoEModel"),
+}
+BEFORE_GRAPHS = pytest.mark.sglang_lines("0.5.9")  # upstream from 0.5.11 (sgl-project/sglang#22836)
+
 
 class ThreadGroup:
     """A TP group of ranks run as threads: ``all_reduce`` sums every rank's tensor.
 
     Stands in for the NCCL/custom all-reduce (infrastructure, not the code under test) and
-    counts the calls of each rank.
+    counts the calls of each rank.  Like ``GroupCoordinator.all_reduce`` it either returns a new
+    tensor (the custom / symm-mem all-reduces) or, ``in_place``, writes the sum into its input
+    and returns that same tensor object, attributes included (the NCCL path).
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, in_place: bool = False):
         self.size = size
+        self.in_place = in_place
         self.local = threading.local()
         self.barrier = threading.Barrier(size)
         self.slots: list[torch.Tensor | None] = [None] * size
@@ -48,7 +64,7 @@ class ThreadGroup:
         self.barrier.wait()
         total = torch.stack(self.slots).sum(0)
         self.barrier.wait()
-        return total
+        return x.copy_(total) if self.in_place else total
 
     def run(self, fn):
         results: list = [None] * self.size
@@ -85,7 +101,12 @@ class ShardedDecoderLayer(nn.Module):
         super().__init__()
         self.layer_id, self.rank, self.group, self.fuse_next = layer_id, rank, group, fuse_next
 
-    def forward(self, positions, hidden_states, forward_batch, residual, *args):
+    def forward(self, positions, hidden_states, forward_batch, residual, *args, **kwargs):
+        out = self._forward(hidden_states, residual)
+        # DeepSeek-V2 layers of 0.5.12 also hand on their top-k indices.
+        return (*out, None) if "prev_topk_indices" in kwargs else out
+
+    def _forward(self, hidden_states, residual):
         if residual is None:
             residual = hidden_states
         else:
@@ -99,17 +120,21 @@ class ShardedDecoderLayer(nn.Module):
         return self.group.all_reduce(partial), residual
 
 
-def tiny_deepseek_model(rank: int, group: ThreadGroup, fused: bool):
-    """The real ``DeepseekV2Model.forward`` over tiny sharded layers (built without weights)."""
-    from sglang.srt.layers.layernorm import RMSNorm
-    from sglang.srt.models.deepseek_v2 import DeepseekV2Model
+def tiny_capturing_model(name: str, rank: int, group: ThreadGroup, fused: bool):
+    """The real ``forward`` of model ``name`` over tiny sharded layers (built without weights)."""
+    import importlib
 
-    model = object.__new__(DeepseekV2Model)
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    module, cls = CAPTURING_MODELS[name]
+    model = object.__new__(getattr(importlib.import_module(module), cls))
     nn.Module.__init__(model)
     # Same embedding on every rank (ranks are threads: no shared global RNG).
-    model.embed_tokens = nn.Embedding.from_pretrained(
+    embedding = nn.Embedding.from_pretrained(
         torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(0))
     )
+    model.embed_tokens = embedding
+    model.word_embeddings = embedding  # Bailing MoE's name for it
     model.layers = nn.ModuleList(
         ShardedDecoderLayer(i, rank, group, fuse_next=fused and i < NUM_LAYERS - 1)
         for i in range(NUM_LAYERS)
@@ -124,29 +149,37 @@ def tiny_deepseek_model(rank: int, group: ThreadGroup, fused: bool):
     return model
 
 
-def _forward_all_ranks(fused: bool, monkeypatch):
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    from sglang.srt.models import deepseek_v2
+def _forward_all_ranks(name: str, fused: bool, monkeypatch, in_place: bool = False):
+    import importlib
 
-    group = ThreadGroup(TP)
-    monkeypatch.setattr(deepseek_v2, "tensor_model_parallel_all_reduce", group.all_reduce)
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    group = ThreadGroup(TP, in_place)
+    module = importlib.import_module(CAPTURING_MODELS[name][0])
+    monkeypatch.setattr(module, "tensor_model_parallel_all_reduce", group.all_reduce)
     batch = SimpleNamespace(
-        can_run_tbo=False, nsa_cp_metadata=None, forward_mode=ForwardMode.DECODE
+        can_run_tbo=False,
+        nsa_cp_metadata=None,
+        attn_cp_metadata=None,  # 0.5.12 (context parallel)
+        forward_mode=ForwardMode.DECODE,
     )
     input_ids = torch.tensor([3, 7, 11])
     positions = torch.arange(3)
 
     def rank_forward(rank: int):
-        model = tiny_deepseek_model(rank, group, fused)
+        model = tiny_capturing_model(name, rank, group, fused)
         with torch.no_grad():
             return model(input_ids, positions, batch)
 
     return group, group.run(rank_forward)
 
 
-def test_aux_capture_is_post_reduce(sglang_tree, server_args, monkeypatch):
-    _, unfused = _forward_all_ranks(False, monkeypatch)
-    group, fused = _forward_all_ranks(True, monkeypatch)
+@pytest.mark.parametrize("all_reduce", ["out_of_place", "in_place"])
+@pytest.mark.parametrize("model", sorted(CAPTURING_MODELS))
+def test_aux_capture_is_post_reduce(sglang_tree, server_args, monkeypatch, model, all_reduce):
+    in_place = all_reduce == "in_place"
+    _, unfused = _forward_all_ranks(model, False, monkeypatch, in_place)
+    group, fused = _forward_all_ranks(model, True, monkeypatch, in_place)
 
     for rank in range(TP):
         hidden, aux = fused[rank]
@@ -181,6 +214,7 @@ def configured_layers() -> list[int]:
     return [i + 1 for i in CAPTURE]
 
 
+@BEFORE_GRAPHS
 def test_aux_layers_selected_by_model_runner(sglang_tree, server_args, monkeypatch):
     runner = aux_recording_runner(monkeypatch)
 
@@ -194,6 +228,7 @@ class _Captured(Exception):
     """Raised by the stand-in graph capture to stop once the layer choice is observable."""
 
 
+@BEFORE_GRAPHS
 def test_cuda_graph_capture_keeps_configured_aux_layers(sglang_tree, server_args, monkeypatch):
     from sglang.srt.model_executor import cuda_graph_runner
 
@@ -225,6 +260,7 @@ def test_cuda_graph_capture_keeps_configured_aux_layers(sglang_tree, server_args
     assert seen["layers"] == configured_layers(), "graphs captured the default aux layers"
 
 
+@BEFORE_GRAPHS
 def test_dummy_run_keeps_configured_aux_layers(sglang_tree, server_args, monkeypatch):
     from sglang.srt.model_executor import model_runner
 
@@ -247,6 +283,7 @@ def test_dummy_run_keeps_configured_aux_layers(sglang_tree, server_args, monkeyp
     assert runner.model.model.layers_to_capture == configured_layers()
 
 
+@BEFORE_GRAPHS
 def test_initialize_selects_aux_layers_before_graph_capture(sglang_tree, server_args, monkeypatch):
     """``ModelRunner.initialize()``: warm-up and graph capture see the configured aux layers."""
     from sglang.srt.model_executor import model_runner

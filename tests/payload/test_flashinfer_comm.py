@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.payload
+# FlashInfer 0.6.3 is the FlashInfer of the SGLang 0.5.9 line (0.5.12 pins 0.6.11.post1).
+pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.9")]
 
 SM120A = "-gencode=arch=compute_120a,code=sm_120a"
 SM90A = "-gencode=arch=compute_90a,code=sm_90a"

@@ -1,4 +1,4 @@
-"""``--speculative-disable-batch-threshold``: CLI parsing and every validation rule.
+"""SGLang 0.5.9: ``--speculative-disable-batch-threshold`` parsing and every validation rule.
 
 The arguments go through the real ``ServerArgs.add_cli_args`` parser and the real
 ``ServerArgs._handle_speculative_decoding``; only ``__post_init__`` (GPU probing) is skipped.
@@ -43,32 +43,36 @@ def model_dir(tmp_path):
     return tmp_path
 
 
+def _parse(model_dir, argv):
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    cli = ["--model-path", str(model_dir), "--speculative-draft-model-path", str(model_dir)]
+    namespace = parser.parse_args([*cli, *argv])
+    args = object.__new__(ServerArgs)
+    for field in dataclasses.fields(ServerArgs):
+        if hasattr(namespace, field.name):
+            value = getattr(namespace, field.name)
+        elif field.default is not dataclasses.MISSING:
+            value = field.default
+        else:
+            value = field.default_factory()
+        setattr(args, field.name, value)
+    # Filled in by __post_init__ handlers that run before the speculative one.
+    args.page_size = args.page_size or 1
+    return args
+
+
 @pytest.fixture
 def resolve(sglang_tree, model_dir, monkeypatch):
     """Parse a command line and run the speculative-decoding handling of ServerArgs."""
-    from sglang.srt.server_args import ServerArgs
-
     monkeypatch.delenv("SGLANG_ENABLE_SPEC_V2", raising=False)
 
-    def _resolve(*argv: str, spec_v2: bool = False) -> ServerArgs:
+    def _resolve(*argv: str, spec_v2: bool = False):
         if spec_v2:
             monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "1")
-        parser = argparse.ArgumentParser()
-        ServerArgs.add_cli_args(parser)
-        cli = ["--model-path", str(model_dir)]
-        cli += ["--speculative-draft-model-path", str(model_dir), *argv]
-        namespace = parser.parse_args(cli)
-        args = object.__new__(ServerArgs)
-        for field in dataclasses.fields(ServerArgs):
-            if hasattr(namespace, field.name):
-                value = getattr(namespace, field.name)
-            elif field.default is not dataclasses.MISSING:
-                value = field.default
-            else:
-                value = field.default_factory()
-            setattr(args, field.name, value)
-        # Filled in by __post_init__ handlers that run before the speculative one.
-        args.page_size = args.page_size or 1
+        args = _parse(model_dir, argv)
         args._handle_speculative_decoding()
         return args
 
@@ -129,12 +133,11 @@ def test_eagle_and_eagle3_accepted(resolve):
         assert args.speculative_disable_batch_threshold == 8
 
 
-def test_spec_v2_needs_topk_one(resolve):
+@pytest.mark.parametrize("spec_v2", [True, False])
+def test_topk_must_be_one(resolve, spec_v2):
     # Llama auto-selects (steps, topk, draft tokens) = (5, 4, 8) when none is given.
-    with pytest.raises(
-        ValueError, match=r"SGLANG_ENABLE_SPEC_V2 requires --speculative-eagle-topk 1, got 4"
-    ):
-        resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8", spec_v2=True)
+    with pytest.raises(ValueError, match=r"requires --speculative-eagle-topk 1, got 4"):
+        resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8", spec_v2=spec_v2)
 
 
 def test_spec_v2_topk_one_accepted(resolve):
@@ -143,9 +146,31 @@ def test_spec_v2_topk_one_accepted(resolve):
     assert args.speculative_disable_batch_threshold == 8
 
 
-def test_v1_allows_topk_above_one(resolve):
-    args = resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8")
-    assert args.speculative_eagle_topk == 4
+def test_pd_disaggregated_decode_refused(resolve, sglang_tree):
+    from sglang.srt.server_args import ServerArgs
+
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
+    args.disaggregation_mode = "decode"
+    with pytest.raises(ValueError, match=r"PD-disaggregated decode"):
+        ServerArgs._handle_speculative_disable_batch_threshold(args)
+    args.disaggregation_mode = "prefill"
+    ServerArgs._handle_speculative_disable_batch_threshold(args)
+
+
+def test_memory_for_steps_without_drafts_reserved_before_the_kv_pool(resolve, model_dir):
+    """With mem_fraction_static chosen automatically, the threshold reserves the second
+    backend and the DECODE graphs (512 MB + 2 MB per graph batch size up to
+    cuda_graph_max_bs) out of the static fraction the KV pool is sized from."""
+    from sglang.srt.server_args import ServerArgs
+
+    gpu_mem = 80 * 1024
+    fractions = []
+    for extra in ([], [THRESHOLD_FLAG, "32"]):
+        args = _parse(model_dir, [*EAGLE3_TOPK1, "--cuda-graph-max-bs", "128", *extra])
+        ServerArgs._handle_gpu_memory_settings(args, gpu_mem)
+        fractions.append(args.mem_fraction_static)
+    plain, with_threshold = fractions
+    assert with_threshold == pytest.approx(plain - (512 + 128 * 2) / gpu_mem, abs=1.5e-3)
 
 
 @pytest.mark.parametrize(

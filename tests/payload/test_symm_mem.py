@@ -85,3 +85,23 @@ def test_symm_mem_sm120_all_reduce_uses_two_shot(sm120_box, monkeypatch):
 
     assert calls == [("two_shot", "sum", "tp4")]
     torch.testing.assert_close(out, inp * world_size)
+
+
+@pytest.mark.parametrize(("major", "world_size"), [(9, 2), (10, 2), (10, 4)])
+def test_symm_mem_two_shot_without_multicast_only_on_sm120(
+    sm120_box, monkeypatch, major, world_size
+):
+    """Two-shot without multicast is SM120's path only; elsewhere no multicast still disables.
+
+    On SM90/SM100 these world sizes use two-shot too, but a box without multicast there is a
+    PCIe box whose P2P atomics (the two-shot barriers) nothing checks: the communicator must
+    stay off, as upstream has it.  The SM120 communicator of the same world size is on.
+    """
+    module, fake = sm120_box
+    assert not _communicator(module, monkeypatch, world_size).disabled
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
+    comm = _communicator(module, monkeypatch, world_size)
+
+    assert fake.rendezvous_calls == [f"tp{world_size}"] * 2
+    assert comm.disabled, f"SM{major}0 two-shot enabled without multicast"

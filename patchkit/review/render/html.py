@@ -1,12 +1,16 @@
-"""The review as one self-contained HTML page (inline CSS, no scripts, no network fetches)."""
+"""The review as one self-contained HTML page: inline CSS, one inline script allowed by its hash
+(expand / collapse all), nothing fetched from the network."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from html import escape
 from importlib import resources
 from string import Template
 
 from patchkit.review.model import PatchRow, RangeEntry, Review, TargetReview
+from patchkit.review.render.diffview import diff_table
 
 STATUS_WORDS = {
     "applied-upstream": "applied upstream",
@@ -31,36 +35,13 @@ def _link(url: str) -> str:
 
 
 def diff_html(diff: str) -> str:
-    """A unified diff as a <pre> with one classed line each."""
-    out = []
-    for line in diff.rstrip("\n").split("\n"):
-        if line.startswith("diff --git"):
-            cls = "file"
-        elif line.startswith(
-            (
-                "index ",
-                "--- ",
-                "+++ ",
-                "new file",
-                "deleted file",
-                "similarity",
-                "rename ",
-                "old mode",
-                "new mode",
-                "\\ No newline",
-            )
-        ):
-            cls = "meta"
-        elif line.startswith("@@"):
-            cls = "hunk"
-        elif line.startswith("+"):
-            cls = "add"
-        elif line.startswith("-"):
-            cls = "del"
-        else:
-            cls = "ctx"
-        out.append(f'<span class="{cls}">{escape(line)}</span>')
-    return '<pre class="diff">' + "".join(out) + "</pre>"
+    """A unified diff with line numbers and highlighting (kept as the public name)."""
+    return diff_table(diff)
+
+
+def _path_html(path: str) -> str:
+    """A path that breaks only after a slash, never mid-word."""
+    return "/<wbr>".join(escape(part) for part in path.split("/"))
 
 
 def _badge(kind: str, value: str, text: str | None = None) -> str:
@@ -80,30 +61,73 @@ def _summary_table(t: TargetReview) -> str:
             f'<td><a href="#{anchor}"><code>{escape(p.name)}</code></a></td>',
             f'<td class="purpose">{escape(p.purpose)}</td>',
             f"<td>{_badge('status', p.status, STATUS_WORDS.get(p.status))}{links}</td>",
-            '<td class="files">' + "<br>".join(escape(f.path) for f in p.files) + "</td>",
+            '<td class="files">' + "<br>".join(_path_html(f.path) for f in p.files) + "</td>",
             f'<td class="num"><span class="plus">+{p.added}</span> '
             f'<span class="minus">−{p.removed}</span></td>',
             f'<td class="num">{len(p.tests)}</td>',
         ]
         if t.against:
-            evidence = "".join(f"<li>{escape(e)}</li>" for e in p.evidence)
-            cells.append(
-                "<td>"
-                + (_badge("label", p.classification) if p.classification else "–")
-                + (f'<ul class="evidence">{evidence}</ul>' if evidence else "")
-                + "</td>"
-            )
+            cells.append(f'<td class="rebase">{_rebase_notes(p)}</td>')
         rows.append(
             f'<tr class="patch-row" data-target="{escape(t.name)}" '
             f'data-patch="{escape(p.name)}">' + "".join(cells) + "</tr>"
         )
     return (
-        '<table class="summary"><thead><tr>'
+        '<div class="table-wrap"><table class="summary"><thead><tr>'
         + "".join(f"<th>{h}</th>" for h in head)
         + "</tr></thead><tbody>"
         + "".join(rows)
-        + "</tbody></table>"
+        + "</tbody></table></div>"
     )
+
+
+def _rebase_notes(p: PatchRow) -> str:
+    """Label, provisional flag, rebase note, conflict reasons and fired signals of one patch."""
+    if not p.classification:
+        return "–"
+    parts = [_badge("label", p.classification)]
+    if p.provisional:
+        parts.append(
+            ' <span class="badge provisional" title="classified while an earlier patch was '
+            'left out">provisional</span>'
+        )
+    if p.note:
+        parts.append(f'<p class="rebase-note">{escape(p.note)}</p>')
+    if p.conflicts:
+        parts.append(
+            '<p class="conflicts">conflicts in '
+            + ", ".join(f"<code>{_path_html(c)}</code>" for c in p.conflicts)
+            + "</p>"
+        )
+    evidence = "".join(
+        f"<li>{escape(e)}</li>" for e in p.evidence if not e.startswith("conflicts in ")
+    )
+    if evidence:
+        parts.append(f'<ul class="evidence">{evidence}</ul>')
+    return "".join(parts)
+
+
+def _counts(t: TargetReview) -> str:
+    """Series-wide counts of one target: patches, files, lines, upstream status, rebase labels."""
+    files = {f.path for p in t.patches for f in p.files}
+    added = sum(p.added for p in t.patches)
+    removed = sum(p.removed for p in t.patches)
+    status: dict[str, int] = {}
+    labels: dict[str, int] = {}
+    for p in t.patches:
+        status[p.status] = status.get(p.status, 0) + 1
+        if p.classification:
+            labels[p.classification] = labels.get(p.classification, 0) + 1
+    chips = [
+        f'<span class="count"><b>{len(t.patches)}</b> patch(es)</span>',
+        f'<span class="count"><b>{len(files)}</b> file(s)</span>',
+        f'<span class="count"><b class="plus">+{added}</b> <b class="minus">−{removed}</b></span>',
+    ]
+    chips += [
+        _badge("status", k, f"{n} {STATUS_WORDS.get(k, k)}") for k, n in sorted(status.items())
+    ]
+    chips += [_badge("label", k, f"{n} {k}") for k, n in sorted(labels.items())]
+    return f'<div class="counts" data-target="{escape(t.name)}">' + " ".join(chips) + "</div>"
 
 
 def _patch_section(t: TargetReview, p: PatchRow) -> str:
@@ -124,7 +148,7 @@ def _patch_section(t: TargetReview, p: PatchRow) -> str:
         (
             "Files",
             "<br>".join(
-                f"<code>{escape(f.path)}</code> "
+                f"<code>{_path_html(f.path)}</code> "
                 f'<span class="plus">+{f.added}</span> '
                 f'<span class="minus">−{f.removed}</span>'
                 for f in p.files
@@ -136,7 +160,7 @@ def _patch_section(t: TargetReview, p: PatchRow) -> str:
         meta.append(
             (
                 f"Rebase onto {escape(t.against or '')}",
-                _badge("label", p.classification) + "".join(f"<br>{escape(e)}" for e in p.evidence),
+                _rebase_notes(p),
             )
         )
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta)
@@ -145,8 +169,8 @@ def _patch_section(t: TargetReview, p: PatchRow) -> str:
         f"<header><h3>{escape(p.name)}</h3><p>{escape(p.purpose)}</p></header>"
         f'<div class="body"><dl class="meta">{dl}</dl>'
         f'<pre class="description">{escape(p.description)}</pre>'
-        f"<details open><summary>Diff ({len(p.files)} file(s), +{p.added} −{p.removed})"
-        f"</summary>{diff_html(p.diff)}</details></div></section>"
+        f'<details class="patch-diff"><summary>Diff ({len(p.files)} file(s), '
+        f"+{p.added} −{p.removed})</summary>{diff_html(p.diff)}</details></div></section>"
     )
 
 
@@ -165,11 +189,12 @@ def _target_section(t: TargetReview) -> str:
     ]
     if t.error:
         parts.append(f'<p class="error">{escape(t.error)}</p>')
+    parts.append(_counts(t))
     parts.append(_summary_table(t))
     parts += [_patch_section(t, p) for p in t.patches]
     if t.diffstat or t.delta:
         parts.append(
-            f"<details><summary>Combined delta of the patched {escape(t.name)} tree "
+            f'<details class="delta"><summary>Combined delta of the patched {escape(t.name)} tree '
             f"against its base</summary>"
             f'<pre class="stat">{escape(t.diffstat)}</pre>'
             f"{diff_html(t.delta) if t.delta else ''}</details>"
@@ -183,7 +208,7 @@ def _range_entry(e: RangeEntry) -> str:
     head = f"{_badge('state', e.state)} <code>{escape(e.target)}/{escape(e.name)}</code>{note}"
     if e.interdiff:
         return (
-            f'<details class="range-entry" open><summary>{head}</summary>'
+            f'<details class="range-entry"><summary>{head}</summary>'
             f"{diff_html(e.interdiff)}</details>"
         )
     return f'<div class="range-entry">{head}</div>'
@@ -213,10 +238,19 @@ def render(review: Review) -> str:
         f"{total} patch(es) in {len(review.targets)} target(s): the upstream-diff review "
         "for maintainers and upstream reviewers."
     )
+    script = _asset("page.js")
     return Template(_asset("page.html")).substitute(
         title=escape(title),
         css=_asset("style.css"),
+        script=script,
+        script_hash=_csp_hash(script),
         lede=escape(lede),
         toc="".join(toc),
         body="\n".join(body),
     )
+
+
+def _csp_hash(script: str) -> str:
+    """The CSP source expression that allows exactly this inline script and no other."""
+    digest = hashlib.sha256(script.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"

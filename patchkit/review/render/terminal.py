@@ -51,7 +51,10 @@ def render_target(t: TargetReview, *, full_diff: bool = True) -> list[str]:
         if p.tests:
             lines.append(f"    tests: {' '.join(p.tests)}")
         if p.classification:
-            lines.append(f"    rebase@{t.against}: {p.classification}")
+            flag = " (provisional: an earlier patch was left out)" if p.provisional else ""
+            lines.append(f"    rebase@{t.against}: {p.classification}{flag}")
+            if p.note:
+                lines.append(f"      note: {p.note}")
             lines += [f"      {e}" for e in p.evidence]
     if t.diffstat:
         lines.append("")

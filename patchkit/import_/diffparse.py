@@ -1,0 +1,366 @@
+"""Reading a diff a team already carries: plain `diff -u`, `git diff`, format-patch, an mbox.
+
+The parser keeps what the import needs (messages, files, hunks, input line numbers) and notes
+every defect it meets as a `Problem` naming the input line, the file and the hunk, instead of
+stopping at the first one; `render_file` writes one file's diff back in git's form.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import re
+from dataclasses import dataclass, field
+
+HUNK_RE = re.compile(r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@(.*)$")
+MBOX_FROM_RE = re.compile(r"^From (?:[0-9a-f]{40} |\S+@\S+ |\S+ +[A-Z][a-z]{2} [A-Z][a-z]{2} )")
+GIT_HEADER_RE = re.compile(r"^diff --git (?:a/)?(.+?) (?:b/)?(\S+)$")
+PATCH_PREFIX_RE = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.I)
+MARKER_RE = re.compile(r"^(<{7}|>{7})(?: |$)|^={7}$")
+EXTENDED = (
+    "old mode ",
+    "new mode ",
+    "deleted file mode ",
+    "new file mode ",
+    "similarity index ",
+    "dissimilarity index ",
+    "rename from ",
+    "rename to ",
+    "copy from ",
+    "copy to ",
+    "index ",
+)
+
+
+@dataclass
+class Problem:
+    """One defect of the input, located: line of the input, file and hunk where known."""
+
+    line: int
+    path: str | None
+    hunk: str | None
+    what: str
+
+    def text(self, source: str) -> str:
+        where = f"{source}:{self.line}"
+        if self.path:
+            where += f": {self.path}"
+        if self.hunk:
+            where += f" {self.hunk}"
+        return f"{where}: {self.what}"
+
+
+@dataclass
+class Hunk:
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    section: str  # the text after the closing @@ (git's function context)
+    lines: list[str]
+    line: int  # where the @@ line is in the input
+
+    @property
+    def at(self) -> str:
+        return f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@"
+
+    @property
+    def added(self) -> int:
+        return sum(1 for ln in self.lines if ln.startswith("+"))
+
+    @property
+    def removed(self) -> int:
+        return sum(1 for ln in self.lines if ln.startswith("-"))
+
+
+@dataclass
+class FileDiff:
+    old: str | None  # None: /dev/null (a new file)
+    new: str | None  # None: /dev/null (a deleted file)
+    line: int
+    git: bool = False
+    extended: list[str] = field(default_factory=list)
+    hunks: list[Hunk] = field(default_factory=list)
+    binary: bool = False
+    crlf: bool = False
+
+    @property
+    def path(self) -> str:
+        return self.new or self.old or "?"
+
+    @property
+    def whole(self) -> bool:
+        """Created, deleted, renamed, copied or mode-changed: the file cannot be split by hunk."""
+        return (
+            self.old is None
+            or self.new is None
+            or self.old != self.new
+            or any(e.startswith(EXTENDED[:-1]) for e in self.extended)
+        )
+
+    @property
+    def added(self) -> int:
+        return sum(h.added for h in self.hunks)
+
+    @property
+    def removed(self) -> int:
+        return sum(h.removed for h in self.hunks)
+
+
+@dataclass
+class Message:
+    """One mail of an mbox (or the whole input when it is a bare diff)."""
+
+    line: int
+    author: str = ""
+    date: str = ""
+    subject: str = ""
+    text: str = ""  # the message body before the diff (trailers included)
+    files: list[FileDiff] = field(default_factory=list)
+
+
+@dataclass
+class ParsedInput:
+    messages: list[Message]
+    problems: list[Problem]
+    mbox: bool
+
+
+def parse_input(text: str) -> ParsedInput:
+    """Split `text` into messages and file diffs, collecting every defect met."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    problems: list[Problem] = []
+    first = next((ln for ln in lines if ln.strip()), "")
+    mbox = bool(MBOX_FROM_RE.match(first))
+    starts = [i for i, ln in enumerate(lines) if MBOX_FROM_RE.match(ln)] if mbox else [0]
+    messages = []
+    for a, b in zip(starts, [*starts[1:], len(lines)], strict=True):
+        messages.append(_parse_message(lines, a, b, mbox, problems))
+    return ParsedInput(messages, problems, mbox)
+
+
+def _parse_message(lines: list[str], a: int, b: int, mbox: bool, problems: list[Problem]):
+    message = Message(line=a + 1)
+    i = a
+    if mbox:
+        i = a + 1
+        header = []
+        while i < b and lines[i].strip("\r") != "":
+            header.append(lines[i])
+            i += 1
+        parsed = email.parser.HeaderParser(policy=email.policy.default).parsestr(
+            "\n".join(header) + "\n"
+        )
+        message.author = str(parsed.get("From", "") or "")
+        message.date = str(parsed.get("Date", "") or "")
+        subject = " ".join(str(parsed.get("Subject", "") or "").split())
+        message.subject = PATCH_PREFIX_RE.sub("", subject)  # as `git am` strips it
+        i += 1
+    body_start = i
+    start = _first_diff_line(lines, i, b)
+    body = lines[body_start:start]
+    if "---" in body:
+        body = body[: body.index("---")]
+    message.text = "\n".join(body).strip("\n")
+    _parse_files(lines, start, b, message, problems)
+    return message
+
+
+def _first_diff_line(lines: list[str], i: int, b: int) -> int:
+    for j in range(i, b):
+        line = lines[j]
+        if line.startswith("diff --git "):
+            return j
+        if line.startswith("--- ") and j + 1 < b and lines[j + 1].startswith("+++ "):
+            return j
+    return b
+
+
+def _diff_path(value: str) -> str | None:
+    value = value.rstrip("\r").split("\t", 1)[0]
+    if value.startswith('"') and value.endswith('"'):
+        value = value[1:-1]
+    return None if value == "/dev/null" else value
+
+
+def _parse_files(lines: list[str], i: int, b: int, message: Message, problems: list[Problem]):
+    current: FileDiff | None = None
+    hunk_at: str | None = None
+    while i < b:
+        line = lines[i]
+        number = i + 1
+        path = current.path if current else None
+        line = line.rstrip("\r")
+        if line == "-- " and (current is None or current.hunks):
+            return  # format-patch's signature ends the diff
+        if MARKER_RE.match(line):
+            problems.append(_marker(number, path, hunk_at, line, added=False))
+            i += 1
+            continue
+        if line.startswith("diff --git "):
+            match = GIT_HEADER_RE.match(line)
+            old = new = match.group(2) if match else None
+            if match:
+                old = match.group(1)
+            current = FileDiff(old=old, new=new, line=number, git=True)
+            message.files.append(current)
+            hunk_at = None
+        elif (
+            current is not None and current.git and not current.hunks and line.startswith(EXTENDED)
+        ):
+            current.extended.append(line)
+        elif line.startswith("--- ") and i + 1 < b and lines[i + 1].startswith("+++ "):
+            old = _diff_path(line[4:])
+            new = _diff_path(lines[i + 1][4:])
+            if current is not None and current.git and not current.hunks and not current.binary:
+                old = old[2:] if old and old.startswith("a/") else old
+                new = new[2:] if new and new.startswith("b/") else new
+                current.old, current.new = old, new
+            else:
+                current = FileDiff(old=old, new=new, line=number)
+                message.files.append(current)
+            hunk_at = None
+            i += 2
+            continue
+        elif line.startswith(("GIT binary patch", "Binary files ")):
+            if current is not None:
+                current.binary = True
+            problems.append(
+                Problem(
+                    number,
+                    path,
+                    None,
+                    "binary change: a series carries text patches only; ship the file another "
+                    "way or leave it out of the diff",
+                )
+            )
+        elif line.startswith("@@"):
+            match = HUNK_RE.match(line)
+            if current is None or match is None:
+                problems.append(Problem(number, path, None, f"malformed hunk header {line[:40]!r}"))
+                i += 1
+                continue
+            hunk = Hunk(
+                int(match.group(1)),
+                int(match.group(2)) if match.group(2) is not None else 1,
+                int(match.group(3)),
+                int(match.group(4)) if match.group(4) is not None else 1,
+                match.group(5),
+                [],
+                number,
+            )
+            hunk_at = hunk.at
+            current.hunks.append(hunk)
+            if lines[i].endswith("\r"):
+                _crlf(number, current, hunk, problems)
+            i = _consume_hunk(lines, i + 1, b, current, hunk, problems)
+            continue
+        i += 1
+    return
+
+
+def _crlf(number: int, current: FileDiff, hunk: Hunk, problems: list[Problem]) -> None:
+    if current.crlf:
+        return
+    current.crlf = True
+    problems.append(
+        Problem(
+            number,
+            current.path,
+            hunk.at,
+            "CRLF line ending (the diff was converted to DOS line endings); "
+            "convert it back (dos2unix) or make it again",
+        )
+    )
+
+
+def _marker(number: int, path: str | None, hunk: str | None, line: str, *, added: bool):
+    shown = line[:20]
+    if added:
+        what = f"adds the conflict marker {shown!r}: a file was committed in mid-merge"
+    else:
+        what = (
+            f"conflict marker {shown!r} inside the diff (the patch file itself was merged "
+            "by hand and left unresolved)"
+        )
+    return Problem(number, path, hunk, what + "; resolve it and make the diff again")
+
+
+def _consume_hunk(
+    lines: list[str], i: int, b: int, current: FileDiff, hunk: Hunk, problems: list[Problem]
+) -> int:
+    old, new = hunk.old_len, hunk.new_len
+    while (old > 0 or new > 0) and i < b:
+        raw = lines[i]
+        line = raw.rstrip("\r")
+        if raw.endswith("\r") and raw[:1] in " +-":
+            line = raw  # keep the byte, report it once per file
+            _crlf(i + 1, current, hunk, problems)
+        tag = line[:1]
+        if MARKER_RE.match(line):
+            problems.append(_marker(i + 1, current.path, hunk.at, line, added=False))
+            return i + 1
+        if tag == "\\":
+            hunk.lines.append(line)
+            i += 1
+            continue
+        if tag in (" ", ""):
+            old, new = old - 1, new - 1
+        elif tag == "-":
+            old -= 1
+        elif tag == "+":
+            new -= 1
+            if MARKER_RE.match(line[1:].rstrip("\r")):
+                problems.append(_marker(i + 1, current.path, hunk.at, line[1:], added=True))
+        else:
+            problems.append(
+                Problem(i + 1, current.path, hunk.at, "hunk has fewer lines than its header says")
+            )
+            return i
+        if old < 0 or new < 0:
+            problems.append(
+                Problem(i + 1, current.path, hunk.at, "hunk does not match its line counts")
+            )
+            return i + 1
+        hunk.lines.append(line if tag else " ")
+        i += 1
+    if old > 0 or new > 0:
+        problems.append(Problem(i, current.path, hunk.at, "hunk is truncated"))
+        return i
+    while i < b and lines[i].startswith("\\"):
+        hunk.lines.append(lines[i].rstrip("\r"))
+        i += 1
+    following = lines[i].rstrip("\r") if i < b else ""
+    if MARKER_RE.match(following):
+        return i  # reported by the caller's loop, naming the marker
+    if following[:1] in ("+", "-", " ") and not following.startswith(("--- ", "-- ", "+++ ")):
+        problems.append(
+            Problem(i + 1, current.path, hunk.at, "hunk has more lines than its header says")
+        )
+    return i
+
+
+def render_file(diff: FileDiff, hunks: list[Hunk] | None = None, *, index: bool = True) -> str:
+    """One file's diff in git's form (`diff --git`, extended headers, ---/+++ and hunks)."""
+    old = diff.old or diff.new
+    new = diff.new or diff.old
+    out = [f"diff --git a/{old} b/{new}"]
+    extended = [e for e in diff.extended if index or not e.startswith("index ")]
+    if not diff.git:
+        if diff.old is None:
+            extended.append("new file mode 100644")
+        elif diff.new is None:
+            extended.append("deleted file mode 100644")
+    out += extended
+    chosen = diff.hunks if hunks is None else hunks
+    if chosen or diff.old != diff.new or not diff.git:
+        if chosen:
+            out.append(f"--- {'a/' + diff.old if diff.old else '/dev/null'}")
+            out.append(f"+++ {'b/' + diff.new if diff.new else '/dev/null'}")
+    for hunk in chosen:
+        section = hunk.section
+        out.append(hunk.at + section)
+        out += hunk.lines
+    return "\n".join(out) + "\n"

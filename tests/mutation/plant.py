@@ -1,0 +1,158 @@
+"""Plant each listed mistake in a copy of a line's patched SGLang tree and require the
+speculation tier to fail on it.
+
+    python tests/mutation/plant.py --line 0.5.12 [--only ID ...] [--json]
+
+The mistakes are data (``tests/mutation/spec_<line>.toml``); every ``old`` text must occur
+exactly once in its file, so a mistake that no longer matches the patch is reported as an
+error instead of passing unnoticed. The unmutated copy must pass first. Exit 0 when every
+mistake was caught, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tests" / "payload"))
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Verdict:
+    id: str
+    what: str
+    verdict: str  # caught | missed | error
+    detail: str
+    seconds: float
+
+
+def load(line: str) -> dict:
+    path = HERE / f"spec_{line.replace('.', '')}.toml"
+    data = tomllib.loads(path.read_text())
+    if data.get("line") != line:
+        raise SystemExit(f"{path}: line {data.get('line')!r} is not {line!r}")
+    return data
+
+
+def patched_tree(line: str) -> Path:
+    """The line's patched tree as the tier builds it: 0.5.12 from its wheel base, 0.5.9 by
+    patchkit's own apply of the series (the payload conftest's ``prepare_tree``)."""
+    from spec_fixtures import LINE_WHEELS, line_tree
+
+    if line in LINE_WHEELS:
+        return line_tree(line, patched=True)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "payload_conftest", ROOT / "tests" / "payload" / "conftest.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.prepare_tree("sglang", patched=True)
+
+
+def run_tier(tree: Path, tests: list[str], timeout: int) -> tuple[int, str]:
+    env = {**os.environ, "PATCHKIT_SPEC_TREE": str(tree), "PATCHKIT_PAYLOAD_TREE": "patched"}
+    cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-p", "no:cacheprovider",
+           "-W", "ignore", "-o", "addopts="]  # fmt: skip
+    try:
+        run = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return 124, "timed out"
+    out = run.stdout + run.stderr
+    first = next(
+        (ln for ln in out.splitlines() if ln.startswith(("FAILED ", "ERROR "))),
+        out.strip().splitlines()[-1] if out.strip() else "",
+    )
+    return run.returncode, first
+
+
+def plant(copy: Path, edits: list[dict]) -> dict[Path, str]:
+    """Apply the edits; return the original texts of the files touched."""
+    originals: dict[Path, str] = {}
+    for edit in edits:
+        path = copy / "python" / edit["file"]
+        text = originals.get(path) or path.read_text()
+        originals.setdefault(path, text)
+        current = path.read_text()
+        count = current.count(edit["old"])
+        if count != 1:
+            raise ValueError(f"{edit['file']}: the planted text occurs {count} times, not once")
+        path.write_text(current.replace(edit["old"], edit["new"]))
+    return originals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--line", default="0.5.12")
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--timeout", type=int, default=900)
+    args = parser.parse_args(argv)
+
+    data = load(args.line)
+    mutations = [m for m in data["mutation"] if not args.only or m["id"] in args.only]
+    unknown = set(args.only) - {m["id"] for m in data["mutation"]}
+    if unknown:
+        print(f"error: no such mistake: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    tree = patched_tree(args.line)
+    verdicts: list[Verdict] = []
+    with tempfile.TemporaryDirectory(prefix="spec-mutation-") as tmp:
+        copy = Path(tmp) / "tree"
+        shutil.copytree(
+            tree / "python", copy / "python", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        start = time.monotonic()
+        rc, detail = run_tier(copy, data["tests"], args.timeout)
+        if rc != 0:
+            print(f"error: the unmutated tree fails the tier ({detail})", file=sys.stderr)
+            return 1
+        baseline = time.monotonic() - start
+        for mutation in mutations:
+            start = time.monotonic()
+            try:
+                originals = plant(copy, mutation["edit"])
+            except ValueError as exc:
+                verdicts.append(Verdict(mutation["id"], mutation["what"], "error", str(exc), 0.0))
+                continue
+            try:
+                rc, detail = run_tier(copy, data["tests"], args.timeout)
+            finally:
+                for path, text in originals.items():
+                    path.write_text(text)
+                for cache in copy.rglob("__pycache__"):
+                    shutil.rmtree(cache, ignore_errors=True)
+            verdict = "caught" if rc == 1 else "missed" if rc == 0 else "error"
+            verdicts.append(
+                Verdict(mutation["id"], mutation["what"], verdict, detail,
+                        round(time.monotonic() - start, 1))
+            )  # fmt: skip
+    if args.json:
+        print(json.dumps({"line": args.line, "baseline_seconds": round(baseline, 1),
+                          "mutations": [asdict(v) for v in verdicts]}, indent=2))  # fmt: skip
+    else:
+        for v in verdicts:
+            print(f"{v.verdict:7} {v.id:40} {v.seconds:6.1f}s  {v.detail}")
+        caught = sum(v.verdict == "caught" for v in verdicts)
+        print(f"{caught}/{len(verdicts)} planted mistakes caught (line {args.line})")
+    return 0 if all(v.verdict == "caught" for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""SGLang 0.5.12: ``--speculative-disable-batch-threshold`` parsing and validation.
+
+The arguments go through the real ``ServerArgs.add_cli_args`` parser and the real
+``ServerArgs._handle_speculative_decoding`` / ``_handle_gpu_memory_settings`` of the 0.5.12
+tree; only ``__post_init__`` (GPU probing) is skipped. The target is a tiny Llama config
+written to a temporary directory (no weights are read). 0.5.12 runs EAGLE/EAGLE3 as spec v2
+unless ``SGLANG_ENABLE_SPEC_V2=False`` or topk > 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+
+import pytest
+from spec_fixtures import use_line_tree
+
+pytestmark = pytest.mark.payload
+
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "torch_dtype": "bfloat16",
+}
+EAGLE3_TOPK1 = [
+    "--speculative-algorithm", "EAGLE3",
+    "--speculative-num-steps", "2",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "3",
+]  # fmt: skip
+THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
+
+
+@pytest.fixture(scope="module")
+def tree():
+    return use_line_tree("0.5.12")
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    return tmp_path
+
+
+def _parse(model_dir, argv):
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    cli = ["--model-path", str(model_dir), "--speculative-draft-model-path", str(model_dir)]
+    namespace = parser.parse_args([*cli, *argv])
+    args = object.__new__(ServerArgs)
+    for field in dataclasses.fields(ServerArgs):
+        if hasattr(namespace, field.name):
+            value = getattr(namespace, field.name)
+        elif field.default is not dataclasses.MISSING:
+            value = field.default
+        else:
+            value = field.default_factory()
+        setattr(args, field.name, value)
+    args.page_size = args.page_size or 1
+    return args
+
+
+@pytest.fixture
+def resolve(tree, model_dir, monkeypatch):
+    """Parse a command line and run the speculative-decoding handling of ServerArgs."""
+
+    def _resolve(*argv: str, spec_v2: bool = True):
+        monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "True" if spec_v2 else "False")
+        args = _parse(model_dir, argv)
+        args._handle_speculative_decoding()
+        return args
+
+    return _resolve
+
+
+def test_cli_parses_thresholds(resolve):
+    args = resolve(
+        *EAGLE3_TOPK1,
+        THRESHOLD_FLAG, "32",
+        "--speculative-reenable-batch-threshold", "20",
+        "--max-running-requests", "128",
+    )  # fmt: skip
+    assert args.speculative_disable_batch_threshold == 32
+    assert args.speculative_reenable_batch_threshold == 20
+    assert args.disable_overlap_schedule is False  # spec v2, the 0.5.12 default
+
+
+def test_reenable_defaults_to_three_quarters(resolve):
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "32", "--max-running-requests", "128")
+    assert args.speculative_reenable_batch_threshold == 24
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "1", "--max-running-requests", "128")
+    assert args.speculative_reenable_batch_threshold == 1
+
+
+def test_unset_threshold_changes_nothing(resolve):
+    args = resolve(*EAGLE3_TOPK1, "--max-running-requests", "128")
+    assert args.speculative_disable_batch_threshold is None
+    assert args.speculative_reenable_batch_threshold is None
+
+
+@pytest.mark.parametrize("value", ["0", "-4"])
+def test_threshold_must_be_positive(resolve, value):
+    with pytest.raises(ValueError, match=r"disable-batch-threshold must be >= 1"):
+        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, value)
+
+
+def test_algorithm_must_be_eagle(resolve):
+    argv = list(EAGLE3_TOPK1)
+    argv[1] = "STANDALONE"
+    with pytest.raises(ValueError, match=r"only the EAGLE and EAGLE3.*STANDALONE"):
+        resolve(*argv, THRESHOLD_FLAG, "8")
+
+
+def test_threshold_without_speculation_refused(resolve):
+    with pytest.raises(ValueError, match=r"only the EAGLE and EAGLE3.*None"):
+        resolve(THRESHOLD_FLAG, "8")
+
+
+@pytest.mark.parametrize("spec_v2", [True, False])
+def test_eagle_and_eagle3_accepted(resolve, spec_v2):
+    for algorithm in ("EAGLE", "EAGLE3"):
+        argv = list(EAGLE3_TOPK1)
+        argv[1] = algorithm
+        args = resolve(*argv, THRESHOLD_FLAG, "8", "--max-running-requests", "64", spec_v2=spec_v2)
+        assert args.speculative_disable_batch_threshold == 8
+        assert args.disable_overlap_schedule is (not spec_v2)
+
+
+@pytest.mark.parametrize("spec_v2", [True, False])
+def test_topk_must_be_one(resolve, spec_v2):
+    # Llama auto-selects (steps, topk, draft tokens) = (5, 4, 8) when none is given.
+    with pytest.raises(ValueError, match=r"requires --speculative-eagle-topk 1, got 4"):
+        resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8", spec_v2=spec_v2)
+
+
+@pytest.mark.parametrize(
+    ("flag", "field", "words"),
+    [
+        ("--enable-dp-attention", "enable_dp_attention", "--enable-dp-attention"),
+        (None, "enable_multi_layer_eagle", "multi-layer EAGLE"),
+        ("--enable-two-batch-overlap", "enable_two_batch_overlap", "--enable-two-batch-overlap"),
+        ("--enable-pdmux", "enable_pdmux", "--enable-pdmux"),
+    ],
+)
+def test_incompatible_modes_refused(resolve, flag, field, words):
+    from sglang.srt.server_args import ServerArgs
+
+    argv = [*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64"]
+    args = resolve(*argv)
+    setattr(args, field, True)
+    with pytest.raises(ValueError, match=f"cannot be combined with {words}"):
+        ServerArgs._handle_speculative_disable_batch_threshold(args)
+    if flag is not None:
+        assert _parse_flag_is(field, flag)
+
+
+def _parse_flag_is(field, flag):
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return any(flag in a.option_strings and a.dest == field for a in parser._actions)
+
+
+def test_adaptive_refused(resolve):
+    with pytest.raises(ValueError, match=r"cannot be combined with\s+--speculative-adaptive"):
+        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-adaptive")
+
+
+def test_adaptive_alone_still_allowed(resolve):
+    args = resolve(*EAGLE3_TOPK1, "--speculative-adaptive", "--max-running-requests", "64")
+    assert args.speculative_adaptive is True
+    assert args.speculative_disable_batch_threshold is None
+
+
+def test_pd_disaggregated_decode_refused(resolve):
+    from sglang.srt.server_args import ServerArgs
+
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
+    args.disaggregation_mode = "decode"
+    with pytest.raises(ValueError, match=r"PD-disaggregated decode"):
+        ServerArgs._handle_speculative_disable_batch_threshold(args)
+    args.disaggregation_mode = "prefill"
+    ServerArgs._handle_speculative_disable_batch_threshold(args)
+
+
+@pytest.mark.parametrize("value", ["0", "9"])
+def test_reenable_must_lie_in_range(resolve, value):
+    with pytest.raises(ValueError, match=r"reenable-batch-threshold must be between 1 and"):
+        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-reenable-batch-threshold", value)
+
+
+def test_reenable_needs_threshold(resolve):
+    with pytest.raises(ValueError, match=r"reenable-batch-threshold requires"):
+        resolve(*EAGLE3_TOPK1, "--speculative-reenable-batch-threshold", "4")
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_warns_when_threshold_reaches_max_running_requests(resolve, caplog):
+    caplog.set_level(logging.WARNING)
+    resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "64", "--max-running-requests", "64")
+    assert any(
+        "disable-batch-threshold 64 >= --max-running-requests 64" in m for m in _warnings(caplog)
+    )
+
+
+def test_no_warning_below_explicit_max_running_requests(resolve, caplog):
+    caplog.set_level(logging.WARNING)
+    resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "32", "--max-running-requests", "128")
+    assert not any("threshold" in m for m in _warnings(caplog))
+
+
+def test_warns_about_implicit_cap_of_48(resolve, caplog):
+    caplog.set_level(logging.WARNING)
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "64")
+    assert args.max_running_requests == 48
+    messages = [m for m in _warnings(caplog) if "capped at 48" in m]
+    assert messages and "threshold 64 can never be exceeded" in messages[0]
+    assert "--max-running-requests" in messages[0]
+
+
+def test_memory_for_steps_without_drafts_reserved_before_the_kv_pool(tree, model_dir):
+    """With mem_fraction_static chosen automatically, the threshold reserves the second
+    backend and the DECODE graphs (512 MB + 2 MB per graph batch size up to
+    cuda_graph_max_bs) out of the static fraction the KV pool is sized from."""
+    gpu_mem = 80 * 1024
+    fractions = []
+    for extra in ([], [THRESHOLD_FLAG, "32"]):
+        args = _parse(model_dir, [*EAGLE3_TOPK1, "--cuda-graph-max-bs", "128", *extra])
+        args._handle_gpu_memory_settings(gpu_mem)
+        fractions.append(args.mem_fraction_static)
+    plain, with_threshold = fractions
+    assert with_threshold == pytest.approx(plain - (512 + 128 * 2) / gpu_mem, abs=1.5e-3)
+    args = _parse(model_dir, [*EAGLE3_TOPK1, THRESHOLD_FLAG, "32", "--mem-fraction-static", "0.7"])
+    args._handle_gpu_memory_settings(gpu_mem)
+    assert args.mem_fraction_static == 0.7

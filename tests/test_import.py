@@ -1,0 +1,540 @@
+"""`patchkit import`: a real monolithic diff of SGLang 0.5.9 (27 files, three concerns and a
+dozen unrelated edits) becomes a per-concern series whose application equals the diff's tree;
+overlays, mboxes, the existing series and every kind of bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import subprocess
+
+import pytest
+from helpers import ROOT, git, patchkit, snapshot
+from import_fixtures import NEW_FILE, SERVER_ARGS, mapping_file, monolith  # noqa: F401
+from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401
+from series_fixtures import write_series
+
+from patchkit import gitops
+from patchkit.import_ import split
+from patchkit.import_.propose import ImportOptions, ImportSource, propose_import, write_proposal
+from patchkit.import_.split import load_mapping
+from patchkit.lint import lint_target
+from patchkit.series import load_series
+from patchkit.upstream import Mirror, acquire
+from patchkit.workspace import Workspace
+
+TODAY = dt.date(2026, 11, 30)
+
+
+def _propose(source, *, mapping=None, existing=None, threeway=False, by_area=False):
+    ws = Workspace.load()
+    target = ws.target("sglang")
+    base = acquire(target, None)
+    options = ImportOptions(
+        mapping=load_mapping(mapping) if mapping else None,
+        threeway=threeway,
+        by_area=by_area,
+        today=TODAY,
+    )
+    return propose_import(
+        Mirror(target).path, base, source, subdir="python", existing=existing, options=options
+    )
+
+
+def _tree_of_series(directory, base_ref="0.5.9"):
+    """Apply a written series from scratch with patchkit's apply core; its tree id."""
+    from patchkit.apply import build_series
+
+    ws = Workspace.load()
+    target = ws.target("sglang")
+    base = acquire(target, base_ref)
+    series = load_series(directory, "sglang")
+    tip, _ = build_series(Mirror(target).path, base.commit, series, bare=True)
+    return gitops.tree_of(Mirror(target).path, tip, bare=True), series
+
+
+def test_monolithic_diff_by_area_dry_run_writes_nothing(cache, project, monolith):  # noqa: F811
+    before = snapshot(project)
+    r = patchkit("import", str(monolith.diff), "--target", "sglang", "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert snapshot(project) == before
+    lines = r.stdout.splitlines()
+    assert re.match(r"\s+patch\s+files\s+\+\s+-$", lines[1])
+    rows = {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4))) for m in (
+        re.match(r"\s+(\S+\.patch)\s+(\d+)\s+(\d+)\s+(\d+)$", ln) for ln in lines
+    ) if m}  # fmt: skip
+    # one patch per area: package directories and top-level modules, each with a readable slug
+    assert rows["srt-distributed-device-communicators-changes.patch"][0] == 4
+    assert rows["srt-distributed-changes.patch"][0] == 1
+    assert rows["srt-layers-moe-changes.patch"][0] == 1
+    assert rows["srt-layers-changes.patch"][0] == 3  # communicator, fusion and the new file
+    assert rows["srt-server-args-changes.patch"] == (1, 4, 0)  # both concerns: one area
+    assert rows["packaging-changes.patch"] == (1, 1, 0)
+    assert sum(v[0] for v in rows.values()) == len(monolith.files) == 27
+    assert "the same as sglang.patch applied to the base" in r.stdout
+    assert "nothing written (--dry-run)" in r.stdout
+    doc = json.loads(patchkit("import", str(monolith.diff), "--target", "sglang", "--json").stdout)
+    assert doc["status"] == "proposed" and doc["proof"]["equal"] is True
+    assert doc["proof"]["expected_tree"] == monolith.tree_id
+    assert {p["name"]: p["added"] for p in doc["patches"]}["packaging-changes.patch"] == 1
+
+
+def test_mapping_splits_a_file_by_function(cache, monolith, mapping_file, tmp_path):  # noqa: F811
+    source = ImportSource.from_file(monolith.diff)
+    report = _propose(source, mapping=mapping_file)
+    assert report.status == "proposed", report.problems or report.difference
+    assert report.expected_tree == report.proved_tree == monolith.tree_id  # git's own oracle
+    names = [p.name for p in report.patches]
+    assert names[:3] == [
+        "sm120-allreduce.patch",
+        "kimi-k25-eagle3.patch",
+        "speculative-threshold.patch",
+    ]
+    by_name = {p.name: p for p in report.patches}
+    assert SERVER_ARGS in by_name["sm120-allreduce.patch"].files
+    assert SERVER_ARGS in by_name["speculative-threshold.patch"].files
+    assert NEW_FILE in by_name["sm120-allreduce.patch"].files
+    sm120 = by_name["sm120-allreduce.patch"].raw.decode()
+    spec = by_name["speculative-threshold.patch"].raw.decode()
+    assert "_sm120_allreduce = True" in sm120 and "_speculative_threshold" not in sm120
+    assert "_speculative_threshold = True" in spec and "_sm120_allreduce" not in spec
+    # the later concern's hunk sits where the earlier concern's lines moved it
+    mono = re.findall(r"^@@ -(\d+),\d+ \+(\d+),", _file_part(monolith.diff.read_text()), re.M)
+    assert len(mono) == 2 and int(mono[1][1]) == int(mono[1][0]) + 2
+    assert re.findall(r"^@@ -(\d+),", _file_part(spec), re.M) == [mono[1][1]]
+    # the exact series format: format-patch bytes with DEP-3 trailers naming the source
+    assert sm120.startswith("From 0000000000000000000000000000000000000000 Mon Sep 17")
+    assert f"(sha256 {source.sha256})" in sm120
+    assert "Forwarded: no\nLast-Update: 2026-11-30\nPatchkit-Tests: TODO\n" in sm120
+    assert "index " in sm120 and re.search(r"^index [0-9a-f]{40}\.\.[0-9a-f]{40}", sm120, re.M)
+    # written: applies from scratch to the same tree; lints clean but for Patchkit-Tests
+    out = tmp_path / "series-out"
+    write_proposal(report, out=out, series_dir=None)
+    tree, series = _tree_of_series(out)
+    assert tree == monolith.tree_id
+    assert series.names == names
+    lint = lint_target("sglang", out, "python", today=TODAY)
+    assert {f.rule for f in lint.findings} == {"metadata-malformed"}
+    assert all("Patchkit-Tests: 'TODO'" in f.message for f in lint.findings)
+    assert len(lint.findings) == len(names)
+
+
+def _file_part(text: str, path: str = SERVER_ARGS) -> str:
+    start = text.index(f"diff --git a/{path} ")
+    end = text.find("\ndiff --git ", start + 1)
+    return text[start : end if end > 0 else len(text)]
+
+
+def test_proof_catches_a_wrong_split(cache, monolith, mapping_file, monkeypatch, tmp_path):  # noqa: F811
+    """A split that loses a hunk (the mistake that matters) is refused, with the difference."""
+    real = split.concern_diffs
+
+    def lossy(concerns):
+        cut = re.compile(
+            r"^diff --git a/python/sglang/srt/models/kimi_k25\.py .*?(?=^diff |\Z)", re.M | re.S
+        )
+        return [cut.sub("", d) for d in real(concerns)]
+
+    import patchkit.import_.propose as propose
+
+    monkeypatch.setattr(propose, "concern_diffs", lossy)
+    report = _propose(ImportSource.from_file(monolith.diff), mapping=mapping_file)
+    assert report.status == "mismatch"
+    assert report.proved_tree != report.expected_tree
+    assert "python/sglang/srt/models/kimi_k25.py" in report.difference
+    out = tmp_path / "never"
+    with pytest.raises(Exception, match="not proved"):
+        write_proposal(report, out=out, series_dir=None)
+    assert not out.exists()
+
+
+def test_round_trip_import_apply_export_import(cache, project, monolith, mapping_file, tmp_path):  # noqa: F811
+    write_series(project, "sglang", {})
+    r = patchkit(
+        "import", str(monolith.diff), "--target", "sglang", "--mapping", str(mapping_file),
+        "--into-series",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    series_dir = project / "patches" / "sglang"
+    first = snapshot(series_dir)
+    tree = tmp_path / "work"
+    r = patchkit("apply", "--target", "sglang", "--into", str(tree))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert git(tree, "rev-parse", "HEAD^{tree}").strip() == monolith.tree_id
+    r = patchkit("export", str(tree), "--check")
+    assert r.returncode == 0, r.stdout  # apply + export reproduces every byte
+    mbox = tmp_path / "series.mbox"
+    mbox.write_bytes(
+        subprocess.run(
+            ["git", "format-patch", "--stdout", "refs/patchkit/sglang/base..HEAD"],
+            cwd=tree,
+            check=True,
+            capture_output=True,
+        ).stdout
+    )
+    again = tmp_path / "again"
+    r = patchkit("import", str(mbox), "--target", "sglang", "--out", str(again))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "by messages" in r.stdout
+    second = snapshot(again)
+    assert second.pop("series") == first.pop("series").replace(b"# test series\n", b"")
+    assert second == first  # the same series, byte for byte
+
+
+def test_overlay_directory_with_backups(cache, monolith, tmp_path):  # noqa: F811
+    overlay = tmp_path / "overlay"
+    for path in monolith.files:
+        rel = path.removeprefix("python/")
+        dest = overlay / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes((monolith.tree / path).read_bytes())
+        original = gitops.show_file(monolith.tree, monolith.base, path)
+        if original is not None:
+            (overlay / (rel + ".bak")).write_bytes(original)
+    out = tmp_path / "out"
+    r = patchkit("import", "--overlay", str(overlay), "--target", "sglang", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"note: skipped 26 backup/cache file\(s\): .*\.bak", r.stdout)
+    assert f"1 file(s) are new: {NEW_FILE}" in r.stdout
+    tree, series = _tree_of_series(out)
+    assert tree == monolith.tree_id
+    assert "Origin: vendor, imported from overlay (sha256 " in series.patches[0].raw.decode()
+    assert not any(".bak" in f.path for p in series.patches for f in p.files)
+
+
+def test_mbox_of_several_messages_keeps_one_patch_per_message(cache, monolith, tmp_path):  # noqa: F811
+    repo = tmp_path / "history"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(repo)], check=True
+    )
+    git(repo, "checkout", "-q", monolith.base)
+    for subject, paths in (
+        ("Speed up the scheduler", ["python/sglang/srt/managers/scheduler.py"]),
+        ("Kimi-K2.5 EAGLE-3 hooks", ["python/sglang/srt/models/kimi_k25.py", SERVER_ARGS]),
+    ):
+        for path in paths:
+            (repo / path).write_bytes((monolith.tree / path).read_bytes())
+        git(repo, "commit", "-qam", f"{subject}\n\nWhy we carry it.")
+    mbox = tmp_path / "team.mbox"
+    mbox.write_bytes(
+        subprocess.run(
+            ["git", "format-patch", "--stdout", f"{monolith.base}..HEAD"],
+            cwd=repo, check=True, capture_output=True,
+        ).stdout
+    )  # fmt: skip
+    report = _propose(ImportSource.from_file(mbox))
+    assert report.status == "proposed", report.problems
+    assert report.mode == "messages"
+    assert [p.name for p in report.patches] == [
+        "speed-up-the-scheduler.patch",
+        "kimi-k2-5-eagle-3-hooks.patch",
+    ]
+    text = report.patches[1].raw.decode()
+    assert "From: t <t@example.invalid>" in text
+    assert "Why we carry it.\n\nOrigin: vendor, imported from team.mbox" in text
+    assert report.proved_tree == git(repo, "rev-parse", "HEAD^{tree}").strip()
+    by_area = _propose(ImportSource.from_file(mbox), by_area=True)
+    assert by_area.mode == "areas" and len(by_area.patches) == 3
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def _first_hunk_of(text: str, path: str) -> str:
+    return re.search(r"^(@@ -\d+,\d+ \+\d+,\d+ @@)", _file_part(text, path), re.M).group(1)
+
+
+KIMI = "python/sglang/srt/models/kimi_k25.py"
+
+
+def _bad(monolith, kind: str) -> tuple[str, str]:  # noqa: F811
+    """(input text, the words its one-line message must hold)."""
+    text = monolith.diff.read_text()
+    hunk = _first_hunk_of(text, KIMI)
+    part = _file_part(text, KIMI)
+    if kind == "other-base":
+        context = next(ln for ln in part.splitlines() if ln.startswith(" ") and ln.strip())
+        return text.replace(part, part.replace(context, context + "  # edited", 1)), (
+            f"{KIMI} {hunk}: does not apply at zero fuzz to sglang 0.5.9"
+        )
+    header_line = re.search(r"^@@ .*$", part, re.M).group(0)
+    if kind == "conflict-marker":
+        broken = part.replace(header_line, header_line + "\n<<<<<<< ours", 1)
+        return text.replace(part, broken), f"{KIMI} {hunk}: conflict marker '<<<<<<< ours'"
+    if kind == "added-marker":
+        broken = re.sub(r"^\+(\s+_kimi)", r"+>>>>>>> theirs\n+\1", part, count=1, flags=re.M)
+        grown = re.sub(
+            r"^(@@ -\d+,\d+ \+\d+,)(\d+)",
+            lambda m: f"{m[1]}{int(m[2]) + 1}",
+            broken,
+            count=1,
+            flags=re.M,
+        )
+        hunk = re.search(r"^@@ -\d+,\d+ \+\d+,\d+ @@", grown, re.M).group(0)
+        return text.replace(
+            part, grown
+        ), f"{KIMI} {hunk}: adds the conflict marker '>>>>>>> theirs'"
+    if kind == "crlf":
+        return text.replace(part, part.replace("\n", "\r\n")), f"{KIMI} {hunk}: CRLF line ending"
+    if kind == "binary":
+        return text + (
+            "diff --git a/python/sglang/logo.png b/python/sglang/logo.png\n"
+            "new file mode 100644\nindex 0000000..1111111\nGIT binary patch\nliteral 4\n"
+            "LcmZQzWMT#Y01f~L\n\nliteral 0\nHcmV?d00001\n\n"
+        ), "python/sglang/logo.png: binary change"
+    if kind == "outside-target":
+        return text + (
+            "diff --git a/docker/Dockerfile b/docker/Dockerfile\n--- a/docker/Dockerfile\n"
+            "+++ b/docker/Dockerfile\n@@ -1,1 +1,1 @@\n-FROM a\n+FROM b\n"
+        ), "docker/Dockerfile @@ -1,1 +1,1 @@: outside the sglang target"
+    if kind == "climbing-path":
+        return text + (
+            "--- a/python/../../etc/motd\n+++ b/python/../../etc/motd\n@@ -1,1 +1,1 @@\n-a\n+b\n"
+        ), "climbs out of the tree"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "other-base",
+        "conflict-marker",
+        "added-marker",
+        "crlf",
+        "binary",
+        "outside-target",
+        "climbing-path",
+    ],
+)
+def test_bad_input_is_named_and_nothing_written(cache, project, monolith, tmp_path, kind):  # noqa: F811
+    text, words = _bad(monolith, kind)
+    bad = tmp_path / "bad.patch"
+    bad.write_bytes(text.encode())
+    before = snapshot(project)
+    out = tmp_path / "out"
+    r = patchkit("import", str(bad), "--target", "sglang", "--out", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    errors = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("error:")]
+    assert len(errors) == 1 and words in errors[0], (words, r.stdout)  # one line, to the point
+    assert all(e.startswith("error: bad.patch") for e in errors)
+    assert "refused: nothing was written" in r.stdout
+    assert "Traceback" not in r.stderr
+    assert not out.exists() and snapshot(project) == before
+
+
+def test_conflict_markers_are_not_misreported_as_a_line_count(cache, monolith, tmp_path):  # noqa: F811
+    text, _ = _bad(monolith, "conflict-marker")
+    report = _propose(ImportSource(name := "x.patch", "0" * 64, text=text))
+    assert report.status == "refused", name
+    assert not any("more lines than its header" in p for p in report.problems)
+
+
+def test_diff_against_another_pinned_release_says_which(cache_0510, project, monolith, tmp_path):  # noqa: F811
+    """A diff made against 0.5.10 does not apply to the 0.5.9 pin: the message says 0.5.10
+    fits (0.5.10 pinned by sdist sha256 in this scratch project)."""
+    from rebase_fixtures import SGLANG_0510_SHA256
+
+    targets = project / "patches" / "targets.toml"
+    targets.write_text(
+        targets.read_text().replace(
+            "[targets.flashinfer]",
+            '[[targets.sglang.releases]]\nversion = "0.5.10"\nsdist = "sglang==0.5.10"\n'
+            f'sdist_sha256 = "{SGLANG_0510_SHA256}"\n\n[targets.flashinfer]',
+        )
+    )
+    from patchkit.upstream import SDIST_REF
+
+    mirror = cache_0510 / "mirrors" / "sglang.git"
+    new = gitops.resolve(mirror, SDIST_REF.format(version="0.5.10"), bare=True)
+    work = tmp_path / "w"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(mirror), str(work)], check=True)
+    git(work, "checkout", "-q", new)
+    from import_fixtures import edit_function
+
+    edit_function(work / "python/sglang/srt/server_args.py", "ServerArgs.__post_init__", "x")
+    diff = tmp_path / "for-0510.patch"
+    diff.write_text(git(work, "diff"))
+    fits = patchkit("import", str(diff), "--target", "sglang@0.5.10", "--dry-run")
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    r = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
+    assert r.returncode == 1
+    assert "does not apply at zero fuzz to sglang 0.5.9" in r.stdout
+    assert "applies cleanly to the pinned release sglang 0.5.10" in r.stdout
+
+
+def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monolith, tmp_path):  # noqa: F811
+    """A diff made against the plain base that touches lines the existing series changed:
+    refused at zero fuzz (file and hunk named), merged with --3way, appended, and the whole
+    series then applies and lints clean but for the new patches' Patchkit-Tests."""
+    work = tmp_path / "w"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(work)], check=True
+    )
+    git(work, "checkout", "-q", monolith.base)
+    kimi = work / KIMI
+    loaded = "            self.language_model.load_weights(language_weights)\n"
+    kimi.write_text(kimi.read_text().replace(loaded, loaded + "            self._loaded = True\n"))
+    io_struct = work / "python/sglang/srt/managers/io_struct.py"
+    io_struct.write_text(io_struct.read_text() + "\n# carried with the series\n")
+    diff = tmp_path / "ontop.patch"
+    diff.write_text(git(work, "diff"))
+    series_dir = project / "patches" / "sglang"
+    before = snapshot(series_dir)
+    r = patchkit("import", str(diff), "--target", "sglang", "--into-series")
+    assert r.returncode == 1
+    assert re.search(
+        rf"error: ontop.patch: {KIMI} @@ -\d+,\d+ \+\d+,\d+ @@: does not apply", r.stdout
+    )
+    assert "it overlaps the existing series: retry with --3way" in r.stdout
+    assert "pinned" not in r.stdout  # it does apply to its release: no release hunt
+    assert snapshot(series_dir) == before
+    r = patchkit("import", str(diff), "--target", "sglang", "--into-series", "--3way")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"overlap: {KIMI} " in r.stdout and "kimi-k25-eagle3-delegation.patch" in r.stdout
+    assert "applied to the base and the existing series" in r.stdout
+    old_names = load_series(ROOT / "patches" / "sglang", "sglang").names
+    assert load_series(series_dir, "sglang").names == [
+        *old_names,
+        "srt-managers-changes.patch",
+        "srt-models-changes.patch",
+    ]
+    assert all(snapshot(series_dir)[n] == before[n] for n in old_names)  # nothing rewritten
+    assert re.search(rf"overlap: {KIMI} lines \d+-\d+ in srt-models-changes.patch meet", r.stdout)
+    out = tmp_path / "applied"
+    r = patchkit("apply", "--target", "sglang", "--into", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (out / KIMI).read_text()
+    assert "self._loaded = True" in text and "def get_embed_and_head" in text
+    lint = patchkit("lint", "--target", "sglang")
+    errors = [ln for ln in lint.stdout.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 2 and all("Patchkit-Tests: 'TODO'" in e for e in errors), lint.stdout
+
+
+def test_plain_diff_made_in_site_packages(cache, monolith, tmp_path):  # noqa: F811
+    """`diff -ruN old/ new/` of two site-packages copies (no git, package-relative paths, a new
+    file): placed under python/, the new file created, the tree equal to git's."""
+    changed = [SERVER_ARGS, KIMI, NEW_FILE]
+    for side, source in (("old", None), ("new", monolith.tree)):
+        for path in changed:
+            data = (
+                (source / path).read_bytes()
+                if source
+                else gitops.show_file(monolith.tree, monolith.base, path)
+            )
+            if data is None:
+                continue
+            dest = tmp_path / side / path.removeprefix("python/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+    result = subprocess.run(
+        ["diff", "-ruN", "old", "new"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 1 and result.stdout.startswith("diff -ruN old/")
+    diff = tmp_path / "site.diff"
+    diff.write_text(result.stdout)
+    report = _propose(ImportSource.from_file(diff))
+    assert report.status == "proposed", report.problems
+    assert any("placed under python/" in n for n in report.notes)
+    files = sorted(f for p in report.patches for f in p.files)
+    assert files == sorted(changed)
+    expected = subprocess.run(
+        ["git", "diff", "--full-index", monolith.base, "HEAD", "--", *changed],
+        cwd=monolith.tree, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    proved = gitops.diff_trees(Mirror(Workspace.load().target("sglang")).path, monolith.base,
+                               report.proved_tree, bare=True)  # fmt: skip
+    assert proved.encode() == expected
+
+
+def test_refuses_to_write_over_files(cache, monolith, tmp_path):  # noqa: F811
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    r = patchkit("import", str(monolith.diff), "--target", "sglang", "--out", str(out))
+    assert r.returncode == 2
+    assert "is not an empty directory; nothing was written" in r.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    empty = tmp_path / "empty.diff"
+    empty.write_text("just words\n")
+    r = patchkit("import", str(empty), "--target", "sglang", "--dry-run")
+    assert r.returncode == 2 and "contains no diff" in r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
+
+
+def test_dockerfile_sed_edits_via_a_diff_of_the_sdist(cache, sglang_sdist, tmp_path):
+    """The recipe of docs/migrating.md: the Dockerfile's `sed -i` run on a copy of the pinned
+    sdist, `diff -ruN`, import; it overlaps the series' SM120 fusion patch, which is said."""
+    subprocess.run(["tar", "xzf", str(sglang_sdist), "-C", str(tmp_path)], check=True)
+    (tmp_path / "sglang-0.5.9").rename(tmp_path / "old")
+    subprocess.run(["cp", "-a", "old", "new"], cwd=tmp_path, check=True)
+    site = "/usr/local/lib/python3.12/dist-packages"
+    (tmp_path / "Dockerfile").write_text(
+        "FROM lmsysorg/sglang:v0.5.9-cu130\n"
+        "RUN sed -i 's/(_is_sm90_supported or _is_sm100_supported)/"
+        "(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)/' \\\n"
+        f"      {site}/sglang/srt/layers/communicator.py\n"
+    )
+    script = (
+        f"grep -A1 'sed -i' Dockerfile | tr -d '\\\\\\n' | sed 's#RUN ##; s#{site}/#new/#g' "
+        "> seds.sh && bash seds.sh && diff -ruN old new > docker-sed.diff; test $? = 1"
+    )
+    subprocess.run(["bash", "-c", script], cwd=tmp_path, check=True)
+    r = patchkit("import", str(tmp_path / "docker-sed.diff"), "--target", "sglang", "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"srt-layers-changes\.patch\s+1\s+1\s+1$", r.stdout, re.M)
+    assert "placed under python/" in r.stdout
+    assert "changed by sm120-flashinfer-allreduce-fusion.patch" in r.stdout
+
+
+def test_mapping_file_errors_are_one_line(tmp_path):
+    from patchkit.errors import UsageError
+
+    cases = {
+        "[[patch]\n": "not valid TOML",
+        '[[patch]]\nname = "a"\npaths = ["x"]\ncolour = 1\n': "unknown key(s) colour",
+        '[[patch]]\nname = "a/b"\npaths = ["x"]\n': "is not a patch name",
+        '[[patch]]\nname = "a"\nhunks = ["x.py:f"]\n': "is not PATH_GLOB::FUNCTION_GLOB",
+        '[[patch]]\nname = "a"\n': "give paths or hunks",
+        '[[patch]]\nname = "a"\npaths = ["x"]\n[[patch]]\nname = "a"\npaths = ["y"]\n': "twice",
+    }
+    for text, words in cases.items():
+        path = tmp_path / "m.toml"
+        path.write_text(text)
+        with pytest.raises(UsageError, match=re.escape(words)):
+            load_mapping(path)
+
+
+def test_reimport_onto_a_series_that_carries_it(cache, project, monolith, tmp_path):  # noqa: F811
+    write_series(project, "sglang", {})
+    args = ("import", str(monolith.diff), "--target", "sglang", "--into-series")
+    assert patchkit(*args).returncode == 0
+    before = snapshot(project / "patches" / "sglang")
+    r = patchkit(*args)
+    assert r.returncode == 1
+    assert "the existing series already carries every change of it" in r.stdout
+    assert snapshot(project / "patches" / "sglang") == before
+
+
+def test_mbox_headers_the_series_cannot_round_trip_are_refused(cache, monolith, tmp_path):  # noqa: F811
+    repo = tmp_path / "h"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(repo)], check=True
+    )
+    git(repo, "checkout", "-q", monolith.base)
+    io_struct = repo / "python/sglang/srt/managers/io_struct.py"
+    for n, (who, subject) in enumerate((("Jürgen", "Tune io"), ("t", "Délégation"))):
+        io_struct.write_text(io_struct.read_text() + f"# {n}\n")
+        git(repo, "commit", "-qam", subject, env={"GIT_AUTHOR_NAME": who})
+    mbox = tmp_path / "team.mbox"
+    mbox.write_bytes(
+        subprocess.run(
+            ["git", "format-patch", "--stdout", f"{monolith.base}..HEAD"],
+            cwd=repo, check=True, capture_output=True,
+        ).stdout
+    )  # fmt: skip
+    report = _propose(ImportSource.from_file(mbox))
+    assert report.status == "refused"
+    assert len(report.problems) == 2
+    assert "From 'Jürgen <t@example.invalid>' is not ASCII" in report.problems[0]
+    assert "subject 'Délégation' is not ASCII" in report.problems[1]

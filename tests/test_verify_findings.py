@@ -1,0 +1,617 @@
+"""The cases where verify used to say nothing, or something that depended on the machine it ran
+on: each on real wheels from the package index (cached) or on small ELF / CUDA files compiled
+here, cross-checked with readelf, nm and cuobjdump where those can say the same thing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from patchkit.abi import verify
+from patchkit.abi.archs import CC
+from patchkit.abi.scan import analyze_file
+from patchkit.cli import main
+from tests.abi import builders
+
+pytest_plugins = ["tests.abi.fixtures"]
+
+REPO = builders.REPO
+
+
+def _checks(report) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in report.findings:
+        out.setdefault(f.check, []).append(f)
+    return out
+
+
+def _nm(args: list[str], path: str) -> set[str]:
+    out = subprocess.run(["nm", "-D", *args, path], capture_output=True, text=True).stdout
+    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+
+
+def _need_gcc():
+    if shutil.which("gcc") is None or shutil.which("g++") is None:
+        pytest.skip("needs gcc/g++")
+
+
+# ---------------------------------------------------------------- torch ABI: the profile's torch
+
+
+def test_one_wheel_checked_against_the_profiles_torch(tmp_path, torch_dir):
+    """A kernel wheel built against a torch that has c10::TensorImpl::decref_pyobject (2.10+)
+    fails against the profile's torch 2.9.1 even with no torch in the wheelhouse."""
+    _need_gcc()
+    house = tmp_path / "house"
+    house.mkdir()
+    bad = builders.torch_extension("missing")
+    good = builders.torch_extension("ok")
+    builders.make_wheel(
+        str(house),
+        "newtorch_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+        {"newtorch_ext/_C.so": open(bad, "rb").read()},
+    )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    found = _checks(report)
+    (f,) = found["undefined-symbol-profile"]
+    assert f.severity == "error"
+    assert "_ZNK3c1010TensorImpl15decref_pyobjectEv" in f.message
+    assert "torch 2.9.1" in f.hint and "sha256" in f.hint
+    assert [n.check for n in found["torch-from-profile"]] == ["torch-from-profile"]
+    # Independently: nm says the symbol is undefined in the object and defined by no library
+    # of the installed torch 2.9.1 (the same wheel the profile's symbol set was read from).
+    assert "_ZNK3c1010TensorImpl15decref_pyobjectEv" in _nm(["--undefined-only"], bad)
+    defined = set()
+    for lib in ("libc10.so", "libtorch_cpu.so", "libc10_cuda.so"):
+        defined |= _nm(["--defined-only"], f"{torch_dir}/lib/{lib}")
+    assert "_ZNK3c1010TensorImpl15decref_pyobjectEv" not in defined
+    # The extension built against this torch passes.
+    (house / "newtorch_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl").unlink()
+    builders.make_wheel(
+        str(house),
+        "oldtorch_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+        {"oldtorch_ext/_C.so": open(good, "rb").read()},
+    )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    assert report.errors == 0, [f.line() for f in report.findings]
+
+
+def test_profile_symbol_set_is_the_real_torch(torch_dir):
+    """The shipped symbol set equals what the installed torch 2.9.1 (from PyPI) exports."""
+    from patchkit.abi import torchsyms
+    from patchkit.abi.elf import read_elf
+    from patchkit.abi.profiles import load_profile
+
+    prof = load_profile("cu130-sm120")
+    doc = torchsyms.load(prof.data_file(prof.torch_symbols))
+    assert doc["torch"].startswith("2.9.1") and re.fullmatch(r"[0-9a-f]{64}", doc["sha256"])
+    with open(os.path.join(torch_dir, "version.py")) as fh:
+        if "2.9.1" not in fh.read():
+            pytest.skip("the installed torch is not 2.9.1")
+    for lib in ("libc10.so", "libc10_cuda.so", "libtorch_python.so"):
+        have = read_elf(os.path.join(torch_dir, "lib", lib))
+        entry = doc["libraries"][f"torch/lib/{lib}"]
+        assert set(entry["defined"]) == set(have.defined), lib
+        assert entry["soname"] == have.soname
+
+
+@pytest.mark.slow
+def test_real_kernel_wheel_built_for_newer_torch(tmp_path, cache_dir, torch_dir):
+    """sglang-kernel 0.4.2.post2 from PyPI, alone in a wheelhouse: its torch symbols are not all
+    in torch 2.9.1; its CUDA 13 libraries come from wheels not present (notes, not errors)."""
+    wheel = builders.real_wheel(
+        "sglang-kernel==0.4.2.post2", "sglang_kernel-0.4.2.post2-cp310-abi3-*.whl"
+    )
+    if wheel is None:
+        pytest.skip("cannot download sglang-kernel 0.4.2.post2")
+    house = os.path.join(os.path.dirname(cache_dir), "house-sgk")
+    os.makedirs(house, exist_ok=True)
+    link = os.path.join(house, os.path.basename(wheel))
+    if not os.path.exists(link):
+        os.symlink(os.path.realpath(wheel), link)
+    report = verify(wheelhouse=house, cache_dir=cache_dir)
+    found = _checks(report)
+    (undef,) = found["undefined-symbol-profile"]  # one finding for the wheel, symbols as evidence
+    assert undef.file == os.path.basename(wheel)
+    symbols = {e.split(": ", 1)[1].split(" ", 1)[0] for e in undef.evidence}
+    assert "_ZNK3c1010TensorImpl15incref_pyobjectEv" in symbols
+    # Independently, for one object: nm's undefined torch symbols that none of the installed
+    # torch 2.9.1's libraries defines are exactly the evidence verify gives for it.
+    member = "sgl_kernel/sm90/common_ops.abi3.so"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract(member, tmp_path)
+    undefined = _nm(["--undefined-only"], str(tmp_path / member))
+    defined = set()
+    for lib in (
+        "libc10.so",
+        "libc10_cuda.so",
+        "libtorch.so",
+        "libtorch_cpu.so",
+        "libtorch_cuda.so",
+    ):
+        defined |= _nm(["--defined-only"], f"{torch_dir}/lib/{lib}")
+    torch_prefixes = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")
+    expected = {u for u in undefined if u.startswith(torch_prefixes)} - defined
+    ours = {
+        e.split(": ", 1)[1].split(" ", 1)[0]
+        for e in undef.evidence
+        if e.split(": ")[0].endswith(member)
+    }
+    assert expected and ours == expected
+    # Every ELF object is checked, whatever its name: the mscclpp libraries under lib/ and
+    # _mscclpp*.so appear among those needing the CUDA runtime from another wheel.
+    notes = {f.message.split(":")[0]: f for f in found["needed-elsewhere"]}
+    cudart = notes["libcudart.so.13"]
+    assert cudart.severity == "note" and "provided by nvidia-cuda-runtime" in cudart.message
+    users = {e.split(": ")[0].split("!", 1)[1] for e in cudart.evidence}
+    assert {"lib/mscclpp.so.0.6.0", "lib/mscclpp_nccl.so", "sgl_kernel/spatial_ops.abi3.so"} <= (
+        users
+    )
+    assert any(u.startswith("_mscclpp.") for u in users)
+    assert "needed-missing" not in found
+    # CUDA 13 build: no CUDA-major finding; FA3 has no sm_120 image (optional: a warning).
+    assert "cuda-major" not in found
+    fa3 = [f for f in found["arch-coverage-optional"] if f.file.endswith("flash_ops.abi3.so")]
+    assert fa3 and "sm_80 sm_86 sm_90a" in fa3[0].message
+
+
+# ---------------------------------------------------------------- kernels outside shared objects
+
+
+@pytest.mark.parametrize(
+    "kind,arch,runs_120,runs_90",
+    [
+        ("cubin", "sm_120a", True, False),
+        ("fatbin", "sm_90", False, True),
+        ("ptx", "sm_120", True, False),  # compute_120 PTX: JIT on 12.0, nothing on 9.0
+    ],
+)
+def test_raw_device_code_files(tmp_path, kind, arch, runs_120, runs_90):
+    if builders.nvcc() is None:
+        pytest.skip("needs nvcc")
+    path = builders.device_code(kind, arch)
+    report = analyze_file(path, os.path.basename(path), path, kind)
+    assert report.kind == kind and not report.error, report.error
+    (fat,) = report.fatbins
+    names = fat.archs
+    expected = {"cubin": [arch], "fatbin": [arch], "ptx": ["compute_" + arch[3:]]}[kind]
+    assert names == expected
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.make_wheel(
+        str(house),
+        "kern-1.0-py3-none-any.whl",
+        {f"kern/data/k{os.path.splitext(path)[1]}": open(path, "rb").read()},
+    )
+    for cc, runs in (("12.0", runs_120), ("9.0", runs_90)):
+        report = verify(wheelhouse=str(house), gpus=[cc], cache_dir=str(tmp_path / "c"))
+        hits = [f for f in report.findings if f.check.startswith("device-files")]
+        assert bool(hits) == (not runs), (cc, [f.line() for f in report.findings])
+        if hits:
+            assert hits[0].severity == "error" and "1/1 device-code files" in hits[0].message
+
+
+def _cuobjdump() -> str | None:
+    try:
+        import triton  # carries NVIDIA's binary utilities
+    except ImportError:
+        return shutil.which("cuobjdump")
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return path if os.access(path, os.X_OK) else shutil.which("cuobjdump")
+
+
+@pytest.mark.slow
+def test_real_flashinfer_cubin_coverage(tmp_path, cache_dir):
+    """flashinfer-cubin 0.6.3 from PyPI: thousands of raw cubins, none for SM90 or SM120."""
+    wheel = builders.real_wheel("flashinfer-cubin==0.6.3", "flashinfer_cubin-0.6.3-*.whl")
+    if wheel is None:
+        pytest.skip("cannot download flashinfer-cubin 0.6.3")
+    house = tmp_path / "house"
+    house.mkdir()
+    os.symlink(os.path.realpath(wheel), house / os.path.basename(wheel))
+    report = verify(wheelhouse=str(house), gpus=["12.0", "9.0"], cache_dir=cache_dir)
+    found = [f for f in report.findings if f.check.startswith("device-files")]
+    by_cc = {re.search(r"sm_(\d+) \(has", f.message).group(1): f for f in found}
+    assert set(by_cc) == {"120", "90"}
+    with zipfile.ZipFile(wheel) as zf:
+        cubins = [n for n in zf.namelist() if n.endswith(".cubin")]
+        assert f"{len(cubins)}/{len(cubins)} device-code files" in by_cc["120"].message
+        assert "(has: sm_100a sm_100f sm_103a)" in by_cc["120"].message
+        # Cross-check a sample with cuobjdump, and the a/f variant with the file names.
+        tool = _cuobjdump()
+        sample = cubins[:: max(1, len(cubins) // 12)]
+        for name in sample:
+            data = zf.read(name)
+            path = tmp_path / "one.cubin"
+            path.write_bytes(data)
+            rep = analyze_file(str(path), name, name, "cubin")
+            (arch,) = rep.fatbins[0].archs
+            tag = re.search(r"[Ss]m(\d+)([af]?)", name.rsplit("/", 1)[1])
+            if tag:
+                assert arch == f"sm_{tag.group(1)}{tag.group(2)}", name
+            if tool:
+                out = subprocess.run(
+                    [tool, "--dump-elf-symbols", str(path)], capture_output=True, text=True
+                )
+                m = re.search(r"arch = (sm_\d+)", out.stdout)
+                if m:
+                    assert arch.rstrip("af") == m.group(1), name
+
+
+# ---------------------------------------------------------------- GLIBC from every library
+
+
+def test_glibc_need_from_libm_against_tag_and_host(tmp_path):
+    """logf@GLIBC_2.27 (libm, not libc) in a wheel tagged manylinux2014 (glibc 2.17)."""
+    _need_gcc()
+    lib = builders.logf_library()
+    verneed = subprocess.run(["readelf", "-V", lib], capture_output=True, text=True).stdout
+    assert re.search(r"Name: GLIBC_2\.27", verneed) and "libm.so.6" in verneed
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.make_wheel(
+        str(house),
+        "pklog-1.0-cp311-cp311-manylinux2014_x86_64.whl",
+        {"pklog/libpklog.so": open(lib, "rb").read()},
+    )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    (tag,) = _checks(report)["wheel-glibc-tag"]
+    assert tag.message == "tagged manylinux_2_17 but needs GLIBC_2.27"
+    assert tag.evidence == ("pklog/libpklog.so: GLIBC_2.27 from libm.so.6 (logf)",)
+    assert "host-version" not in _checks(report)  # the profile's host has glibc 2.35
+    # A profile whose target host has glibc 2.26: the load would fail there.
+    prof = tmp_path / "old-host.toml"
+    text = open(os.path.join(REPO, "build", "profiles", "cu130-sm120.toml")).read()
+    prof.write_text(text.replace('GLIBC = "2.35"', 'GLIBC = "2.26"'))
+    (src := tmp_path / "torch-2.9.1.symbols.json.gz").symlink_to(
+        os.path.join(REPO, "build", "profiles", "torch-2.9.1.symbols.json.gz")
+    )
+    assert src.exists()
+    report = verify(wheelhouse=str(house), profile=str(prof), cache_dir=str(tmp_path / "c"))
+    (host,) = _checks(report)["host-version"]
+    assert host.severity == "error"
+    assert host.message.startswith(
+        "libm.so.6: version 'GLIBC_2.27' not found (required by libpklog.so) (logf)"
+    )
+
+
+@pytest.mark.slow
+def test_real_cusparselt_glibc_from_libm(tmp_path, cache_dir):
+    """nvidia-cusparselt-cu12 0.7.1 from PyPI is tagged manylinux2014 (glibc 2.17); readelf -V
+    shows its libc needs stop at 2.17, but it needs GLIBC_2.27 from libm.so.6."""
+    wheel = builders.real_wheel(
+        "nvidia-cusparselt-cu12==0.7.1", "nvidia_cusparselt_cu12-0.7.1-*manylinux2014*.whl"
+    )
+    if wheel is None:
+        pytest.skip("cannot download nvidia-cusparselt-cu12 0.7.1")
+    house = tmp_path / "house"
+    house.mkdir()
+    os.symlink(os.path.realpath(wheel), house / os.path.basename(wheel))
+    report = verify(wheelhouse=str(house), cache_dir=cache_dir)
+    (tag,) = _checks(report)["wheel-glibc-tag"]
+    assert tag.message == "tagged manylinux_2_17 but needs GLIBC_2.27"
+    assert any("GLIBC_2.27 from libm.so.6" in e for e in tag.evidence), tag.evidence
+    member = "nvidia/cusparselt/lib/libcusparseLt.so.0"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract(member, tmp_path)
+    out = subprocess.run(
+        ["readelf", "-V", "-W", str(tmp_path / member)], capture_output=True, text=True
+    ).stdout
+    by_lib: dict[str, set] = {}
+    lib = None
+    for line in out.splitlines():
+        m = re.search(r"File: (\S+)", line)
+        if m:
+            lib = m.group(1)
+        m = re.search(r"Name: (GLIBC_[\d.]+)", line)
+        if m and lib:
+            by_lib.setdefault(lib, set()).add(m.group(1))
+    newest = {k: max(v, key=lambda x: tuple(map(int, x[6:].split(".")))) for k, v in by_lib.items()}
+    assert newest["libc.so.6"] == "GLIBC_2.17" and newest["libm.so.6"] == "GLIBC_2.27"
+
+
+# ---------------------------------------------------------------- host independence
+
+
+def _verify_json(args: list[str], env: dict, hide: list[str] | None = None) -> dict:
+    cmd = [sys.executable, "-m", "patchkit", "verify", *args, "--json", "--no-cache"]
+    if hide:
+        empty = env["PK_EMPTY"]
+        mounts = " && ".join(
+            f"mount --bind {empty}{'/f' if os.path.isfile(p) else ''} {p}" for p in hide
+        )
+        cmd = ["unshare", "-m", "sh", "-c", f'{mounts} && exec "$@"', "sh", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    doc.pop("seconds")
+    return doc
+
+
+def test_same_result_with_the_cuda_toolkit_hidden(tmp_path):
+    """Libraries this machine's CUDA 13 toolkit has (libcupti.so.13, libcudart.so.13), with no
+    wheel shipping them in the environment, are missing whether the toolkit is visible or not:
+    the first fails without the loader's host independence (found through ld.so.cache)."""
+    if builders.nvcc() is None or shutil.which("unshare") is None:
+        pytest.skip("needs nvcc and unshare")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    cupti = "/usr/local/cuda-13.0/lib/libcupti.so.13"
+    if probe.returncode or not os.path.exists(cupti):
+        pytest.skip("cannot make a mount namespace here, or no CUDA 13 toolkit to hide")
+    site = builders.make_site(
+        str(tmp_path),
+        None,
+        {
+            "sgl_kernel/common_ops.abi3.so": builders.linking("needs-host-cupti", [cupti]),
+            "kern/_ops.so": builders.cuda_object("sm_120"),
+        },
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "f").write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "PATCHKIT_PROFILE"}
+    env["PK_EMPTY"] = str(empty)
+    hide = [p for p in ("/usr/local/cuda-13.0", "/etc/ld.so.cache") if os.path.exists(p)]
+    seen = _verify_json(["--env", site], env)
+    hidden = _verify_json(["--env", site], env, hide=hide)
+    assert seen == hidden
+    missing = sorted(
+        f["message"].split(":")[0] for f in seen["findings"] if f["check"] == "needed-missing"
+    )
+    assert missing == ["libcudart.so.13", "libcupti.so.13"]
+
+
+def test_partial_wheelhouse_notes_and_env_errors(tmp_path):
+    """In a wheelhouse, a library another wheel of the stack ships is a note; in an installed
+    environment, where that wheel should be, it is an error."""
+    _need_gcc()
+    cudart = builders.stub_library("libcudart.so.13", ("cudaGetLastError",))
+    ext = builders.linking("needs-cudart13", [cudart], "cudaGetLastError")
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.make_wheel(
+        str(house),
+        "kx-1.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+        {"kx/_ops.so": open(ext, "rb").read()},
+    )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    found = _checks(report)
+    (note,) = found["needed-elsewhere"]
+    assert note.severity == "note" and report.errors == 0
+    assert (
+        note.message == "libcudart.so.13: provided by nvidia-cuda-runtime (not in this wheelhouse)"
+    )
+    site = builders.make_site(str(tmp_path / "env"), None, {"kx/_ops.so": ext})
+    report = verify(env=site, cache_dir=str(tmp_path / "c"), host_checks=False)
+    assert [f.check for f in report.findings if f.severity == "error"] == ["needed-missing"]
+
+
+def test_cuda12_build_is_one_finding(tmp_path):
+    """Six objects of one wheel needing CUDA 12 runtimes: one error with six lines of evidence."""
+    _need_gcc()
+    libs = [builders.stub_library(f"lib{n}.so.12", ("f",)) for n in ("cudart", "cublas")]
+    ext = builders.linking("cu12-build", libs)
+    members = {f"cu12pkg/m{i}.so": open(ext, "rb").read() for i in range(5)}
+    members["cu12pkg/bin/tool"] = open(ext, "rb").read()  # an ELF with no .so name
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.make_wheel(str(house), "cu12pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", members)
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert [f.check for f in errors] == ["cuda-major"], [f.line() for f in errors]
+    (f,) = errors
+    assert f.file == "cu12pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert "a CUDA 12 build: 6 object(s) need libcublas.so.12, libcudart.so.12" in f.message
+    assert len(f.evidence) == 6 and any("cu12pkg/bin/tool" in e for e in f.evidence)
+
+
+# ---------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize(
+    "text,cc",
+    [("12", "12.0"), ("12.0", "12.0"), ("sm_120", "12.0"), ("120", "12.0"), ("90", "9.0")],
+)
+def test_gpu_accepted(text, cc):
+    assert str(CC.parse(text)) == cc
+
+
+@pytest.mark.parametrize("text", ["13", "1.2", "sm_12", "hopper", "12.0.1"])
+def test_gpu_refused(tmp_path, capsys, text):
+    assert main(["verify", "--env", str(tmp_path), "--gpu", text]) == 2
+    err = capsys.readouterr().err
+    assert "compute capability" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_patchkit_profile_applies_to_verify(tmp_path, capsys, monkeypatch):
+    _need_gcc()
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATCHKIT_PROFILE", "cu130-sm90")
+    site = builders.make_site(str(tmp_path), None, {"d/libd.so": builders.stub_library("libd.so")})
+    main(["verify", "--env", site, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["profile"] == "cu130-sm90" and doc["targets"] == ["9.0"]
+    main(["verify", "--env", site, "--json", "--profile", "cu130-sm120"])
+    assert json.loads(capsys.readouterr().out)["profile"] == "cu130-sm120"
+    monkeypatch.setenv("PATCHKIT_PROFILE", "no-such")
+    assert main(["verify", "--env", site]) == 2
+    assert "no profile 'no-such' (available: cu130-sm120, cu130-sm90" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the cache
+
+
+def test_cache_is_json_checked_on_read_under_xdg(tmp_path, monkeypatch):
+    _need_gcc()
+    monkeypatch.delenv("PATCHKIT_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    ext = builders.linking("needs-other", [builders.stub_library("libpk_other.so.1", ("pk_one",))])
+    site = builders.make_site(str(tmp_path), None, {"pk/_ops.so": ext})
+    first = verify(env=site, host_checks=False)
+    entries = [
+        os.path.join(d, f)
+        for d, _, fs in os.walk(tmp_path / "xdg" / "patchkit" / "verify")
+        for f in fs
+    ]
+    assert entries and all(e.endswith(".json") for e in entries)
+    for e in entries:
+        json.load(open(e))  # data, never code
+    for bad in ("{not json", "[]", '{"format": 6, "value": {"kind": "elf"}}', "\x80\x04K."):
+        for e in entries:
+            with open(e, "w") as fh:
+                fh.write(bad)
+        again = verify(env=site, host_checks=False)
+        assert [f.line() for f in again.findings] == [f.line() for f in first.findings]
+        assert not again.cached
+    # A well-formed entry with a wrong type inside is a miss too.
+    again = verify(env=site, host_checks=False)
+    assert again.cached
+    for e in entries:
+        doc = json.load(open(e))
+        if isinstance(doc.get("value"), dict) and "elf" in doc["value"]:
+            doc["value"]["elf"]["needed"] = [1, 2]
+            json.dump(doc, open(e, "w"))
+    os.utime(os.path.join(site, "pk", "_ops.so"))  # invalidates the run entry only
+    third = verify(env=site, host_checks=False)
+    assert [f.line() for f in third.findings] == [f.line() for f in first.findings]
+
+
+# ---------------------------------------------------------------- an installed patchkit
+
+
+@pytest.mark.slow
+def test_verify_from_a_non_editable_install(tmp_path):
+    """patchkit built as a wheel and installed into a fresh venv runs verify outside any
+    checkout with its packaged profiles, and a project's build/profiles/ overrides them."""
+    _need_gcc()
+    # Built from a copy: an in-tree build would write build/lib into the project's build/.
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(REPO, "patchkit"), src / "patchkit", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(os.path.join(REPO, "build", "profiles"), src / "build" / "profiles")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if os.path.exists(os.path.join(REPO, name)):
+            shutil.copy(os.path.join(REPO, name), src / name)
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(dist), str(src)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    (wheel,) = dist.glob("patchkit-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert "patchkit/abi/profiles/cu130-sm120.toml" in names
+    assert "patchkit/abi/profiles/torch-2.9.1.symbols.json.gz" in names
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = str(venv / "bin" / "python")
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    deps = subprocess.run(
+        [sys.executable, "-c", "import click, os; print(os.path.dirname(click.__path__[0]))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # The dependencies come from the test interpreter's site-packages, after the install.
+    with open(os.path.join(site, "zz-deps.pth"), "w") as fh:
+        fh.write(deps + "\n")
+    house = tmp_path / "house"
+    house.mkdir()
+    lib = builders.stub_library("libdemo.so", ("demo",))
+    builders.make_wheel(
+        str(house), "demo-1.0-py3-none-any.whl", {"demo/libdemo.so": open(lib, "rb").read()}
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PATCHKIT_", "PYTHON"))}
+    env["PATCHKIT_CACHE"] = str(tmp_path / "cache")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = lambda *a, cwd: subprocess.run(  # noqa: E731
+        [py, "-m", "patchkit", "verify", "--wheelhouse", str(house), "--json", *a],
+        capture_output=True, text=True, cwd=cwd, env=env,
+    )  # fmt: skip
+    proc = run(cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["profile"] == "cu130-sm120" and doc["files"] == 1
+    where = subprocess.run(
+        [py, "-c", "import patchkit; print(patchkit.__file__)"], capture_output=True, text=True,
+        cwd=elsewhere, env=env,
+    ).stdout  # fmt: skip
+    assert where.startswith(site)
+    # A project's own build/profiles/ wins over the packaged profiles and adds to them.
+    project = tmp_path / "project"
+    (project / "patches").mkdir(parents=True)
+    (project / "patches" / "targets.toml").write_text("")
+    (project / "build" / "profiles").mkdir(parents=True)
+    text = open(os.path.join(REPO, "build", "profiles", "cu130-sm90.toml")).read()
+    (project / "build" / "profiles" / "team.toml").write_text(text.replace("cu130-sm90", "team"))
+    proc = run("--profile", "team", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["profile"] == "team"
+    proc = run("--profile", "team", cwd=elsewhere)
+    assert proc.returncode == 2 and "no profile 'team'" in proc.stderr
+
+
+def test_env_names_a_venv_or_its_python(tmp_path, capsys, monkeypatch):
+    """`--env .venv` (what `make verify` passes) checks that venv's site-packages; a venv with
+    nothing to check is a failure, not a pass."""
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    for arg in (str(venv), str(venv / "bin" / "python")):
+        rc = main(["verify", "--env", arg, "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == 1 and doc["source"].endswith("site-packages"), doc
+        assert doc["source"].startswith(str(venv))
+        assert [f["check"] for f in doc["findings"] if f["severity"] == "error"] == [
+            "nothing-checked"
+        ]
+
+
+def test_make_verify_checks_the_named_environment(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    out = subprocess.run(
+        ["make", "-n", "verify", f"VERIFY_ENV={tmp_path}", "PATCHKIT_PROFILE=cu130-sm90"],
+        cwd=REPO, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    line = [ln for ln in out.splitlines() if "patchkit verify" in ln][-1]
+    assert f"--env {tmp_path}" in line and "--profile cu130-sm90" in line
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ('GLIBC = "2.35"', 'GLIBC = "two"'),
+        ("[host.versions]", "versions = 3\n[hostx]"),
+        ('symbols = "torch-2.9.1.symbols.json.gz"', 'symbols = "missing.json.gz"'),
+    ],
+)
+def test_broken_profile_is_one_line(tmp_path, capsys, edit):
+    """A malformed profile is a one-line error (exit 2), a missing torch symbol set one error."""
+    text = open(os.path.join(REPO, "build", "profiles", "cu130-sm120.toml")).read()
+    assert edit[0] in text
+    prof = tmp_path / "p.toml"
+    prof.write_text(text.replace(edit[0], edit[1]))
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.make_wheel(str(house), "pure-1.0-py3-none-any.whl", {"pure/x.py": b""})
+    rc = main(["verify", "--wheelhouse", str(house), "--profile", str(prof)])
+    out, err = capsys.readouterr()
+    if "missing" in edit[1]:
+        assert rc == 1 and "the profile's torch symbol set cannot be used" in out
+    else:
+        assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
