@@ -1,7 +1,8 @@
 """The synthetic language the GPU tier's tiny models speak (stdlib only: tests and bench import it).
 
 A sequence starts with one of ``MODES`` mode tokens; every later token is the image of the
-previous one under the mode's fixed random permutation of the content tokens. The next token
+previous one under the mode's fixed random permutation of the ``CONTENT`` content tokens
+(few enough that a tiny model learns every mapping with a wide margin in seconds). The next token
 therefore depends on the newest token and on the first one (however far back), so greedy
 decoding of a well-trained model has one clear answer per step, and a KV or position error
 anywhere in the context changes the output.
@@ -18,6 +19,7 @@ VOCAB = 1024
 BOS, EOS = 1, 2
 MODES = 4
 FIRST_CONTENT = 3 + MODES  # ids 0..2 special, 3..6 modes
+CONTENT = 256  # content tokens FIRST_CONTENT .. FIRST_CONTENT + CONTENT - 1; the rest unused
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class ChainLanguage:
     @classmethod
     def make(cls, seed: int = 0) -> ChainLanguage:
         rng = random.Random(seed)
-        content = list(range(FIRST_CONTENT, VOCAB))
+        content = list(range(FIRST_CONTENT, FIRST_CONTENT + CONTENT))
         perms = []
         for _ in range(MODES):
             image = content[:]
@@ -59,5 +61,5 @@ class ChainLanguage:
         """A deterministic in-language prompt: mode token, a start token, its chain."""
         rng = random.Random(self.seed * 1_000_003 + index)
         mode = 3 + rng.randrange(MODES)
-        start = rng.randrange(FIRST_CONTENT, VOCAB)
+        start = rng.randrange(FIRST_CONTENT, FIRST_CONTENT + CONTENT)
         return [mode, start] + self.continue_([mode, start], length - 2)

@@ -255,7 +255,13 @@ def _describe(ramp: Ramp, key: str, step: int) -> str:
     )
 
 
-def _mismatches(ramp: Ramp, reference: Ramp) -> list[str]:
+def _prompt_of(language: ChainLanguage, key: str) -> list[int]:
+    p, w, r = (int(x[1:]) for x in key.split("-"))
+    n = 1000 * p + REQUESTS_PER_WORKER * w + r
+    return language.prompt(n, 6 + n % 17)
+
+
+def _mismatches(ramp: Ramp, reference: Ramp, language: ChainLanguage) -> list[str]:
     report = []
     for key, want in reference.outputs.items():
         got = ramp.outputs.get(key)
@@ -266,9 +272,11 @@ def _mismatches(ramp: Ramp, reference: Ramp) -> list[str]:
             continue
         diffs = (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
         step = next(diffs, min(len(got), len(want)))
+        rule = language.continue_(_prompt_of(language, key), step + 4)[step:]
         report.append(
             _describe(ramp, key, step)
             + f": got {got[step : step + 4]}, want {want[step : step + 4]}"
+            + f" (the language: {rule})"
         )
     return report
 
@@ -281,10 +289,7 @@ def test_baseline_follows_the_trained_language(ramps, language, models):
     ramp = ramps("baseline")
     total = correct = 0
     for key, out in ramp.outputs.items():
-        p, w, r = (int(x[1:]) for x in key.split("-"))
-        n = 1000 * p + REQUESTS_PER_WORKER * w + r
-        prompt = language.prompt(n, 6 + n % 17)
-        want = language.continue_(prompt, len(out))
+        want = language.continue_(_prompt_of(language, key), len(out))
         total += len(out)
         correct += sum(a == b for a, b in zip(out, want, strict=False))
     training = json.loads((models / "training.json").read_text())
@@ -297,10 +302,10 @@ def test_baseline_follows_the_trained_language(ramps, language, models):
 
 
 @pytest.mark.parametrize("label", SPEC_LABELS)
-def test_ramp_outputs_equal_baseline(ramps, label):
+def test_ramp_outputs_equal_baseline(ramps, label, language):
     reference, ramp = ramps("baseline"), ramps(label)
     assert "Traceback" not in ramp.log, ramp.log[-3000:]
-    bad = _mismatches(ramp, reference)
+    bad = _mismatches(ramp, reference, language)
     assert not bad, (
         f"{label}: {len(bad)} of {len(reference.outputs)} outputs differ:\n" + "\n".join(bad[:20])
     )
