@@ -81,7 +81,7 @@ review: $(BVENV)/.stamp
 
 lint: $(VENV)/.stamp-core
 	$(VENV)/bin/patchkit lint
-	$(VENV)/bin/ruff check patchkit tests bench
+	$(VENV)/bin/ruff check patchkit tests bench gpu
 
 bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/apply.py
