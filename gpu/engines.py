@@ -68,6 +68,8 @@ class EngineConfig:
             "--max-total-tokens", "262144",
             "--random-seed", "0",
             "--log-level", "info",
+            # tensor parallelism for the multi-GPU runs (the tiny models split 2 or 4 ways)
+            "--tp-size", os.environ.get("PATCHKIT_GPU_TP", "1"),
         ]  # fmt: skip
         if _piecewise_by_default():
             args.append("--disable-piecewise-cuda-graph")  # its compile adds a minute per start
