@@ -11,7 +11,7 @@ PROFILE   ?= cu130-sm120
 ARGS      ?=
 LINE      ?=
 
-.PHONY: wheels test test-fast gpu-test verify review lint bench clean
+.PHONY: wheels test test-fast gpu-test gpu-bundle verify review lint bench clean
 
 $(BVENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(BVENV)
@@ -60,6 +60,14 @@ test-fast: $(VENV)/.stamp-core
 gpu-test: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -m gpu tests/gpu $(ARGS)
 
+## gpu-bundle: the GPU tier's pinned, hash-checked bundle for the lent H200 (docs/gpu.md);
+## SGLANG_WHEEL=path picks the sglang wheel (default: dist/'s patched 0.5.12 cp312 wheel)
+GPU_BUNDLE   ?= .gpu-stage
+SGLANG_WHEEL ?=
+gpu-bundle: $(BVENV)/.stamp
+	$(if $(SGLANG_WHEEL),,$(BVENV)/bin/patchkit build --target sglang --line 0.5.12 --python-tag cp312 --out dist)
+	$(BVENV)/bin/python gpu/bundle.py --out $(GPU_BUNDLE) $(if $(SGLANG_WHEEL),--sglang-wheel $(SGLANG_WHEEL))
+
 ## verify: static CUDA 13 / torch cu130 ABI check of the environment that runs the stack:
 ##   VERIFY_ENV (a venv, its python or a site-packages; default the active virtualenv, else
 ##   .venv); an environment with nothing to check fails
@@ -73,7 +81,7 @@ review: $(BVENV)/.stamp
 
 lint: $(VENV)/.stamp-core
 	$(VENV)/bin/patchkit lint
-	$(VENV)/bin/ruff check patchkit tests bench
+	$(VENV)/bin/ruff check patchkit tests bench gpu
 
 bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/apply.py

@@ -1,18 +1,19 @@
-"""Output throughput of running SGLang servers over a concurrency sweep, as a table.
+"""Output throughput of running SGLang servers over a concurrency sweep, as a table of medians.
 
     python bench/spec_threshold.py --server baseline=http://127.0.0.1:30000 \
-        [--server eagle3=http://127.0.0.1:30001] \
-        [--server eagle3+threshold=http://127.0.0.1:30002] \
-        [--concurrency 1,8,32,64,100,128] [--max-new-tokens 256] [--results runs.json]
+        [--server eagle3-v2=URL] [--server eagle3-v2+threshold=URL] ... \
+        [--concurrency 1,4,16,32,64,128] [--runs 3] [--max-new-tokens 128] \
+        [--models DIR] [--results runs.json] [--markdown table.md]
 
-Each ``--server LABEL=URL`` is a server already started by the caller (docs/spec-threshold.md
-gives the three launch lines). At every concurrency level C the script keeps C requests in
-flight (closed loop, ``--requests-per-level`` requests, at least 2*C) with random prompts of
-``--input-len`` token ids, greedy, ``ignore_eos``, and reports output tokens per second over
-the level's wall time. Results are merged into ``--results`` (JSON) so the servers can be
-benchmarked one after another on the same GPUs; the table covers every label stored there.
-The goal row checks EAGLE-3 + threshold >= max(baseline, EAGLE-3) at every concurrency.
-Only the standard library is used.
+Each ``--server LABEL=URL`` is a server already started by the caller (``gpu/session.py``
+starts the GPU tier's five on the H200; docs/spec-threshold.md gives the launch lines for the
+target box). At every concurrency C the script keeps C requests in flight (closed loop,
+``max(--requests-per-level, 2*C)`` requests), greedy, ``ignore_eos``, and reports output
+tokens per second over the level's wall time; each level runs ``--runs`` times, servers
+interleaved run by run so that drift hits every server alike, and the table shows medians.
+Prompts are in the tiny models' language with ``--models`` (``DIR/language.json``), else
+random ids below ``--vocab``. For every label ``X+threshold`` the table adds the ratio to
+``max(baseline, X)``; the goal is >= 0.97 at every concurrency. Only the standard library.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import threading
 import time
@@ -27,8 +29,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-DEFAULT_LEVELS = "1,8,32,64,100,128"
-GOAL = ("eagle3+threshold", ("baseline", "eagle3"))
+DEFAULT_LEVELS = "1,4,16,32,64,128"
+GOAL = 0.97
 
 
 def _post(url: str, payload: dict, timeout: float) -> dict:
@@ -39,17 +41,23 @@ def _post(url: str, payload: dict, timeout: float) -> dict:
         return json.loads(response.read())
 
 
-def _prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
-    return [rng.randrange(100, vocab) for _ in range(length)]
+def _prompts(args: argparse.Namespace, concurrency: int, total: int) -> list[list[int]]:
+    rng = random.Random(args.seed + concurrency)
+    if args.models:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+        from language import ChainLanguage
+
+        lang = ChainLanguage.load(Path(args.models) / "language.json")
+        return [lang.prompt(rng.randrange(10**9), args.input_len) for _ in range(total)]
+    return [[rng.randrange(100, args.vocab) for _ in range(args.input_len)] for _ in range(total)]
 
 
 def run_level(url: str, concurrency: int, args: argparse.Namespace) -> dict:
-    """Closed-loop load at ``concurrency``; returns output tok/s and spec accept length."""
+    """Closed-loop load at ``concurrency``; output tok/s and the servers' accept length."""
     total = max(args.requests_per_level, 2 * concurrency)
-    rng = random.Random(args.seed + concurrency)
-    prompts = [_prompt(rng, args.input_len, args.vocab) for _ in range(total)]
+    prompts = _prompts(args, concurrency, total)
     lock = threading.Lock()
-    tokens, accept = [0], []
+    tokens, verify = [0], [0]
 
     def one(prompt: list[int]) -> None:
         out = _post(
@@ -67,12 +75,8 @@ def run_level(url: str, concurrency: int, args: argparse.Namespace) -> dict:
         meta = out.get("meta_info", {})
         with lock:
             tokens[0] += int(meta.get("completion_tokens", len(out.get("output_ids", []))))
-            if "spec_accept_length" in meta:
-                accept.append(float(meta["spec_accept_length"]))
+            verify[0] += int(meta.get("spec_verify_ct", 0))
 
-    # warm-up: one request, outside the measurement
-    one(prompts[0])
-    tokens[0], accept[:] = 0, []
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, prompts))
@@ -81,30 +85,66 @@ def run_level(url: str, concurrency: int, args: argparse.Namespace) -> dict:
         "output_tok_s": tokens[0] / elapsed,
         "requests": total,
         "seconds": elapsed,
-        "accept_length": sum(accept) / len(accept) if accept else None,
+        "tokens_per_verify": tokens[0] / verify[0] if verify[0] else None,
     }
 
 
-def render(results: dict, levels: list[int]) -> str:
-    labels = list(results)
-    width = max([len("concurrency")] + [len(label) for label in labels]) + 2
-    lines = ["output tok/s".ljust(width) + "".join(f"{c:>10}" for c in levels)]
-    for label in labels:
-        row = [results[label].get(str(c), {}).get("output_tok_s") for c in levels]
+def medians(results: dict) -> dict[str, dict[str, float]]:
+    return {
+        label: {
+            c: statistics.median(run["output_tok_s"] for run in runs)
+            for c, runs in levels.items()
+            if runs
+        }
+        for label, levels in results.items()
+    }
+
+
+def ratios(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """For each ``X+threshold``: median tok/s over max(baseline, X), per concurrency."""
+    out = {}
+    for label, row in table.items():
+        base, plus, _ = label.partition("+threshold")
+        if not plus or "baseline" not in table or base not in table:
+            continue
+        out[label] = {
+            c: v / max(table["baseline"][c], table[base][c])
+            for c, v in row.items()
+            if c in table["baseline"] and c in table[base]
+        }
+    return out
+
+
+def render(results: dict, levels: list[int], markdown: bool = False) -> str:
+    table = medians(results)
+    rel = ratios(table)
+    cols = [str(c) for c in levels]
+    if markdown:
+        lines = ["| output tok/s (median) | " + " | ".join(f"C={c}" for c in cols) + " |"]
+        lines.append("|---|" + "---:|" * len(cols))
+        for label, row in table.items():
+            cells = [f"{row[c]:,.0f}" if c in row else "-" for c in cols]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        for label, row in rel.items():
+            base = label.partition("+threshold")[0]
+            cells = [
+                (f"**{row[c]:.2f}**" if row[c] < GOAL else f"{row[c]:.2f}") if c in row else "-"
+                for c in cols
+            ]
+            lines.append(f"| {label} / max(baseline, {base}) | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+    width = max([len("output tok/s")] + [len(label) + 6 for label in table]) + 2
+    lines = ["output tok/s".ljust(width) + "".join(f"{c:>10}" for c in cols)]
+    for label, row in table.items():
         lines.append(
-            label.ljust(width) + "".join(f"{v:>10.1f}" if v else f"{'-':>10}" for v in row)
+            label.ljust(width)
+            + "".join(f"{row[c]:>10.0f}" if c in row else f"{'-':>10}" for c in cols)
         )
-    goal, others = GOAL
-    if goal in results and all(o in results for o in others):
-        verdict = []
-        for c in levels:
-            mine = results[goal].get(str(c), {}).get("output_tok_s")
-            best = [results[o].get(str(c), {}).get("output_tok_s") for o in others]
-            if mine is None or None in best:
-                verdict.append("-")
-            else:
-                verdict.append("ok" if mine >= max(best) else f"{mine / max(best):.2f}x")
-        lines.append("goal >= max".ljust(width) + "".join(f"{v:>10}" for v in verdict))
+    for label, row in rel.items():
+        lines.append(
+            f"{label} ratio".ljust(width)
+            + "".join(f"{row[c]:>10.2f}" if c in row else f"{'-':>10}" for c in cols)
+        )
     return "\n".join(lines)
 
 
@@ -112,34 +152,45 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", action="append", required=True, help="LABEL=URL")
     parser.add_argument("--concurrency", default=DEFAULT_LEVELS)
-    parser.add_argument("--requests-per-level", type=int, default=128)
-    parser.add_argument("--input-len", type=int, default=512)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--vocab", type=int, default=32000, help="prompt ids < this")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--requests-per-level", type=int, default=8)
+    parser.add_argument("--input-len", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--models", help="the tiny models' folder (prompts in their language)")
+    parser.add_argument("--vocab", type=int, default=32000, help="random prompt ids < this")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=1800.0)
-    parser.add_argument("--results", type=Path, help="JSON file to merge results into")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--results", type=Path, help="JSON file to merge runs into")
+    parser.add_argument("--markdown", type=Path, help="write the table as Markdown here")
     args = parser.parse_args(argv)
 
     levels = [int(c) for c in args.concurrency.split(",")]
     results = json.loads(args.results.read_text()) if args.results and args.results.exists() else {}
+    servers = []
     for spec in args.server:
         label, _, url = spec.partition("=")
         if not url:
             parser.error(f"--server wants LABEL=URL, got {spec!r}")
-        url = url.rstrip("/")
+        servers.append((label, url.rstrip("/")))
+    for _label, url in servers:  # warm-up: every server, outside the measurement
+        run_level(url, 4, argparse.Namespace(**{**vars(args), "requests_per_level": 4}))
+    for run in range(args.runs):
         for concurrency in levels:
-            level = run_level(url, concurrency, args)
-            results.setdefault(label, {})[str(concurrency)] = level
-            accept = level["accept_length"]
-            print(
-                f"{label} c={concurrency}: {level['output_tok_s']:.1f} tok/s"
-                + (f", accept length {accept:.2f}" if accept else ""),
-                file=sys.stderr,
-            )
-            if args.results:
-                args.results.write_text(json.dumps(results, indent=1))
+            for label, url in servers:
+                level = run_level(url, concurrency, args)
+                results.setdefault(label, {}).setdefault(str(concurrency), []).append(level)
+                tpv = level["tokens_per_verify"]
+                print(
+                    f"run {run} {label} c={concurrency}: {level['output_tok_s']:.0f} tok/s"
+                    + (f", {tpv:.2f} tokens per verify" if tpv else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if args.results:
+                    args.results.write_text(json.dumps(results, indent=1))
     print(render(results, levels))
+    if args.markdown:
+        args.markdown.write_text(render(results, levels, markdown=True) + "\n")
     return 0
 
 

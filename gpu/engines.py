@@ -1,0 +1,352 @@
+"""SGLang servers of the GPU tier: the engine configurations, launch, requests, probe records.
+
+Used by ``tests/gpu/test_spec_threshold_gpu.py``, ``bench/spec_threshold.py`` and
+``gpu/session.py`` (stdlib only). One server per configuration serves both the tests and the
+benchmark. Servers are ``python -m sglang.launch_server`` processes with CUDA graphs on and
+no tokenizer (requests carry token ids); each one's output goes to ``<logs>/<label>.log``.
+
+With ``probe=True`` the server runs with ``gpu/probe`` first on ``PYTHONPATH``: its
+``sitecustomize`` records every model forward (draft or target, forward mode, batch size,
+CUDA graph replayed or not) and every call of the scheduler's ``update_spec_metrics`` into
+``<logs>/<label>.probe/`` (see ``gpu/probe/sitecustomize.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROBE_DIR = HERE / "probe"
+
+# Decode batches above THRESHOLD run without drafts; speculation resumes at <= REENABLE
+# (the patch's default, int(0.75 * N)). 8: on the H200 with the tiny models EAGLE-3 stops
+# paying between 4 and 16 concurrent requests (docs/spec-threshold.md).
+THRESHOLD = 8
+REENABLE = 6
+CUDA_GRAPH_MAX_BS = 128
+# one capture list for every configuration (fewer sizes than SGLang's defaults: faster start)
+CUDA_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128]
+MAX_RUNNING = 128
+SPEC_FLAGS = [
+    "--speculative-algorithm", "EAGLE3",
+    "--speculative-num-steps", "2",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "3",
+]  # fmt: skip
+DISABLED_RE = r"Speculative decoding disabled: decode batch size (\d+) > (\d+)"
+REENABLED_RE = r"Speculative decoding re-enabled: decode batch size (\d+) <= (\d+)"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    label: str
+    spec: bool = False
+    spec_v2: bool = False
+    threshold: int | None = None
+
+    def args(self, models: Path, attention_backend: str) -> list[str]:
+        args = [
+            "--model-path", str(models / "target"),
+            "--skip-tokenizer-init",
+            "--attention-backend", attention_backend,
+            "--sampling-backend", "pytorch",
+            "--grammar-backend", "none",
+            "--cuda-graph-max-bs", str(CUDA_GRAPH_MAX_BS),
+            "--cuda-graph-bs", *map(str, CUDA_GRAPH_BS),
+            "--max-running-requests", str(MAX_RUNNING),
+            "--mem-fraction-static", os.environ.get("PATCHKIT_GPU_MEM_FRACTION", "0.3"),
+            "--max-total-tokens", "262144",
+            "--random-seed", "0",
+            "--log-level", "info",
+            # tensor parallelism for the multi-GPU runs (the tiny models split 2 or 4 ways)
+            "--tp-size", os.environ.get("PATCHKIT_GPU_TP", "1"),
+        ]  # fmt: skip
+        if _piecewise_by_default():
+            args.append("--disable-piecewise-cuda-graph")  # its compile adds a minute per start
+        if self.spec:
+            args += SPEC_FLAGS + ["--speculative-draft-model-path", str(models / "draft")]
+            args += ["--speculative-draft-attention-backend", attention_backend]
+        if self.threshold is not None:
+            args += ["--speculative-disable-batch-threshold", str(self.threshold)]
+        return args
+
+    def env(self) -> dict[str, str]:
+        return {"SGLANG_ENABLE_SPEC_V2": "True" if self.spec_v2 else "False"} if self.spec else {}
+
+
+CONFIGS = {
+    c.label: c
+    for c in (
+        EngineConfig("baseline"),
+        EngineConfig("eagle3-v1", spec=True),
+        EngineConfig("eagle3-v2", spec=True, spec_v2=True),
+        EngineConfig("eagle3-v1+threshold", spec=True, threshold=THRESHOLD),
+        EngineConfig("eagle3-v2+threshold", spec=True, spec_v2=True, threshold=THRESHOLD),
+    )
+}
+
+
+def _piecewise_by_default() -> bool:
+    """0.5.12 captures piecewise (prefill) CUDA graphs by default, 0.5.9 does not."""
+    try:
+        version = metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return True
+    return tuple(int(x) for x in version.split("+")[0].split(".")[:3]) >= (0, 5, 10)
+
+
+def _free_port() -> int:
+    """A free port below 45000: SGLang also binds port + 10000 (gRPC) and + more."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(20000, 45000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-45000")
+
+
+def http_get(url: str, timeout: float = 10.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+    except (urllib.error.URLError, OSError):
+        return 0, ""
+
+
+def http_post(url: str, payload: dict, timeout: float) -> dict:
+    request = urllib.request.Request(
+        url, json.dumps(payload).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+@dataclass
+class Server:
+    """A launched (or, with ``url``, an already running) SGLang server."""
+
+    config: EngineConfig
+    log: Path
+    url: str = ""
+    proc: subprocess.Popen | None = None
+    probe: Path | None = None
+    started_s: float = 0.0
+    pid: int | None = None  # of an attached server (its own process group)
+    _out: object = field(default=None, repr=False)
+
+    @classmethod
+    def launch(
+        cls, config: EngineConfig, models: Path, logs: Path, attention_backend: str, probe: bool
+    ) -> Server:
+        logs.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        log = logs / f"{config.label}.log"
+        env = {**os.environ, **config.env(), "PYTHONUNBUFFERED": "1"}
+        probe_dir = None
+        if probe:
+            probe_dir = logs / f"{config.label}.probe"
+            probe_dir.mkdir(exist_ok=True)
+            env["PATCHKIT_GPU_PROBE"] = str(probe_dir)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(PROBE_DIR), env.get("PYTHONPATH", "")) if p
+            )
+        cmd = [sys.executable, "-m", "sglang.launch_server"]
+        cmd += config.args(models, attention_backend)
+        cmd += ["--host", "127.0.0.1", "--port", str(port)]
+        out = open(log, "w")
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        server = cls(config, log, f"http://127.0.0.1:{port}", proc, probe_dir, time.time(), out)
+        return server
+
+    def serving_text(self) -> str:
+        """The log from the moment the server was ready (start-up noise left out)."""
+        text = self.text()
+        mark = text.find("The server is fired up and ready to roll")
+        return text[mark:] if mark >= 0 else text
+
+    def text(self) -> str:
+        if self._out is not None:
+            self._out.flush()
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, n: int = 3000) -> str:
+        return self.text()[-n:]
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def ready(self) -> bool:
+        return http_get(self.url + "/health_generate", timeout=30)[0] == 200
+
+    def wait_ready(self, timeout: float) -> float:
+        """Seconds from launch to healthy; raises RuntimeError on exit or timeout."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.exited():
+                raise RuntimeError(f"{self.config.label}: server exited: {self.tail()}")
+            if self.ready():
+                return time.time() - self.started_s
+            time.sleep(2)
+        raise RuntimeError(f"{self.config.label}: not healthy after {timeout:.0f}s: {self.tail()}")
+
+    def healthy(self) -> bool:
+        return not self.exited() and http_get(self.url + "/health")[0] == 200
+
+    def generate(self, prompt: list[int], max_new_tokens: int, rid: str | None = None,
+                 timeout: float = 300.0) -> dict:  # fmt: skip
+        payload = {
+            "input_ids": prompt,
+            "sampling_params": {
+                "temperature": 0,
+                "max_new_tokens": max_new_tokens,
+                "ignore_eos": True,
+            },
+        }
+        if rid:
+            payload["rid"] = rid
+        return http_post(self.url + "/generate", payload, timeout)
+
+    def loads(self) -> dict:
+        status, text = http_get(self.url + "/v1/loads?include=core")
+        if status != 200:
+            raise RuntimeError(f"{self.config.label}: /v1/loads answered {status}")
+        data = json.loads(text)
+        loads = data.get("loads", data) if isinstance(data, dict) else data
+        return loads[0] if isinstance(loads, list) else loads
+
+    def server_info(self) -> dict:
+        status, text = http_get(self.url + "/get_server_info")
+        return json.loads(text) if status == 200 else {}
+
+    def probe_events(self) -> list[tuple]:
+        """All probe records so far: ('F', draft, mode, bs, graph) and ('S', bs, correct)."""
+        if self.probe is None:
+            return []
+        events = []
+        for path in sorted(self.probe.glob("*.rec")):
+            for line in path.read_text().splitlines():
+                parts = line.split()
+                if parts and parts[0] == "F" and len(parts) == 5:
+                    events.append(("F", parts[1] == "1", parts[2], int(parts[3]), parts[4] == "1"))
+                elif parts and parts[0] == "S" and len(parts) == 3:
+                    events.append(("S", int(parts[1]), int(parts[2])))
+        return events
+
+    def probe_flush(self, wait: float = 1.0) -> None:
+        """Ask the probe to write out what it holds (it flushes every 0.2 s anyway)."""
+        time.sleep(wait)
+
+    def set_probe(self, on: bool) -> None:
+        if self.probe is not None:
+            flag = self.probe / "off"
+            if on:
+                flag.unlink(missing_ok=True)
+            else:
+                flag.write_text("")
+
+    def stop(self) -> None:
+        if self.proc is None and self.pid:
+            for sig in (15, 9):
+                try:
+                    os.killpg(self.pid, sig)
+                except ProcessLookupError:
+                    break
+                time.sleep(5)
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 15)
+                self.proc.wait(timeout=30)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                try:
+                    os.killpg(self.proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+
+def launch_all(
+    labels: list[str],
+    models: Path,
+    logs: Path,
+    attention_backend: str = "triton",
+    probe: bool = True,
+    timeout: float = 480.0,
+    log=lambda msg: None,
+) -> dict[str, Server]:
+    """Start the servers together and wait until every one is healthy.
+
+    Concurrent starts are safe here: each server's KV pool is capped by --max-total-tokens
+    far below the share --mem-fraction-static leaves it, whatever the others allocate while
+    it measures free memory. Raises RuntimeError (after stopping them all) when one does not
+    come up in time.
+    """
+    servers: dict[str, Server] = {}
+    deadline = time.time() + timeout
+    try:
+        for label in labels:
+            server = Server.launch(CONFIGS[label], models, logs, attention_backend, probe)
+            servers[label] = server
+            log(f"launched {label} at {server.url}")
+        for label, server in servers.items():
+            took = server.wait_ready(max(1.0, deadline - time.time()))
+            log(f"{label} ready in {took:.0f}s")
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
+    return servers
+
+
+def save(servers: dict[str, Server], path: Path) -> None:
+    """Write what ``load`` needs to reach (and stop) the servers from another process."""
+    data = {
+        label: {"url": s.url, "pid": s.proc.pid if s.proc else s.pid, "log": str(s.log)}
+        for label, s in servers.items()
+    }
+    path.write_text(json.dumps(data, indent=1))
+
+
+def load(path: Path) -> dict[str, Server]:
+    servers = {}
+    for label, item in json.loads(path.read_text()).items():
+        log = Path(item["log"])
+        probe = log.parent / f"{label}.probe"
+        servers[label] = Server(
+            CONFIGS[label], log, item["url"], None, probe if probe.is_dir() else None,
+            pid=item["pid"],
+        )  # fmt: skip
+    return servers
+
+
+def attach(spec: str, logs: Path) -> dict[str, Server]:
+    """Servers started elsewhere: ``label=url[,label=url...]`` (logs and probes under logs)."""
+    servers = {}
+    for item in filter(None, spec.split(",")):
+        label, _, url = item.partition("=")
+        probe = logs / f"{label}.probe"
+        servers[label] = Server(
+            CONFIGS[label], logs / f"{label}.log", url.rstrip("/"), None,
+            probe if probe.is_dir() else None,
+        )  # fmt: skip
+    return servers

@@ -1,0 +1,106 @@
+"""Test probe for the GPU tier: records what a real SGLang server does, changes nothing.
+
+Active only when ``PATCHKIT_GPU_PROBE`` names a directory (the GPU tier puts this folder first
+on the server's ``PYTHONPATH``). Once SGLang's modules are imported it wraps, without changing
+arguments or results:
+
+- ``ModelRunner.forward``: one line ``F <draft 0|1> <forward mode> <batch size> <graph 0|1>``
+  per model forward (graph: the forward replayed a CUDA graph, ``can_run_graph``);
+- ``SchedulerMetricsMixin.update_spec_metrics``: ``S <batch size> <accepted drafts>``, the
+  scheduler's booking of a speculative step into the acceptance metrics.
+
+Lines go to ``<dir>/<pid>.rec``, written every 0.2 s by a daemon thread; while
+``<dir>/off`` exists nothing is recorded (the benchmark runs with the probe off).
+"""
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import time
+
+_DIR = os.environ.get("PATCHKIT_GPU_PROBE")
+_lines = []
+_lock = threading.Lock()
+_state = {"on": True}
+
+
+def _record(line):
+    if _state["on"]:
+        with _lock:
+            _lines.append(line)
+
+
+def _flusher():
+    path = os.path.join(_DIR, f"{os.getpid()}.rec")
+    while True:
+        time.sleep(0.2)
+        _state["on"] = not os.path.exists(os.path.join(_DIR, "off"))
+        with _lock:
+            chunk = "".join(_lines)
+            _lines.clear()
+        if chunk:
+            with open(path, "a") as f:
+                f.write(chunk)
+
+
+def _wrap_model_runner(module):
+    cls = module.ModelRunner
+    original = cls.forward
+
+    def forward(self, forward_batch, *args, **kwargs):
+        out = original(self, forward_batch, *args, **kwargs)
+        _record(
+            f"F {int(bool(self.is_draft_worker))} {forward_batch.forward_mode.name} "
+            f"{forward_batch.batch_size} {int(bool(getattr(out, 'can_run_graph', False)))}\n"
+        )
+        return out
+
+    cls.forward = forward
+
+
+def _wrap_metrics(module):
+    cls = module.SchedulerMetricsMixin
+    original = cls.update_spec_metrics
+
+    def update_spec_metrics(self, bs, num_correct_drafts, *args, **kwargs):
+        _record(f"S {int(bs)} {int(num_correct_drafts)}\n")
+        return original(self, bs, num_correct_drafts, *args, **kwargs)
+
+    cls.update_spec_metrics = update_spec_metrics
+
+
+_WRAPPERS = {
+    "sglang.srt.model_executor.model_runner": _wrap_model_runner,
+    "sglang.srt.observability.scheduler_metrics_mixin": _wrap_metrics,  # 0.5.12
+    "sglang.srt.managers.scheduler_metrics_mixin": _wrap_metrics,  # 0.5.9
+}
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, loader, wrap):
+        self._loader, self._wrap = loader, wrap
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._wrap(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        wrap = _WRAPPERS.get(fullname)
+        if wrap is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader, wrap)
+        return spec
+
+
+if _DIR and os.path.isdir(_DIR):
+    sys.meta_path.insert(0, _Finder())
+    threading.Thread(target=_flusher, name="patchkit-gpu-probe", daemon=True).start()

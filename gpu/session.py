@@ -1,0 +1,165 @@
+"""One GPU-tier session on a GPU host: train, start the servers once, test, benchmark.
+
+    python gpu/session.py --out DIR [--labels baseline,eagle3-v1,...] [--no-tests]
+                          [--no-bench] [--bench-runs 3] [--budget-s 540] [--keep-servers]
+    python gpu/session.py --out DIR --attach [--no-tests] [--no-bench] [--stop]
+
+Trains the tiny models (``gpu/train_models.py``) into ``DIR/models`` unless they are there,
+launches one SGLang server per configuration (``gpu/engines.py``; the threshold
+configurations only when the installed sglang has the flag), runs the GPU tests against
+them (``pytest -m gpu tests/gpu/test_spec_threshold_gpu.py``), then the throughput benchmark
+(``bench/spec_threshold.py``, probe off), and stops the servers.
+
+A host that limits one command's run time can split the session: ``--keep-servers`` leaves
+the servers running (each in its own process session) and lists them in
+``DIR/servers.json``; a later ``--attach`` run uses them, and ``--stop`` stops them at its
+end. Everything goes under ``DIR``: ``session.log``, ``pytest.log``, ``bench.json``,
+``bench.md``, ``logs/`` (server logs, probe records, what each ramp saw). Each step is bounded
+by what is left of ``--budget-s``; the exit status is pytest's (2: training failed, 3: the
+servers did not start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "gpu"))
+
+import engines  # noqa: E402
+
+HAS_FLAG = (
+    "import dataclasses, sys; from sglang.srt.server_args import ServerArgs; "
+    "sys.exit(0 if 'speculative_disable_batch_threshold' in "
+    "{f.name for f in dataclasses.fields(ServerArgs)} else 3)"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--labels", default=",".join(engines.CONFIGS))
+    parser.add_argument("--no-tests", action="store_true")
+    parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument("--bench-runs", type=int, default=3)
+    parser.add_argument("--bench-concurrency", default="1,4,16,32,64,128")
+    parser.add_argument("--budget-s", type=float, default=540.0)
+    parser.add_argument("--attention-backend", default="triton")
+    parser.add_argument("--keep-servers", action="store_true")
+    parser.add_argument("--attach", action="store_true", help="use DIR/servers.json")
+    parser.add_argument("--stop", action="store_true", help="with --attach: stop them at the end")
+    args = parser.parse_args(argv)
+    t0 = time.time()
+    args.out.mkdir(parents=True, exist_ok=True)
+    session_log = open(args.out / "session.log", "a")
+
+    def log(msg: str) -> None:
+        line = f"[{time.time() - t0:6.1f}s] {msg}"
+        print(line, flush=True)
+        session_log.write(line + "\n")
+        session_log.flush()
+
+    def left() -> float:
+        return args.budget_s - (time.time() - t0)
+
+    models, logs = args.out / "models", args.out / "logs"
+    if args.attach:
+        servers = engines.load(args.out / "servers.json")
+        down = [label for label, s in servers.items() if not s.healthy()]
+        if down:
+            log(f"attached servers not healthy: {down}")
+            return 3
+    else:
+        if not (models / "target" / "model.safetensors").exists():
+            log("training the tiny models")
+            train = subprocess.run(
+                [sys.executable, str(ROOT / "gpu" / "train_models.py"), "--out", str(models)],
+                stdout=session_log, stderr=subprocess.STDOUT, timeout=max(60.0, left() - 200),
+            )  # fmt: skip
+            log(f"training exit {train.returncode}")
+            if not (models / "target" / "model.safetensors").exists():
+                return 2
+        labels = [label for label in args.labels.split(",") if label]
+        flag = subprocess.run(
+            [sys.executable, "-c", HAS_FLAG], capture_output=True, text=True, timeout=300
+        )
+        if flag.returncode != 0:
+            dropped = [label for label in labels if "threshold" in label]
+            labels = [label for label in labels if "threshold" not in label]
+            log(f"sglang lacks --speculative-disable-batch-threshold: not starting {dropped}")
+            if flag.returncode != 3:
+                log(flag.stderr[-2000:])
+        try:
+            servers = engines.launch_all(
+                labels, models, logs, args.attention_backend, probe=True,
+                timeout=max(60.0, left() - 120), log=log,
+            )  # fmt: skip
+        except RuntimeError as error:
+            log(f"servers did not start: {error}")
+            return 3
+        engines.save(servers, args.out / "servers.json")
+    status = 0
+    try:
+        spec = ",".join(f"{label}={s.url}" for label, s in servers.items())
+        env = {
+            **os.environ,
+            "PATCHKIT_GPU_SERVERS": spec,
+            "PATCHKIT_GPU_MODELS": str(models),
+            "PATCHKIT_GPU_LOGS": str(logs),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if not args.no_tests:
+            log(f"pytest against {spec}")
+            reserve = 20 if args.no_bench else 120
+            with open(args.out / "pytest.log", "w") as out:
+                try:
+                    status = subprocess.run(
+                        [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider",
+                         "-v", "-rA", "tests/gpu/test_spec_threshold_gpu.py"],
+                        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                        timeout=max(30.0, left() - reserve),
+                    ).returncode  # fmt: skip
+                except subprocess.TimeoutExpired:
+                    status = 124
+            log(f"pytest exit {status}")
+        if not args.no_bench:
+            for server in servers.values():
+                server.set_probe(False)
+            log("benchmark")
+            cmd = [sys.executable, str(ROOT / "bench" / "spec_threshold.py"),
+                   "--results", str(args.out / "bench.json"),
+                   "--markdown", str(args.out / "bench.md"),
+                   "--models", str(models),
+                   "--concurrency", args.bench_concurrency,
+                   "--runs", str(args.bench_runs)]  # fmt: skip
+            for label, server in servers.items():
+                cmd += ["--server", f"{label}={server.url}"]
+            try:
+                bench = subprocess.run(
+                    cmd,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=session_log,
+                    stderr=subprocess.STDOUT,
+                    timeout=max(30.0, left() - 15),
+                )
+                log(f"bench exit {bench.returncode}")
+            except subprocess.TimeoutExpired:
+                log("bench ran out of time (the runs done so far are in bench.json)")
+    finally:
+        if args.stop or not (args.keep_servers or args.attach):
+            for server in servers.values():
+                server.stop()
+            log("servers stopped")
+        else:
+            log(f"servers left running: {args.out / 'servers.json'}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
