@@ -82,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("patchkit: interrupted; nothing was left half-done", err=True)
         return 130
-    except KeyboardInterrupt:
-        click.echo("patchkit: interrupted; nothing was left half-done", err=True)
+    except KeyboardInterrupt as exc:
+        left = getattr(exc, "left", None) or "nothing was left half-done"
+        click.echo(f"patchkit: interrupted; {left}", err=True)
         return 130
     except OSError as exc:
         if debug:

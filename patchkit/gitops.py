@@ -124,6 +124,7 @@ _LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 # ls-remote needs no repository; running it in a bare "repository" that cannot exist keeps
 # git from discovering and reading the configuration of whatever the cwd is inside.
 _NOWHERE = "/dev/null/no-repository"
+_LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 
 
 class GitError(Exception):
@@ -988,3 +989,139 @@ def files_written_by_checkout(repo: Path, old: str, new: str) -> list[str]:
         if hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest() == blobs[path]:
             found.append(path)
     return found
+
+
+# --- the state of a user's checkout ---------------------------------------------------------
+
+# What an unfinished git operation leaves in the git directory, and how a user finishes it.
+OPERATIONS = (
+    ("rebase-merge", "rebase", "git rebase --continue, or git rebase --abort"),
+    ("rebase-apply/applying", "git am", "git am --continue, or git am --abort"),
+    ("rebase-apply", "rebase", "git rebase --continue, or git rebase --abort"),
+    ("MERGE_HEAD", "merge", "git merge --continue, or git merge --abort"),
+    ("CHERRY_PICK_HEAD", "cherry-pick", "git cherry-pick --continue, or git cherry-pick --abort"),
+    ("REVERT_HEAD", "revert", "git revert --continue, or git revert --abort"),
+    ("sequencer", "cherry-pick or revert", "git cherry-pick --continue, or --abort"),
+    ("BISECT_LOG", "bisect", "git bisect reset"),
+)
+
+
+def operation_in_progress(repo: Repo) -> tuple[str, str, str] | None:
+    """(what, the file that says so, how to finish it) for an unfinished git operation."""
+    git_dir = repo.git_dir()
+    for marker, what, finish in OPERATIONS:
+        if (git_dir / marker).exists():
+            return what, str(git_dir / marker), finish
+    return None
+
+
+def contained_in_refs(repo: Repo, sha: str) -> bool:
+    """True when a branch, tag or remote-tracking ref contains `sha`."""
+    out = str(
+        repo.run(
+            "for-each-ref", "--count=1", "--contains", sha, "refs/heads", "refs/tags",
+            "refs/remotes",
+        )
+    )  # fmt: skip
+    return bool(out.strip())
+
+
+def _names(out: str | bytes) -> list[str]:
+    return [p for p in str(out).split("\0") if p]
+
+
+def _blobs(repo: Repo, commit: str | None, paths: list[str]) -> dict[str, str]:
+    """path -> blob id in `commit` for those of `paths` it holds."""
+    if not commit or not paths:
+        return {}
+    out = str(
+        repo.run(
+            "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths,
+            env={"GIT_LITERAL_PATHSPECS": "1"},
+        )
+    )  # fmt: skip
+    found = {}
+    for entry in out.split("\0"):
+        meta, _, name = entry.partition("\t")
+        if name:
+            found[name] = meta.split(" ")[2]
+    return found
+
+
+def _worktree_blob(repo: Repo, path: str, algorithm: str) -> str | None:
+    full = repo.path / path
+    if full.is_symlink():
+        data = os.readlink(full).encode()
+    elif full.is_file():
+        data = full.read_bytes()
+    else:
+        return None
+    return hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def untracked_in_the_way(repo: Repo, source: Repo, result: str) -> list[str]:
+    """Untracked files (ignored or not) of the checkout `repo` where `result` (a commit of
+    `source`) has a file, or at a parent directory of one: what `git checkout` would
+    overwrite (ignored files) or refuse. Reads nothing into `repo`."""
+    wanted = _names(source.run("ls-tree", "-r", "-z", "--name-only", "--full-tree", result))
+    tracked = set(_names(repo.run("ls-files", "-z")))
+    blocked: list[str] = []
+    seen: set[str] = set()
+    for path in wanted:
+        if path in tracked:
+            continue
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            full = repo.path / prefix
+            if prefix in seen or not os.path.lexists(full):
+                break
+            last = i == len(parts)
+            if (last or full.is_symlink() or not full.is_dir()) and prefix not in tracked:
+                blocked.append(prefix)
+                seen.add(prefix)
+                break
+    return sorted(blocked)
+
+
+def interrupted_checkout_state(
+    repo: Repo, head: str | None, branch: str | None, result: str, result_branch: str
+) -> tuple[str, list[str]]:
+    """Where a checkout from `head` (on `branch`) to `result` stopped, judged from the files.
+
+    "finished": HEAD is the result on its branch (git moves HEAD last). "interrupted": HEAD
+    is still where it was and every difference from it is a path the checkout changes, holding
+    either the old bytes, the new bytes or nothing. Anything else is "changed", with a line
+    for each thing that differs from what the interrupted checkout could have left.
+    """
+    now_head, now_branch = resolve(repo.path, "HEAD"), current_branch(repo.path)
+    if now_head == result and now_branch == result_branch:
+        return "finished", []
+    if now_head != head or now_branch != branch:
+        was = f"{(head or '?')[:12]} on {branch or 'a detached HEAD'}"
+        now = f"{(now_head or '?')[:12]} on {now_branch or 'a detached HEAD'}"
+        return "changed", [f"HEAD is now {now}; the interrupted apply left it at {was}"]
+    if head is None:
+        return "changed", ["the checkout had no commit when the apply began"]
+    moving = _names(repo.run("diff", "--name-only", "-z", "--no-renames", head, result))
+    moving_set = set(moving)
+    problems = []
+    differs = set(_names(repo.run("diff", "--name-only", "-z", "--no-renames", head)))
+    differs |= set(_names(repo.run("diff", "--cached", "--name-only", "-z", "--no-renames", head)))
+    for path in sorted(differs - moving_set):
+        problems.append(f"{path} was changed")
+    old, new = _blobs(repo, head, moving), _blobs(repo, result, moving)
+    algorithm = _hash_name(repo.path, False)
+    staged = {}
+    for entry in _names(
+        repo.run("ls-files", "-s", "-z", "--", *moving, env=_LITERAL) if moving else ""
+    ):
+        meta, _, name = entry.partition("\t")
+        staged[name] = meta.split(" ")[1]
+    for path in moving:
+        allowed = {old.get(path), new.get(path), None}
+        if _worktree_blob(repo, path, algorithm) not in allowed:
+            problems.append(f"{path} was edited")
+        elif staged.get(path) not in allowed:
+            problems.append(f"{path} was staged with other content")
+    return ("changed", problems) if problems else ("interrupted", [])

@@ -393,3 +393,55 @@ def one_or_two_lines(stderr: str) -> bool:
 
 def dedent(text: str) -> bytes:
     return textwrap.dedent(text).lstrip("\n").encode()
+
+
+# --- fault injection at git-call granularity -------------------------------------------------
+
+GIT_WRAPPER = """#!/bin/sh
+# Counts the git calls patchkit makes (not those git makes of itself) and, at call number
+# $(cat at), sends $(cat signal) to patchkit, then runs the real git as if nothing happened.
+here={here}
+if tr '\\0' ' ' < /proc/$PPID/cmdline 2>/dev/null | grep -q -- '-m patchkit'; then
+    n=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
+    echo "$n" > "$here/count"
+    echo "$n $*" >> "$here/calls"
+    if [ "$n" = "$(cat "$here/at" 2>/dev/null)" ]; then
+        kill -"$(cat "$here/signal")" "$PPID"
+    fi
+fi
+exec {git} "$@"
+"""
+
+
+@dataclass
+class GitFaults:
+    """A `git` on PATH that interrupts patchkit at its Nth git call (SIGINT, SIGTERM or
+    SIGKILL), the way a user's Ctrl-C, a CI timeout or the OOM killer would."""
+
+    where: Path
+
+    @classmethod
+    def install(cls, where: Path) -> GitFaults:
+        import shutil
+
+        where.mkdir(parents=True, exist_ok=True)
+        real = shutil.which("git")
+        assert real, "git is needed"
+        script = where / "git"
+        script.write_text(GIT_WRAPPER.format(here=where, git=real))
+        script.chmod(0o755)
+        return cls(where)
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": f"{self.where}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+
+    def arm(self, at: int, signal_name: str) -> None:
+        """Interrupt at call `at` (0: never) with signal `signal_name` (KILL, TERM, INT)."""
+        for name in ("count", "calls"):
+            (self.where / name).unlink(missing_ok=True)
+        (self.where / "at").write_text(str(at))
+        (self.where / "signal").write_text(signal_name)
+
+    def calls(self) -> list[str]:
+        path = self.where / "calls"
+        return path.read_text().splitlines() if path.exists() else []
