@@ -450,6 +450,8 @@ def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result:
         gitops.checkout_branch(into, BRANCH.format(target=target), result)
     except gitops.GitError as exc:
         _restore_refs(into, journal)  # git refused before it touched a file
+        if isinstance(exc, gitops.GitLockError):
+            raise ApplyError(exc.message, hint=exc.hint) from None
         raise ApplyError(
             f"cannot check out the result in {into}: {exc.stderr.strip().splitlines()[0]}",
             hint="move the files git names out of the way, then run again",
