@@ -398,17 +398,25 @@ def dedent(text: str) -> bytes:
 # --- fault injection at git-call granularity -------------------------------------------------
 
 GIT_WRAPPER = """#!/bin/sh
-# Counts the git calls patchkit makes (not those git makes of itself) and, at call number
-# $(cat at), sends $(cat signal) to patchkit, then runs the real git as if nothing happened.
+# Counts the git calls patchkit makes (not those git makes of itself: their parent is git)
+# and, at call number $(cat at), sends $(cat signal) to patchkit, then runs the real git as
+# if nothing had happened. Shell builtins only, so it costs no extra process per call.
 here={here}
-if tr '\\0' ' ' < /proc/$PPID/cmdline 2>/dev/null | grep -q -- '-m patchkit'; then
-    n=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
+read -r parent < /proc/$PPID/comm
+case "$parent" in
+python*)
+    n=0
+    [ -f "$here/count" ] && read -r n < "$here/count"
+    n=$((n + 1))
     echo "$n" > "$here/count"
     echo "$n $*" >> "$here/calls"
-    if [ "$n" = "$(cat "$here/at" 2>/dev/null)" ]; then
-        kill -"$(cat "$here/signal")" "$PPID"
+    read -r at < "$here/at"
+    if [ "$n" = "$at" ]; then
+        read -r sig < "$here/signal"
+        kill -"$sig" "$PPID"
     fi
-fi
+    ;;
+esac
 exec {git} "$@"
 """
 
