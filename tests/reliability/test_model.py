@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from reliability_support import GitFaults, cli, make_project, make_toy, record
 
 SECTION = "model-based test (tests/reliability/test_model.py)"
@@ -50,6 +50,16 @@ USER_ENV = {
     "GIT_CONFIG_GLOBAL": "/dev/null",
 }
 TALLY: dict[str, int] = {}
+ACTIONS = [
+    *["apply"] * 3,
+    *["interrupted apply"] * 3,
+    *["edit"] * 3,
+    "commit",
+    "checkout",
+    "stash",
+    "export",
+    *["follow the named step"] * 2,
+]
 
 
 def _count(key: str) -> None:
@@ -186,16 +196,40 @@ class NothingLost(RuleBasedStateMachine):
 
     # --- rules ------------------------------------------------------------------------------
 
-    @rule(version=st.sampled_from([1, 2, 2]))
-    def apply(self, version: int) -> None:
-        self._apply_in_process(version)
-
+    # One rule picks the next action with fixed weights (hypothesis picks among rules
+    # uniformly, which would make apply-interrupt-edit-apply sequences rare).
     @rule(
-        version=st.sampled_from([1, 2]),
+        action=st.sampled_from(ACTIONS),
+        version=st.sampled_from([1, 2, 2]),
+        kind=st.sampled_from(["tracked", "untracked", "ignored", "series-path", "series-path"]),
+        pick=st.integers(0, 9),
         near_the_end=st.booleans(),
         offset=st.integers(min_value=0, max_value=60),
         signal_name=st.sampled_from(["KILL", "KILL", "TERM", "INT"]),
+        how=st.sampled_from(["new-branch", "detach", "other-branch"]),
     )
+    def act(self, action, version, kind, pick, near_the_end, offset, signal_name, how) -> None:
+        _count(f"step {action}")
+        if action == "apply":
+            self.apply(version)
+        elif action == "interrupted apply":
+            self.interrupted_apply(version, near_the_end, offset, signal_name)
+        elif action == "edit":
+            self.edit(kind, pick)
+        elif action == "commit":
+            self.commit()
+        elif action == "checkout":
+            self.checkout(how)
+        elif action == "stash":
+            self.stash()
+        elif action == "export":
+            self.export()
+        elif self.last_refusal:
+            self.follow_the_named_step()
+
+    def apply(self, version: int) -> None:
+        self._apply_in_process(version)
+
     def interrupted_apply(
         self, version: int, near_the_end: bool, offset: int, signal_name: str
     ) -> None:
@@ -214,16 +248,11 @@ class NothingLost(RuleBasedStateMachine):
             problem = _named_refusal(done.returncode, done.stderr)
             assert problem is None, problem
 
-    @rule(
-        kind=st.sampled_from(["tracked", "untracked", "ignored", "series-path", "series-path"]),
-        pick=st.integers(0, 9),
-    )
     def edit(self, kind: str, pick: int) -> None:
         paths = {"tracked": TRACKED, "untracked": UNTRACKED, "ignored": IGNORED,
                  "series-path": SERIES_PATHS}[kind]  # fmt: skip
         self._write(self.wt / paths[pick % len(paths)], kind)
 
-    @rule()
     def commit(self) -> None:
         if user_git(self.wt, "symbolic-ref", "-q", "HEAD").returncode != 0:
             user_git(self.wt, "checkout", "-q", "-b", f"user-{self.n}")
@@ -231,7 +260,6 @@ class NothingLost(RuleBasedStateMachine):
         if user_git(self.wt, "commit", "-q", "-m", f"user commit {self.n}").returncode == 0:
             self.commits.add(user_git(self.wt, "rev-parse", "HEAD").stdout.strip())
 
-    @rule(how=st.sampled_from(["new-branch", "detach", "other-branch"]))
     def checkout(self, how: str) -> None:
         if how == "new-branch":
             self.n += 1
@@ -244,11 +272,9 @@ class NothingLost(RuleBasedStateMachine):
             if names:
                 user_git(self.wt, "checkout", "-q", names[self.n % len(names)])
 
-    @rule()
     def stash(self) -> None:
         user_git(self.wt, "stash", "push", "-q", "--include-untracked")
 
-    @rule()
     def export(self) -> None:
         code, stderr = _run_in_process(
             ["export", str(self.wt), "--target", "toy", "--out", str(self.out)], self._env(2)
@@ -257,8 +283,6 @@ class NothingLost(RuleBasedStateMachine):
         assert problem is None, problem
         _count(f"export exit {code}")
 
-    @precondition(lambda self: bool(self.last_refusal))
-    @rule()
     def follow_the_named_step(self) -> None:
         """Do what the refusal says (the user's choice): move files, drop the journal."""
         text = self.last_refusal
