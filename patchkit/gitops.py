@@ -4,6 +4,12 @@ Plain `git` processes: GitPython would cost 0.2 s of import on every invocation 
 stop a running git on an interrupt, which the lock and rollback guarantees need.
 Callers never spell git options; they ask for `import_directory`, `apply_to_index`,
 `commit_tree`, `clone_local` and so on.
+
+A `Repo` (a path, bare or not) owns the one command funnel, `Repo.run`: every git process
+gets an environment built from scratch and the pinned settings (see BASE_ENV, SETTINGS), so
+no user or system configuration and no inherited GIT_* variable changes a result. The
+module-level verbs keep their `(repo, ..., bare=False)` signatures and go through the same
+funnel; newer verbs take a `Repo`.
 """
 
 from __future__ import annotations
