@@ -528,3 +528,16 @@ def test_a_killed_patchkits_git_keeps_the_lock(tmp_path):
         start = time.monotonic()
         fcntl.flock(fh, fcntl.LOCK_EX)  # ... until it exits
         assert 0.5 < time.monotonic() - start < 10
+
+
+def test_rebase_write_removes_only_what_the_series_named(tmp_path):
+    """rebase --write drops an upstreamed or renamed patch only if the series listed it: a
+    user's unlisted patch and an editor's swap file in patches/<target>/ stay."""
+    toy = _toy_with_new_release(tmp_path / "toy")
+    d = toy.project / "patches" / "toy"
+    (d / "not-in-the-series.patch").write_bytes(b"a user's draft\n")
+    (d / ".toy-01.patch.swp").write_bytes(b"swap\n")
+    done = cli("rebase", "--target", "toy@v1.1", "--write", env=toy.env)
+    assert done.returncode == 0, done.stderr
+    assert (d / "not-in-the-series.patch").read_bytes() == b"a user's draft\n"
+    assert (d / ".toy-01.patch.swp").read_bytes() == b"swap\n"
