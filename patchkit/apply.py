@@ -456,19 +456,28 @@ def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result:
             f"cannot check out the result in {into}: {exc.stderr.strip().splitlines()[0]}",
             hint="move the files git names out of the way, then run again",
         ) from None
-    except BaseException:
-        # An interrupt mid-checkout: git was stopped; put the checkout back as it was.
-        where = _describe_head(journal)
-        try:
-            _recover(into, journal)
-        except BaseException:
-            raise Interrupted(
-                f"the checkout of {into} stopped part-way and could not be put back; the "
-                f"journal {_journal_path(into)} is kept: the next `patchkit apply` puts it "
-                f"back at {where} if nothing changed there"
-            ) from None
-        raise Interrupted(f"{into} was put back at {where}; nothing was left half-done") from None
+    except BaseException as exc:
+        # An interrupt (or a failure) mid-checkout: git was stopped; put the checkout back.
+        _put_back_after(exc, into, journal)
+        raise
     _journal_path(into).unlink()
+
+
+def _put_back_after(exc: BaseException, into: Path, journal: dict) -> None:
+    """Undo an unfinished publish in-process; an interrupt then says exactly what was left."""
+    where = _describe_head(journal)
+    try:
+        _recover(into, journal)
+    except BaseException:
+        if not isinstance(exc, KeyboardInterrupt):
+            return  # the original failure is the one to report; the journal stays
+        raise Interrupted(
+            f"the checkout of {into} stopped part-way and could not be put back; the journal "
+            f"{_journal_path(into)} is kept: the next `patchkit apply` puts it back at "
+            f"{where} if nothing changed there"
+        ) from None
+    if isinstance(exc, KeyboardInterrupt):
+        raise Interrupted(f"{into} was put back at {where}; nothing was left half-done") from None
 
 
 def _keep_previous_branch(repo: Path, target: str, result: str) -> None:

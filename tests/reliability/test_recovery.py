@@ -234,3 +234,28 @@ def test_ignored_files_in_the_way_refused_and_named(toy, older_checkout, ignore,
     assert not (into.parent / ".wt.patchkit.journal").exists()
     record(SECTION, f"ignored {'directory' if ignore.endswith('/') else 'file'} at a path the "
            "series adds: refused naming it, 0 bytes changed")  # fmt: skip
+
+
+@pytest.mark.parametrize("sig", ["TERM", "INT"])
+def test_interrupt_at_the_checkout_says_what_was_put_back(toy, older_checkout, tmp_path, sig):
+    """SIGTERM/SIGINT at the in-place `git checkout` (the last git call of the apply): the
+    checkout is put back and the one line says where."""
+    from reliability_support import GitFaults
+
+    into = older_checkout
+    old = rev(into, "HEAD")
+    probe = tmp_path / "probe"
+    shutil.copytree(into, probe, symlinks=True)
+    faults = GitFaults.install(tmp_path / "faults")
+    faults.arm(0, "KILL")
+    done = cli("apply", "--target", "toy", "--into", str(probe), env={**toy.env, **faults.env()})
+    assert done.returncode == 0, done.stderr
+    calls = faults.calls()
+    assert " checkout " in calls[-1], calls[-1]
+    faults.arm(len(calls), sig)
+    done = cli("apply", "--target", "toy", "--into", str(into), env={**toy.env, **faults.env()})
+    assert done.returncode == 130 and one_or_two_lines(done.stderr), done.stderr
+    assert f"{into} was put back at {old[:12]}" in done.stderr, done.stderr
+    assert rev(into, "HEAD") == old
+    assert not (into.parent / ".wt.patchkit.journal").exists()
+    assert not git(into, "status", "--porcelain", "--untracked-files=all").strip()
