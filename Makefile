@@ -11,7 +11,7 @@ PROFILE   ?= cu130-sm120
 ARGS      ?=
 LINE      ?=
 
-.PHONY: wheels test test-fast gpu-test gpu-bundle verify review lint bench clean
+.PHONY: wheels test test-fast test-reliability gpu-test gpu-bundle verify review lint bench clean
 
 $(BVENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(BVENV)
@@ -55,6 +55,16 @@ test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -m "not gpu and not payload" $(ARGS)
+
+## test-reliability: the reliability tests with a longer, randomized model-based search and
+## the kill tests ten times in a row (MODEL_EXAMPLES sequences of MODEL_STEPS steps)
+MODEL_EXAMPLES ?= 2000
+MODEL_STEPS    ?= 10
+test-reliability: $(VENV)/.stamp-core
+	PATCHKIT_MODEL_EXAMPLES=$(MODEL_EXAMPLES) PATCHKIT_MODEL_STEPS=$(MODEL_STEPS) \
+		$(VENV)/bin/python -m pytest tests/reliability $(ARGS)
+	for i in 1 2 3 4 5 6 7 8 9 10; do \
+		$(VENV)/bin/python -m pytest -q tests/reliability/test_kill.py || exit 1; done
 
 ## gpu-test: the GPU tier, on a host with the pinned stack and GPUs (skips cleanly without)
 gpu-test: $(VENV)/.stamp-core

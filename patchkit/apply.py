@@ -21,7 +21,14 @@ from pathlib import Path
 from unidiff import PatchSet
 
 from patchkit import gitops
-from patchkit.errors import ApplyError, DirtyTreeError, NothingToDo, PatchFormatError, UsageError
+from patchkit.errors import (
+    ApplyError,
+    DirtyTreeError,
+    Interrupted,
+    NothingToDo,
+    PatchFormatError,
+    UsageError,
+)
 from patchkit.locks import locked
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series, hunk_header_at, touched_paths
 from patchkit.upstream import Base
@@ -309,17 +316,12 @@ def apply_series(
     lock = into.parent / f".{into.name}.patchkit.lock"
     with locked(lock, f"the work tree {into}"):
         _sweep_scratch(into)
-        _recover_interrupted(into)
+        recovered = _recover_interrupted(into)
+        if recovered:
+            progress(recovered)
         state = _target_state(into)
         if state == "repo":
-            dirty = gitops.dirty_files(into)
-            if dirty:
-                shown = ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else "")
-                raise DirtyTreeError(
-                    f"{into} has uncommitted changes to tracked files ({shown}); "
-                    "nothing was touched",
-                    hint="commit or stash them, then run again",
-                )
+            _refuse_unsafe_checkout(into)
         try:
             result, results = build_series(
                 mirror, base.commit, series, options, bare=True, progress=progress
@@ -383,15 +385,59 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _refuse_unsafe_checkout(into: Path) -> None:
+    """Refuse a checkout that moving to the result could damage; name what is in the way."""
+    repo = gitops.Repo(into)
+    operation = gitops.operation_in_progress(repo)
+    if operation:
+        what, marker, finish = operation
+        raise DirtyTreeError(
+            f"{into} has a {what} in progress ({marker}); nothing was touched",
+            hint=f"finish it or abort it ({finish}), then run again",
+        )
+    dirty = gitops.dirty_files(into)
+    if dirty:
+        shown = ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else "")
+        raise DirtyTreeError(
+            f"{into} has uncommitted changes to tracked files ({shown}); nothing was touched",
+            hint="commit or stash them, then run again",
+        )
+    head = gitops.head(into)
+    if head and gitops.current_branch(into) is None and not gitops.contained_in_refs(repo, head):
+        raise DirtyTreeError(
+            f"{into} has a detached HEAD at {head[:12]}, which no branch or tag contains; "
+            "checking out the result would orphan its commits; nothing was touched",
+            hint=f"keep them on a branch (`git -C {into} branch NAME {head[:12]}`), then run again",
+        )
+
+
+def _refuse_files_in_the_way(into: Path, mirror: Path, result: str) -> None:
+    """git checkout overwrites ignored files silently: refuse, naming them."""
+    blocked = gitops.untracked_in_the_way(gitops.Repo(into), gitops.Repo(mirror, bare=True), result)
+    if blocked:
+        shown = ", ".join(blocked[:5]) + (
+            f" and {len(blocked) - 5} more" if len(blocked) > 5 else ""
+        )
+        raise DirtyTreeError(
+            f"{into}: untracked or ignored files are where the series puts its files ({shown}); "
+            "git would overwrite them; nothing was touched",
+            hint="move them out of the way, then run again",
+        )
+
+
 def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result: str) -> None:
+    _refuse_files_in_the_way(into, mirror, result)
     gitops.fetch_commit_from(into, mirror, result)
+    head = gitops.head(into)
     previous = {ref: sha for ref, sha in gitops.refs(into, f"refs/patchkit/{target}/").items()}
     journal = {
         "pid": os.getpid(),
         "target": target,
         "result": result,
+        "result_branch": BRANCH.format(target=target),
         "branch": gitops.current_branch(into),
-        "head": gitops.head(into),
+        "head": head,
+        "git_dir": _git_dir_identity(into),
         "refs": {
             ref.format(target=target): previous.get(ref.format(target=target))
             for ref in (BASE_REF, SERIES_REF)
@@ -404,14 +450,34 @@ def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result:
         gitops.checkout_branch(into, BRANCH.format(target=target), result)
     except gitops.GitError as exc:
         _restore_refs(into, journal)  # git refused before it touched a file
+        if isinstance(exc, gitops.GitLockError):
+            raise ApplyError(exc.message, hint=exc.hint) from None
         raise ApplyError(
             f"cannot check out the result in {into}: {exc.stderr.strip().splitlines()[0]}",
             hint="move the files git names out of the way, then run again",
         ) from None
-    except BaseException:
-        _roll_back(into, journal)  # an interrupt mid-checkout: put the checkout back as it was
+    except BaseException as exc:
+        # An interrupt (or a failure) mid-checkout: git was stopped; put the checkout back.
+        _put_back_after(exc, into, journal)
         raise
     _journal_path(into).unlink()
+
+
+def _put_back_after(exc: BaseException, into: Path, journal: dict) -> None:
+    """Undo an unfinished publish in-process; an interrupt then says exactly what was left."""
+    where = _describe_head(journal)
+    try:
+        _recover(into, journal)
+    except BaseException:
+        if not isinstance(exc, KeyboardInterrupt):
+            return  # the original failure is the one to report; the journal stays
+        raise Interrupted(
+            f"the checkout of {into} stopped part-way and could not be put back; the journal "
+            f"{_journal_path(into)} is kept: the next `patchkit apply` puts it back at "
+            f"{where} if nothing changed there"
+        ) from None
+    if isinstance(exc, KeyboardInterrupt):
+        raise Interrupted(f"{into} was put back at {where}; nothing was left half-done") from None
 
 
 def _keep_previous_branch(repo: Path, target: str, result: str) -> None:
@@ -454,38 +520,87 @@ def _write_journal(into: Path, journal: dict) -> None:
     os.replace(tmp, path)
 
 
-def _recover_interrupted(into: Path) -> None:
-    """Finish the roll-back of a publish that was killed before it could clean up."""
+def _git_dir_identity(into: Path) -> list[int] | None:
+    """Which repository `into` is (device and inode of its git directory): a checkout that
+    was removed and made again is another one."""
+    try:
+        st = os.stat(gitops.Repo(into).git_dir())
+    except (OSError, gitops.GitError):
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def _describe_head(journal: dict) -> str:
+    head = (journal.get("head") or "?")[:12]
+    branch = journal.get("branch")
+    return f"{head} on branch {branch}" if branch else f"{head} (detached)"
+
+
+def _recover_interrupted(into: Path) -> str | None:
+    """Finish the roll-back of a publish that was killed before it could clean up.
+
+    Acts only when the checkout is exactly as the killed run left it; otherwise refuses,
+    naming what changed, and keeps the journal. Returns a line saying what it did, if any.
+    """
     path = _journal_path(into)
     path.with_name(path.name + ".tmp").unlink(missing_ok=True)
     if not path.exists():
-        return
+        return None
     try:
         journal = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(journal, dict) or not isinstance(journal.get("result"), str):
+            raise ValueError("not a journal")
     except (OSError, ValueError):
-        journal = None  # torn before the rename cannot happen; unreadable means hand-edited
-    if not journal or not gitops.is_repository(into):
-        path.unlink()
-        return
-    _roll_back(into, journal)
+        raise ApplyError(
+            f"{path} is not a journal patchkit can read (it writes them whole, then renames); "
+            f"nothing was touched",
+            hint=f"check {into}, then remove {path} and run again",
+        ) from None
+    head = journal.get("head")
+    if (
+        not gitops.is_repository(into)
+        or _git_dir_identity(into) != journal.get("git_dir")
+        or (head and not gitops.has_commit(into, head))
+    ):
+        path.unlink()  # the checkout it describes is gone: nothing to put back
+        return f"removed {path.name}: the checkout it described no longer exists"
+    return _recover(into, journal)
 
 
-def _roll_back(into: Path, journal: dict) -> None:
-    """Put `into` back on the branch, commit and patchkit refs the journal recorded.
-
-    Tracked files were clean when the publish began (checked), so forcing them back loses
-    nothing; of the untracked files, only those the interrupted checkout wrote (the result's
-    bytes at a path the result adds) are removed.
-    """
-    git_dir = into / ".git"
-    if git_dir.is_dir():
-        for lock in gitops.stale_lock_files(git_dir):
-            lock.unlink(missing_ok=True)
+def _recover(into: Path, journal: dict) -> str:
+    """Undo (or, when it had finished, complete) the publish the journal describes."""
+    repo = gitops.Repo(into)
+    state, changed = gitops.interrupted_checkout_state(
+        repo,
+        journal.get("head"),
+        journal.get("branch"),
+        journal["result"],
+        journal.get("result_branch") or "",
+    )
+    if state == "changed":
+        shown = "; ".join(changed[:4]) + (
+            f"; and {len(changed) - 4} more" if len(changed) > 4 else ""
+        )
+        raise ApplyError(
+            f"an interrupted apply left {into} part-way to {journal['result'][:12]}, and it "
+            f"changed since ({shown}); patchkit will not guess, nothing was touched",
+            hint=f"to undo the interrupted apply by hand: `git -C {into} checkout --force "
+            f"{journal.get('head', '')[:12]}`; when the checkout is as you want it, remove "
+            f"{_journal_path(into)} and run again",
+        )
+    git_dir = repo.git_dir()
+    locks = [p for p in gitops.stale_lock_files(git_dir) if p.name.endswith(".lock")]
+    gitops.remove_leftovers(locks)
+    if state == "finished":
+        _journal_path(into).unlink(missing_ok=True)
+        return f"the interrupted apply of {into} had finished; its journal was removed"
     if journal.get("head"):
+        written = gitops.files_written_by_checkout(into, journal["head"], journal["result"])
         gitops.force_checkout(into, journal["head"], journal.get("branch"))
-        for path in gitops.files_written_by_checkout(into, journal["head"], journal["result"]):
-            (into / path).unlink()
+        for rel in written:
+            (into / rel).unlink(missing_ok=True)
     _restore_refs(into, journal)
+    return f"put {into} back at {_describe_head(journal)}, where an interrupted apply left it"
 
 
 def _restore_refs(into: Path, journal: dict) -> None:

@@ -154,11 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("patchkit: interrupted; nothing was left half-done", err=True)
-        return 130
-    except KeyboardInterrupt:
-        click.echo("patchkit: interrupted; nothing was left half-done", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        # click wraps the KeyboardInterrupt in Abort; the core's Interrupted says what it left.
+        cause = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
+        left = getattr(cause, "left", None) or "nothing was left half-done"
+        click.echo(f"patchkit: interrupted; {left}", err=True)
         return 130
     except OSError as exc:
         if debug:

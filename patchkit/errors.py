@@ -91,3 +91,11 @@ class InvalidArchiveError(PatchkitError):
     """A wheel or sdist is malformed or hostile; nothing was extracted from it."""
 
     exit_code = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """An interrupt (SIGINT, SIGTERM) after which the core says exactly what it left."""
+
+    def __init__(self, left: str) -> None:
+        super().__init__(left)
+        self.left = left

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from patchkit import gitops
 from patchkit.apply import BASE_REF
-from patchkit.errors import UsageError
+from patchkit.errors import Interrupted, UsageError
 from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, read_series_file
 
 # format-patch --zero-commit starts every message with this line.
@@ -45,6 +45,7 @@ class ExportReport:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # patch files the series never named: kept
     series_changed: bool = False
     dry_run: bool = False
 
@@ -63,6 +64,7 @@ class ExportReport:
             "written": self.written,
             "unchanged": self.unchanged,
             "removed": self.removed,
+            "left": self.left,
             "series_changed": self.series_changed,
         }
 
@@ -154,41 +156,77 @@ def worktree_range(worktree: Path, target: str) -> tuple[str, str]:
     return base, head
 
 
+TMP_MARK = ".patchkit-tmp-"  # in the names of export's temporary files, and only theirs
+
+
 def write_series(
     directory: Path, target: str, patches: list[ExportedPatch], *, dry_run: bool = False
 ) -> ExportReport:
-    """Make `directory` hold exactly `patches` (and a series file listing them, in order).
+    """Make `directory` hold `patches` and a series file listing them, in order.
 
-    Unchanged files are not rewritten; the series file keeps its comments when the order is
-    the same, and its leading comment block otherwise.
+    Only what export owns is touched: the files it writes, and the files the series named
+    before the run (removed when no longer in it). Other `*.patch` files, editor swap files
+    and the like are left and reported (`left`). Unchanged files are not rewritten; the
+    series file keeps its comments when the order is the same, its leading comment block
+    otherwise. Interrupted (SIGINT, SIGTERM), every file is put back as it was.
     """
     report = ExportReport(target, directory, list(patches), dry_run=dry_run)
     if not dry_run and directory.is_dir():
-        for leftover in directory.glob(".*.patch.*"):  # temp files of an interrupted write
-            leftover.unlink(missing_ok=True)
-        for leftover in directory.glob(".series.*"):
-            leftover.unlink(missing_ok=True)
+        for leftover in directory.glob(f".*{TMP_MARK}*"):  # temp files of a killed write
+            if leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink(missing_ok=True)
     names = [p.name for p in patches]
     series_path = directory / "series"
     old_entries = [e.name for e in read_series_file(series_path)]
     existing = {p.name for p in directory.glob("*.patch")} if directory.is_dir() else set()
+    report.left = sorted(existing - set(old_entries) - set(names))
+    writes: list[tuple[Path, bytes]] = []
     for patch in patches:
         path = directory / patch.name
-        if path.is_file() and path.read_bytes() == patch.raw:
+        if path.is_file() and not path.is_symlink() and path.read_bytes() == patch.raw:
             report.unchanged.append(patch.name)
             continue
         report.written.append(patch.name)
-        if not dry_run:
-            _atomic_write(path, patch.raw)
-    for stale in sorted((existing | set(old_entries)) - set(names)):
-        report.removed.append(stale)
-        if not dry_run and (directory / stale).is_file():
-            (directory / stale).unlink()
+        writes.append((path, patch.raw))
+    stale = []
+    for name in sorted(set(old_entries) - set(names)):
+        path = directory / name
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            report.left.append(name)  # not a file export could have written
+            continue
+        report.removed.append(name)
+        if path.is_file():
+            stale.append(path)
     if old_entries != names:
         report.series_changed = True
-        if not dry_run:
-            _atomic_write(series_path, render_series(series_path, names).encode())
+        writes.append((series_path, render_series(series_path, names).encode()))
+    if not dry_run:
+        _write_all(directory, writes, stale)
     return report
+
+
+def _write_all(directory: Path, writes: list[tuple[Path, bytes]], stale: list[Path]) -> None:
+    """Write (each file atomically), then remove; on an interrupt put every file back."""
+    undo: list[tuple[Path, bytes | None]] = []
+    try:
+        for path, data in writes:
+            before = path.read_bytes() if path.is_file() else None
+            _atomic_write(path, data)
+            undo.append((path, before))
+        for path in stale:
+            before = path.read_bytes()
+            path.unlink()
+            undo.append((path, before))
+    except KeyboardInterrupt:
+        for path, before in reversed(undo):
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                _atomic_write(path, before)
+        raise Interrupted(
+            f"export was stopped after {len(undo)} of {len(writes) + len(stale)} file "
+            f"changes in {directory}; they were put back, nothing was left half-done"
+        ) from None
 
 
 def render_series(series_path: Path, names: list[str]) -> str:
@@ -214,7 +252,7 @@ def render_series(series_path: Path, names: list[str]) -> str:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

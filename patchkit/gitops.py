@@ -4,12 +4,20 @@ Plain `git` processes: GitPython would cost 0.2 s of import on every invocation 
 stop a running git on an interrupt, which the lock and rollback guarantees need.
 Callers never spell git options; they ask for `import_directory`, `apply_to_index`,
 `commit_tree`, `clone_local` and so on.
+
+A `Repo` (a path, bare or not) owns the one command funnel, `Repo.run`: every git process
+gets an environment built from scratch and the pinned settings (see BASE_ENV, SETTINGS), so
+no user or system configuration and no inherited GIT_* variable changes a result. The
+module-level verbs keep their `(repo, ..., bare=False)` signatures and go through the same
+funnel; newer verbs take a `Repo`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -18,27 +26,111 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-# Fixed, locale-free behaviour for every call: no pager, no prompts, no user hooks or config.
+from patchkit.errors import PatchkitError, UsageError
+from patchkit.locks import held_lock_fds
+
+# The sealed environment: every git process gets exactly these variables (plus the few a verb
+# passes, see CALLER_VARIABLES, and PASS_THROUGH from the user's environment). Nothing else of
+# the caller's environment reaches git: a GIT_DIR, GIT_INDEX_FILE or GIT_WORK_TREE set by a
+# git hook that runs patchkit would otherwise redirect its writes into another repository.
 BASE_ENV = {
     "LC_ALL": "C",
+    "LANG": "C",
     "GIT_TERMINAL_PROMPT": "0",
-    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_NOSYSTEM": "1",  # no /etc/gitconfig
+    "GIT_CONFIG_GLOBAL": "/dev/null",  # no ~/.gitconfig nor $XDG_CONFIG_HOME/git/config
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_NO_REPLACE_OBJECTS": "1",  # refs/replace/* would change what a commit id reads as
+    # No file can ever exist below /dev/null: git's per-user files (attributes, ignore,
+    # credentials) are never found, and git treats ENOTDIR there as "absent".
+    "HOME": "/dev/null",
+    "XDG_CONFIG_HOME": "/dev/null",
     "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_SEQUENCE_EDITOR": "true",
     "GIT_ASKPASS": "true",
+    "SSH_ASKPASS": "true",
     "GIT_OPTIONAL_LOCKS": "0",
 }
-CONFIG = (
-    "-c",
-    "core.autocrlf=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "gc.auto=0",
-    "-c",
-    "advice.detachedHead=false",
-    "-c",
-    "core.quotePath=false",
+# Variables of the user's environment that reach git: how to find programs and a network.
+PASS_THROUGH = (
+    "PATH",
+    "TMPDIR",
+    "SSH_AUTH_SOCK",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    *(f"{n}_proxy" for n in ("http", "https", "no", "all")),
+    *(f"{n.upper()}_PROXY" for n in ("http", "https", "no", "all")),
 )
+# The only variables a verb of this module may set for one call.
+CALLER_VARIABLES = frozenset(
+    {
+        "GIT_INDEX_FILE",
+        "GIT_WORK_TREE",
+        "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR",
+        "GIT_LITERAL_PATHSPECS",
+        *(
+            f"GIT_{who}_{what}"
+            for who in ("AUTHOR", "COMMITTER")
+            for what in ("NAME", "EMAIL", "DATE")
+        ),
+    }
+)
+# Transports git may use, in one place: local paths and these URL schemes. `ext::` and every
+# other remote helper (which run commands) are refused by git itself through protocol.allow.
+ALLOWED_SCHEMES = ("https", "http", "ssh", "git", "file")
+# Settings that results depend on, pinned for every call; they win over a repository's own
+# .git/config (command-line -c has the highest precedence).
+SETTINGS = {
+    "core.autocrlf": "false",
+    "core.safecrlf": "false",
+    "core.hooksPath": "/dev/null",  # no hook can exist there
+    "core.fsmonitor": "false",  # a checkout's fsmonitor is a program git would run
+    "core.untrackedCache": "false",
+    "core.quotePath": "false",
+    "core.commentChar": "#",
+    "core.editor": "true",
+    "core.pager": "cat",
+    "gc.auto": "0",
+    "maintenance.auto": "false",
+    "advice.detachedHead": "false",
+    "apply.ignoreWhitespace": "no",  # zero fuzz means zero: context must match byte for byte
+    "apply.whitespace": "nowarn",
+    "i18n.commitEncoding": "UTF-8",  # another encoding changes commit ids, so wheel bytes
+    "i18n.logOutputEncoding": "UTF-8",
+    "commit.gpgsign": "false",  # a signing prompt loops `rebase --continue`
+    "tag.gpgsign": "false",
+    "log.showSignature": "false",
+    "color.ui": "false",
+    "diff.noprefix": "false",
+    "diff.mnemonicPrefix": "false",
+    "diff.relative": "false",
+    "diff.algorithm": "myers",
+    "merge.conflictStyle": "merge",
+    "rerere.enabled": "false",  # recorded resolutions would resolve conflicts silently
+    "rerere.autoUpdate": "false",
+    "rebase.autoSquash": "false",
+    "rebase.autoStash": "false",
+    "rebase.updateRefs": "false",
+    "submodule.recurse": "false",
+    "format.signOff": "false",
+    "format.coverLetter": "false",
+    "format.useAutoBase": "false",
+    "format.notes": "false",
+    "format.from": "false",
+    "protocol.allow": "never",
+    **{f"protocol.{scheme}.allow": "always" for scheme in ALLOWED_SCHEMES},
+}
+CONFIG = tuple(arg for key, value in SETTINGS.items() for arg in ("-c", f"{key}={value}"))
+_LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+# ls-remote needs no repository; running it in a bare "repository" that cannot exist keeps
+# git from discovering and reading the configuration of whatever the cwd is inside.
+_NOWHERE = "/dev/null/no-repository"
+_LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 
 
 class GitError(Exception):
@@ -49,6 +141,21 @@ class GitError(Exception):
         self.args_ = args
         self.status = status
         self.stderr = stderr
+
+
+class GitLockError(GitError, PatchkitError):
+    """git found its own lock file in place: another git is running there, or one was killed."""
+
+    exit_code = 1
+
+    def __init__(self, args: list[str], status: int, stderr: str, lock: str) -> None:
+        GitError.__init__(self, args, status, stderr)
+        self.lock = lock
+        self.message = (
+            f"git's lock file {lock} exists: a git process is working in that repository, or "
+            "one was killed there; nothing was changed"
+        )
+        self.hint = f"if no git process is running there, remove {lock} and run again"
 
 
 @dataclass(frozen=True)
@@ -70,6 +177,120 @@ class Identity:
         }
 
 
+class UnsafeSourceError(UsageError):
+    """An upstream source that could make git run a command or read an option."""
+
+
+def check_source(source: str) -> str:
+    """`source` as given when it is a local path or a URL of an allowed scheme, else refuse.
+
+    A leading '-' would be read as an option (`--upload-pack=...` runs a command) and
+    `transport::address` selects a remote helper, a program.
+    """
+    allowed = ", ".join(ALLOWED_SCHEMES)
+    if not source or source.startswith("-") or "\0" in source or "\n" in source:
+        raise UnsafeSourceError(
+            f"upstream source {source!r} is not allowed (it would be read as a git option)",
+            hint=f"pass a local path or a URL ({allowed})",
+        )
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", source)
+    helper = re.match(r"^([A-Za-z0-9+.-]+)::", source)
+    if helper or (scheme and scheme.group(1).lower() not in ALLOWED_SCHEMES):
+        name = (helper or scheme).group(1)
+        raise UnsafeSourceError(
+            f"upstream source {source!r} uses the transport {name!r}, which is not allowed",
+            hint=f"pass a local path or a URL ({allowed})",
+        )
+    return source
+
+
+def sealed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The complete environment of one git process (built from scratch, see BASE_ENV)."""
+    extra = extra or {}
+    unknown = set(extra) - CALLER_VARIABLES
+    if unknown:
+        raise ValueError(f"gitops: variables {sorted(unknown)} may not be passed to git")
+    env = {name: os.environ[name] for name in PASS_THROUGH if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    return {**env, **BASE_ENV, **extra}
+
+
+class Repo:
+    """One repository: its path, whether it is bare, and the one funnel every git call of it
+    goes through."""
+
+    def __init__(self, path: Path | str, bare: bool = False) -> None:
+        self.path = Path(path)
+        self.bare = bare
+
+    def __repr__(self) -> str:
+        return f"Repo({str(self.path)!r}, bare={self.bare})"
+
+    def command(self, *args: str) -> list[str]:
+        cmd = ["git", *CONFIG]
+        if self.bare:
+            cmd += ["--git-dir", str(self.path)]
+        return cmd + list(args)
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = sealed_env(extra)
+        if not self.bare:
+            # Repository discovery stops at `path`: a missing .git never finds an enclosing one.
+            env["GIT_CEILING_DIRECTORIES"] = str(self.path.absolute().parent)
+        return env
+
+    def run(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+        binary: bool = False,
+        check: bool = True,
+    ) -> str | bytes:
+        """Run one git command and return its stdout (raises GitError on failure).
+
+        On an interrupt (SIGINT, or SIGTERM mapped to KeyboardInterrupt) git is stopped and
+        waited for before the exception goes on. git inherits patchkit's held lock files, so
+        a git that outlives a killed patchkit keeps the lock until it exits: the next run
+        waits for it instead of sweeping a repository that git is still writing.
+        """
+        proc = subprocess.Popen(
+            self.command(*args),
+            cwd=None if self.bare else str(self.path),
+            env=self.env(env),
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=held_lock_fds(),
+        )
+        try:
+            out, err = proc.communicate(stdin)
+        except BaseException:
+            proc.terminate()  # git removes its own lock files on SIGTERM
+            proc.wait()
+            raise
+        if check and proc.returncode != 0:
+            text = err.decode("utf-8", "replace")
+            lock = _LOCK_RE.search(text)
+            if lock:
+                raise GitLockError(list(args), proc.returncode, text, lock.group(1))
+            raise GitError(list(args), proc.returncode, text)
+        return out if binary else out.decode("utf-8", "replace")
+
+    def ok(self, *args: str, env: dict[str, str] | None = None) -> bool:
+        """True when the git command exits 0."""
+        try:
+            self.run(*args, env=env)
+        except GitError:
+            return False
+        return True
+
+    def git_dir(self) -> Path:
+        if self.bare:
+            return self.path
+        return Path(str(self.run("rev-parse", "--absolute-git-dir")).strip())
+
+
 def run(
     repo: Path | str,
     *args: str,
@@ -79,42 +300,13 @@ def run(
     check: bool = True,
     bare: bool = False,
 ) -> str | bytes:
-    """Run one git command in `repo` and return its stdout (raises GitError on failure).
-
-    On an interrupt (SIGINT, or SIGTERM mapped to KeyboardInterrupt) git is stopped and
-    waited for before the exception goes on, so no git process outlives patchkit's locks.
-    """
-    cmd = ["git", *CONFIG]
-    if bare:
-        cmd += ["--git-dir", str(repo)]
-    cmd += list(args)
-    full_env = {**os.environ, **BASE_ENV, **(env or {})}
-    proc = subprocess.Popen(
-        cmd,
-        cwd=None if bare else str(repo),
-        env=full_env,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        out, err = proc.communicate(stdin)
-    except BaseException:
-        proc.terminate()  # git removes its own lock files on SIGTERM
-        proc.wait()
-        raise
-    if check and proc.returncode != 0:
-        raise GitError(list(args), proc.returncode, err.decode("utf-8", "replace"))
-    return out if binary else out.decode("utf-8", "replace")
+    """Run one git command in `repo` (see Repo.run)."""
+    return Repo(repo, bare).run(*args, env=env, stdin=stdin, binary=binary, check=check)
 
 
 def ok(repo: Path | str, *args: str, env: dict[str, str] | None = None, bare: bool = False) -> bool:
     """True when the git command exits 0."""
-    try:
-        run(repo, *args, env=env, bare=bare)
-    except GitError:
-        return False
-    return True
+    return Repo(repo, bare).ok(*args, env=env)
 
 
 # --- repositories ---------------------------------------------------------------------------
@@ -141,35 +333,56 @@ def is_repository(path: Path) -> bool:
 def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None:
     """A new repository at `dest` holding the mirror's objects (no checkout, no remote).
 
-    With `tips`, the mirror's packs are hard-linked and the objects of `tips` that are not in
-    any pack go into one new pack: the thousands of loose objects the mirror collects are
-    never copied. Without, a plain `git clone --local`.
+    `dest` shares no file with the mirror, so damage to one never reaches the other, and the
+    two may live on different file systems: the mirror's packs are copied (a reflink where the
+    file system offers one), and the loose objects reachable from `tips` (default: every ref)
+    are streamed as one pack that `git index-pack` writes inside `dest`. Nothing is written
+    into the mirror.
     """
-    if not tips:
-        run(dest.parent, "clone", "--quiet", "--local", "--no-checkout", str(mirror), str(dest))
-        run(dest, "remote", "remove", "origin")
-        return
-    run(dest.parent, "init", "--quiet", str(dest))
+    run(dest.parent, "init", "--quiet", "--", str(dest))
     pack_dir = dest / ".git" / "objects" / "pack"
-    for source in sorted((mirror / "objects" / "pack").glob("pack-*")):
+    copy_packs(mirror / "objects" / "pack", pack_dir)
+    revs = "".join(f"{tip}\n" for tip in tips or [])
+    args = ["pack-objects", "--quiet", "--revs", "--incremental", "--stdout"]
+    if not tips:
+        args.append("--all")
+    stream = bytes(run(mirror, *args, stdin=revs.encode(), binary=True, bare=True))
+    if len(stream) > 32:  # header and trailer only: no object was missing
+        run(dest, "index-pack", "--stdin", stdin=stream)
+
+
+FICLONE = 0x40049409  # linux/fs.h: share the blocks copy-on-write (btrfs, xfs, bcachefs)
+
+
+def copy_packs(source: Path, dest: Path) -> list[Path]:
+    """Copy every pack of `source` into `dest` (never a hard link; write then rename)."""
+    copied = []
+    names = sorted(p.name for p in source.glob("pack-*") if not p.name.endswith(".keep"))
+    # .pack before .idx: git only looks at packs with an index, so a reader never sees half.
+    for name in sorted(names, key=lambda n: (not n.endswith(".pack"), n)):
+        target = dest / name
+        tmp = dest / f"tmp_copy_{name}"
+        _copy_file(source / name, tmp)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, target)
+        copied.append(target)
+    return copied
+
+
+def _copy_file(source: Path, dest: Path) -> None:
+    with open(source, "rb") as src, open(dest, "wb") as out:
         try:
-            os.link(source, pack_dir / source.name)
-        except OSError:  # another file system: copy instead
-            shutil.copy2(source, pack_dir / source.name)
-    run(
-        mirror,
-        "pack-objects",
-        "--quiet",
-        "--revs",
-        "--incremental",
-        str(pack_dir / "pack"),
-        stdin="".join(f"{tip}\n" for tip in tips).encode(),
-        bare=True,
-    )
+            fcntl.ioctl(out.fileno(), FICLONE, src.fileno())
+            return
+        except OSError:
+            pass
+        shutil.copyfileobj(src, out, 1 << 20)
 
 
 def resolve(repo: Path, ref: str, bare: bool = False) -> str | None:
     """The commit id `ref` names in `repo`, or None."""
+    if not ref or ref.startswith("-"):
+        return None  # never an option
     try:
         out = run(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", bare=bare)
     except GitError:
@@ -188,12 +401,12 @@ def fetch(
     args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
     if depth:
         args.append(f"--depth={depth}")
-    run(repo, *args, source, *refspecs, bare=bare)
+    run(repo, *args, "--", check_source(source), *refspecs, bare=bare)
 
 
 def list_remote(source: str) -> dict[str, str]:
     """ref name -> sha of a remote (tags peeled)."""
-    out = run(Path.cwd(), "ls-remote", source)
+    out = Repo(_NOWHERE, bare=True).run("ls-remote", "--", check_source(source))
     refs = {}
     for line in str(out).splitlines():
         sha, _, name = line.partition("\t")
@@ -340,7 +553,7 @@ def dirty_files(repo: Path) -> list[str]:
 
 def fetch_commit_from(repo: Path, source: Path, sha: str) -> None:
     """Bring one commit (and its history) from another local repository."""
-    run(repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(source), sha)
+    run(repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--", str(source), sha)
 
 
 def checkout_branch(repo: Path, branch: str, sha: str) -> None:
@@ -431,18 +644,10 @@ EXPORT_ARGS = (
 
 def format_patches(repo: Path, base: str, tip: str, bare: bool = False) -> bytes:
     """`git format-patch` of base..tip in the series' canonical form, as one mbox stream."""
-    # No user or system configuration: the bytes depend on the commits and git only.
+    # The sealed environment (no user or system configuration, pinned settings): the bytes
+    # depend on the commits and git only.
     return bytes(
-        run(
-            repo,
-            "-c",
-            "diff.renames=true",
-            *EXPORT_ARGS,
-            f"{base}..{tip}",
-            env={"GIT_CONFIG_GLOBAL": "/dev/null"},
-            binary=True,
-            bare=bare,
-        )
+        run(repo, "-c", "diff.renames=true", *EXPORT_ARGS, f"{base}..{tip}", binary=True, bare=bare)
     )
 
 
@@ -695,7 +900,12 @@ def _hash_name(repo: Path, bare: bool) -> str:
 
 
 def stale_lock_files(git_dir: Path) -> list[Path]:
-    """git's own `*.lock` files in a repository (left by a git killed with SIGKILL)."""
+    """What a git killed with SIGKILL leaves in a repository: its `*.lock` files and its
+    temporary packs and objects (`tmp_pack_*`, `tmp_idx_*`, `tmp_obj_*`, `incoming-*`).
+
+    Only for a repository whose writers all hold a patchkit lock (the mirrors), or in a
+    checkout whose journal proves patchkit's git was the one killed there.
+    """
     found = [
         p
         for p in (
@@ -713,7 +923,21 @@ def stale_lock_files(git_dir: Path) -> list[Path]:
     refs_dir = git_dir / "refs"
     if refs_dir.is_dir():
         found += sorted(refs_dir.rglob("*.lock"))
+    objects = git_dir / "objects"
+    for pattern in ("pack/tmp_pack_*", "pack/tmp_idx_*", "pack/tmp_rev_*", "pack/tmp_copy_*"):
+        found += sorted(objects.glob(pattern))
+    found += sorted(objects.glob("??/tmp_obj_*"))
+    found += sorted(objects.glob("tmp_obj_*"))
     return found
+
+
+def remove_leftovers(paths: list[Path]) -> None:
+    """Remove files (and `incoming-*` object directories) listed by stale_lock_files."""
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def force_checkout(repo: Path, sha: str, branch: str | None) -> None:
@@ -727,7 +951,14 @@ def force_checkout(repo: Path, sha: str, branch: str | None) -> None:
 def remote_tag(source: str, tag: str) -> str | None:
     """The commit the tag `tag` names in a remote (peeled), or None when it has no such tag."""
     out = str(
-        run(Path.cwd(), "ls-remote", "--tags", source, f"refs/tags/{tag}", f"refs/tags/{tag}^{{}}")
+        Repo(_NOWHERE, bare=True).run(
+            "ls-remote",
+            "--tags",
+            "--",
+            check_source(source),
+            f"refs/tags/{tag}",
+            f"refs/tags/{tag}^{{}}",
+        )
     )
     found: dict[str, str] = {}
     for line in out.splitlines():
@@ -801,3 +1032,139 @@ def status_entries(repo: Path) -> list[str]:
     """`XY path` for every changed, unmerged or untracked path of a work tree."""
     out = str(run(repo, "status", "--porcelain=v1", "--untracked-files=all", "-z"))
     return [entry for entry in out.split("\0") if len(entry) > 3]
+
+
+# --- the state of a user's checkout ---------------------------------------------------------
+
+# What an unfinished git operation leaves in the git directory, and how a user finishes it.
+OPERATIONS = (
+    ("rebase-merge", "rebase", "git rebase --continue, or git rebase --abort"),
+    ("rebase-apply/applying", "git am", "git am --continue, or git am --abort"),
+    ("rebase-apply", "rebase", "git rebase --continue, or git rebase --abort"),
+    ("MERGE_HEAD", "merge", "git merge --continue, or git merge --abort"),
+    ("CHERRY_PICK_HEAD", "cherry-pick", "git cherry-pick --continue, or git cherry-pick --abort"),
+    ("REVERT_HEAD", "revert", "git revert --continue, or git revert --abort"),
+    ("sequencer", "cherry-pick or revert", "git cherry-pick --continue, or --abort"),
+    ("BISECT_LOG", "bisect", "git bisect reset"),
+)
+
+
+def operation_in_progress(repo: Repo) -> tuple[str, str, str] | None:
+    """(what, the file that says so, how to finish it) for an unfinished git operation."""
+    git_dir = repo.git_dir()
+    for marker, what, finish in OPERATIONS:
+        if (git_dir / marker).exists():
+            return what, str(git_dir / marker), finish
+    return None
+
+
+def contained_in_refs(repo: Repo, sha: str) -> bool:
+    """True when a branch, tag or remote-tracking ref contains `sha`."""
+    out = str(
+        repo.run(
+            "for-each-ref", "--count=1", "--contains", sha, "refs/heads", "refs/tags",
+            "refs/remotes",
+        )
+    )  # fmt: skip
+    return bool(out.strip())
+
+
+def _names(out: str | bytes) -> list[str]:
+    return [p for p in str(out).split("\0") if p]
+
+
+def _blobs(repo: Repo, commit: str | None, paths: list[str]) -> dict[str, str]:
+    """path -> blob id in `commit` for those of `paths` it holds."""
+    if not commit or not paths:
+        return {}
+    out = str(
+        repo.run(
+            "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths,
+            env={"GIT_LITERAL_PATHSPECS": "1"},
+        )
+    )  # fmt: skip
+    found = {}
+    for entry in out.split("\0"):
+        meta, _, name = entry.partition("\t")
+        if name:
+            found[name] = meta.split(" ")[2]
+    return found
+
+
+def _worktree_blob(repo: Repo, path: str, algorithm: str) -> str | None:
+    full = repo.path / path
+    if full.is_symlink():
+        data = os.readlink(full).encode()
+    elif full.is_file():
+        data = full.read_bytes()
+    else:
+        return None
+    return hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def untracked_in_the_way(repo: Repo, source: Repo, result: str) -> list[str]:
+    """Untracked files (ignored or not) of the checkout `repo` where `result` (a commit of
+    `source`) has a file, or at a parent directory of one: what `git checkout` would
+    overwrite (ignored files) or refuse. Reads nothing into `repo`."""
+    wanted = _names(source.run("ls-tree", "-r", "-z", "--name-only", "--full-tree", result))
+    tracked = set(_names(repo.run("ls-files", "-z")))
+    blocked: list[str] = []
+    seen: set[str] = set()
+    for path in wanted:
+        if path in tracked:
+            continue
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            full = repo.path / prefix
+            if prefix in seen or not os.path.lexists(full):
+                break
+            last = i == len(parts)
+            if (last or full.is_symlink() or not full.is_dir()) and prefix not in tracked:
+                blocked.append(prefix)
+                seen.add(prefix)
+                break
+    return sorted(blocked)
+
+
+def interrupted_checkout_state(
+    repo: Repo, head: str | None, branch: str | None, result: str, result_branch: str
+) -> tuple[str, list[str]]:
+    """Where a checkout from `head` (on `branch`) to `result` stopped, judged from the files.
+
+    "finished": HEAD is the result on its branch (git moves HEAD last). "interrupted": HEAD
+    is still where it was and every difference from it is a path the checkout changes, holding
+    either the old bytes, the new bytes or nothing. Anything else is "changed", with a line
+    for each thing that differs from what the interrupted checkout could have left.
+    """
+    now_head, now_branch = resolve(repo.path, "HEAD"), current_branch(repo.path)
+    if now_head == result and now_branch == result_branch:
+        return "finished", []
+    if now_head != head or now_branch != branch:
+        was = f"{(head or '?')[:12]} on {branch or 'a detached HEAD'}"
+        now = f"{(now_head or '?')[:12]} on {now_branch or 'a detached HEAD'}"
+        return "changed", [f"HEAD is now {now}; the interrupted apply left it at {was}"]
+    if head is None:
+        return "changed", ["the checkout had no commit when the apply began"]
+    moving = _names(repo.run("diff", "--name-only", "-z", "--no-renames", head, result))
+    moving_set = set(moving)
+    problems = []
+    differs = set(_names(repo.run("diff", "--name-only", "-z", "--no-renames", head)))
+    differs |= set(_names(repo.run("diff", "--cached", "--name-only", "-z", "--no-renames", head)))
+    for path in sorted(differs - moving_set):
+        problems.append(f"{path} was changed")
+    old, new = _blobs(repo, head, moving), _blobs(repo, result, moving)
+    algorithm = _hash_name(repo.path, False)
+    staged = {}
+    for entry in _names(
+        repo.run("ls-files", "-s", "-z", "--", *moving, env=_LITERAL) if moving else ""
+    ):
+        meta, _, name = entry.partition("\t")
+        staged[name] = meta.split(" ")[1]
+    for path in moving:
+        allowed = {old.get(path), new.get(path), None}
+        if _worktree_blob(repo, path, algorithm) not in allowed:
+            problems.append(f"{path} was edited")
+        elif staged.get(path) not in allowed:
+            problems.append(f"{path} was staged with other content")
+    return ("changed", problems) if problems else ("interrupted", [])

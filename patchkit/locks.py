@@ -1,7 +1,9 @@
 """Advisory file locks so two patchkit processes never corrupt a cache entry or a target.
 
 The kernel drops an flock when its holder dies (even by SIGKILL), so a lock is never stale;
-whatever a holder's scratch files look like, the next holder may sweep them.
+whatever a holder's scratch files look like, the next holder may sweep them. A git process
+that patchkit started inherits the locks patchkit holds (see `held_lock_fds`), so one that
+outlives a killed patchkit keeps them until it exits: nobody sweeps what a running git writes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from patchkit.errors import LockedError
+
+_HELD: dict[int, Path] = {}
+
+
+def held_lock_fds() -> tuple[int, ...]:
+    """The file descriptors of the locks this process holds (for child processes to inherit)."""
+    return tuple(_HELD)
 
 
 @contextmanager
@@ -50,6 +59,8 @@ def locked(
                         hint="wait for it to finish, then run again",
                     ) from None
                 time.sleep(0.1)
+        _HELD[fd] = path
         yield
     finally:
+        _HELD.pop(fd, None)
         os.close(fd)

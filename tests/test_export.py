@@ -98,3 +98,83 @@ def test_split_mbox_drops_stdout_separators():
 def test_slug():
     assert slug("Fix the thing (SM120) -- now!") == "fix-the-thing-sm120-now.patch"
     assert len(slug("x" * 200)) == 63 + len(".patch")
+
+
+# --- export owns only what it wrote ----------------------------------------------------------
+
+
+def _series_dir(tmp_path, listed: dict[str, bytes], others: dict[str, bytes]):
+    from patchkit.export import ExportedPatch  # noqa: F401 - used by callers
+
+    d = tmp_path / "series"
+    d.mkdir()
+    for name, data in {**listed, **others}.items():
+        (d / name).write_bytes(data)
+    (d / "series").write_text("# the series\n" + "".join(f"{n}\n" for n in listed))
+    return d
+
+
+def test_export_removes_only_what_the_series_named(tmp_path):
+    from patchkit.export import ExportedPatch, write_series
+
+    d = _series_dir(
+        tmp_path,
+        {"a.patch": b"old a\n", "gone.patch": b"dropped\n"},
+        {"mine.patch": b"a user's unrelated patch\n", ".a.patch.swp": b"vim swap\n",
+         ".gone.patch.orig": b"backup\n", "notes.txt": b"notes\n"},
+    )  # fmt: skip
+    report = write_series(d, "t", [ExportedPatch("a.patch", b"new a\n")])
+    assert report.removed == ["gone.patch"] and not (d / "gone.patch").exists()
+    assert report.left == ["mine.patch"]
+    assert (d / "mine.patch").read_bytes() == b"a user's unrelated patch\n"
+    assert (d / ".a.patch.swp").read_bytes() == b"vim swap\n"
+    assert (d / ".gone.patch.orig").read_bytes() == b"backup\n"
+    assert (d / "notes.txt").exists()
+    assert (d / "a.patch").read_bytes() == b"new a\n"
+    assert (d / "series").read_text() == "# the series\na.patch\n"
+
+
+def test_export_out_dir_with_unrelated_patches_keeps_them(tmp_path):
+    """`export --out DIR` into a directory without a series file removes nothing."""
+    from patchkit.export import ExportedPatch, write_series
+
+    d = tmp_path / "out"
+    d.mkdir()
+    (d / "other-project.patch").write_bytes(b"not ours\n")
+    report = write_series(d, "t", [ExportedPatch("x.patch", b"x\n")])
+    assert report.removed == [] and report.left == ["other-project.patch"]
+    assert (d / "other-project.patch").read_bytes() == b"not ours\n"
+
+
+def test_export_sweeps_only_its_own_temp_files(tmp_path):
+    from patchkit.export import TMP_MARK, ExportedPatch, write_series
+
+    d = _series_dir(tmp_path, {"a.patch": b"a\n"}, {".a.patch.swp": b"swap\n"})
+    (d / f".a.patch{TMP_MARK}k1ll3d").write_bytes(b"half")
+    write_series(d, "t", [ExportedPatch("a.patch", b"a\n")])
+    assert not (d / f".a.patch{TMP_MARK}k1ll3d").exists()
+    assert (d / ".a.patch.swp").exists()
+
+
+def test_interrupted_export_puts_every_file_back(tmp_path, monkeypatch):
+    from patchkit import export
+    from patchkit.errors import Interrupted
+
+    d = _series_dir(tmp_path, {f"p{i}.patch": b"old\n" for i in range(6)}, {})
+    before = snapshot(d)
+    real, count = export._atomic_write, [0]
+
+    def write(path, data):
+        count[0] += 1
+        if count[0] == 4:
+            raise KeyboardInterrupt  # SIGINT, or SIGTERM as the CLI maps it
+        real(path, data)
+
+    monkeypatch.setattr(export, "_atomic_write", write)
+    new = [export.ExportedPatch(f"p{i}.patch", b"new\n") for i in range(5)]
+    new.append(export.ExportedPatch("added.patch", b"added\n"))
+    with pytest.raises(Interrupted) as caught:
+        export.write_series(d, "t", new)
+    monkeypatch.setattr(export, "_atomic_write", real)
+    assert "put back" in caught.value.left
+    assert snapshot(d) == before

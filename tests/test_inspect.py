@@ -128,3 +128,178 @@ def test_usage_errors(tmp_path):
     assert missing.returncode == 2
     assert "no installed distribution 'not-there'" in missing.stderr
     assert patchkit("inspect", str(tmp_path / "nope.whl")).returncode == 2
+
+
+# --- crafted wheels and special files: a clear error, never a hang or exit 70 ---------------
+
+import base64  # noqa: E402
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import struct  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from helpers import ROOT  # noqa: E402
+
+MODULE = "tiny/__init__.py"
+
+
+def _hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _tiny_wheel(
+    path: Path,
+    *,
+    metadata: bytes = b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n",
+    provenance: bytes | None = None,
+    module: bytes = b"VALUE = 1\n" * 50,
+    compression: int = zipfile.ZIP_STORED,
+) -> Path:
+    """A small, valid wheel (RECORD lists every member with its hash)."""
+    di = "tiny-1.0.dist-info"
+    members = {MODULE: module, f"{di}/METADATA": metadata, f"{di}/WHEEL": b"Wheel-Version: 1.0\n"}
+    if provenance is not None:
+        members[f"{di}/patchkit.json"] = provenance
+    record = "".join(f"{n},{_hash(d)},{len(d)}\n" for n, d in members.items())
+    record += f"{di}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w", compression) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        zf.writestr(f"{di}/RECORD", record)
+    return path
+
+
+def _patch_headers(path: Path, member: str, offset_local: int, offset_central: int, value: int):
+    """Overwrite a 2-byte field of `member`'s local and central headers (crafting)."""
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    for sig, off in ((b"PK\x03\x04", offset_local), (b"PK\x01\x02", offset_central)):
+        start = 0
+        while (pos := data.find(sig, start)) >= 0:
+            name_at = pos + (30 if sig == b"PK\x03\x04" else 46)
+            if data[name_at : name_at + len(name)] == name:
+                struct.pack_into("<H", data, pos + off, value)
+            start = pos + 4
+    path.write_bytes(bytes(data))
+
+
+def _bad_crc(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    pos = data.find(b"VALUE = 1")
+    data[pos] ^= 0x20
+    path.write_bytes(bytes(data))
+
+
+def _inspect(wheel: Path, timeout: float = 60):
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", "inspect", str(wheel)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _one_clear_line(result) -> bool:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    return (
+        result.returncode in (1, 2)
+        and 1 <= len(lines) <= 2
+        and all(ln.startswith("patchkit: ") for ln in lines)
+        and "internal error" not in result.stderr
+        and "Traceback" not in result.stderr
+    )
+
+
+def test_tiny_wheel_is_valid(tmp_path):
+    result = _inspect(_tiny_wheel(tmp_path / "tiny-1.0-py3-none-any.whl"))
+    assert result.returncode == 3, result.stdout + result.stderr  # intact, no provenance
+    assert "all match" in result.stdout
+
+
+CRAFTED = {
+    "bad CRC": (lambda p: (_tiny_wheel(p), _bad_crc(p)), "Bad CRC"),
+    "encrypted member": (
+        lambda p: (_tiny_wheel(p), _patch_headers(p, MODULE, 6, 8, 0x1)),
+        "is encrypted",
+    ),
+    "unknown compression": (
+        lambda p: (_tiny_wheel(p), _patch_headers(p, MODULE, 8, 10, 99)),
+        "unknown compression method 99",
+    ),
+    "Latin-1 METADATA": (
+        lambda p: _tiny_wheel(p, metadata=b"Metadata-Version: 2.1\nName: caf\xe9\nVersion: 1\n"),
+        "METADATA is not UTF-8",
+    ),
+    "huge METADATA": (
+        lambda p: _tiny_wheel(
+            p,
+            metadata=b"Name: tiny\nVersion: 1.0\n"
+            + random.Random(1).randbytes(5 << 20).hex().encode(),
+            compression=zipfile.ZIP_DEFLATED,
+        ),
+        "limit",
+    ),
+    "METADATA without Name": (
+        lambda p: _tiny_wheel(p, metadata=b"Metadata-Version: 2.1\n"),
+        "lacks Name or Version",
+    ),
+    "provenance: a list": (lambda p: _tiny_wheel(p, provenance=b"[1, 2]"), "not a JSON object"),
+    "provenance: profile a list": (
+        lambda p: _tiny_wheel(p, provenance=b'{"profile": [1], "tools": {}}'),
+        "'profile' is not an object",
+    ),
+    "provenance: patches of numbers": (
+        lambda p: _tiny_wheel(p, provenance=b'{"series": {"patches": [1, 2]}}'),
+        "is not an object",
+    ),
+    "provenance: epoch a string": (
+        lambda p: _tiny_wheel(p, provenance=b'{"source_date_epoch": "soon"}'),
+        "not an integer",
+    ),
+    "provenance: tools of lists": (
+        lambda p: _tiny_wheel(p, provenance=b'{"tools": {"git": [1]}}'),
+        "'tools' values",
+    ),
+    "provenance: not UTF-8": (lambda p: _tiny_wheel(p, provenance=b'{"a": "\xff"}'), "UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_crafted_wheel_gives_a_clear_error(tmp_path, case):
+    make, words = CRAFTED[case]
+    wheel = tmp_path / "tiny-1.0-py3-none-any.whl"
+    make(wheel)
+    result = _inspect(wheel)
+    assert _one_clear_line(result), result.stdout + result.stderr
+    assert words in result.stderr, result.stderr
+
+
+def test_fifo_as_wheel_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "tiny-1.0-py3-none-any.whl"
+    os.mkfifo(fifo)
+    result = _inspect(fifo, timeout=30)
+    assert _one_clear_line(result) and "is a FIFO" in result.stderr, result.stderr
+
+
+def test_fifo_in_an_installed_distribution_is_reported(tmp_path):
+    """A RECORD entry that is a FIFO is reported as `special`, not read (which would hang)."""
+    site = tmp_path / "site"
+    wheel = _tiny_wheel(tmp_path / "tiny-1.0-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    (site / MODULE).unlink()
+    os.mkfifo(site / MODULE)
+    result = subprocess.run(
+        [sys.executable, "-m", "patchkit", "inspect", "--installed", "tiny", "--path", str(site)],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "special" in result.stdout and MODULE in result.stdout
+    os.unlink(site / "tiny-1.0.dist-info" / "RECORD")
+    os.mkfifo(site / "tiny-1.0.dist-info" / "RECORD")
+    result = subprocess.run(
+        [sys.executable, "-m", "patchkit", "inspect", "--installed", "tiny", "--path", str(site)],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert _one_clear_line(result) and "is a FIFO" in result.stderr, result.stderr

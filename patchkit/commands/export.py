@@ -50,6 +50,8 @@ def command(directory, target, line, out, dry_run, as_json) -> int:
             output.echo(f"  {state:>11}  {patch.name}{how}")
         for name_ in report.removed:
             output.echo(f"  {'would remove' if dry_run else 'removed':>11}  {name_}")
+        for name_ in report.left:
+            output.echo(f"  {'left':>11}  {name_}  (not in the series: not export's to remove)")
         if report.series_changed:
             output.echo(f"  {verb} {out / 'series'}")
         if dry_run and report.changed:

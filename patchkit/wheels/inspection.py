@@ -7,6 +7,8 @@ name.  Nothing here prints; callers render the `Inspection`.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import sys
@@ -16,10 +18,22 @@ from email.parser import HeaderParser
 from importlib import metadata
 from pathlib import Path
 
-from patchkit.archives import archive_problem
+from patchkit.archives import (
+    MAX_JSON_BYTES,
+    MAX_METADATA_BYTES,
+    MAX_RECORD_BYTES,
+    MemberError,
+    SpecialFileError,
+    archive_problem,
+    hash_file,
+    hash_member,
+    open_regular,
+    read_member,
+    special_file_problem,
+)
 from patchkit.errors import InvalidArchiveError, UsageError
 from patchkit.wheels.provenance import PROVENANCE_FILE, Provenance
-from patchkit.wheels.reproducible import check_record, dist_info_dir, record_hash
+from patchkit.wheels.reproducible import dist_info_dir
 from patchkit.wheels.sbom import SBOM_DIR
 
 EXIT_OK, EXIT_MODIFIED, EXIT_NO_PROVENANCE = 0, 1, 3
@@ -28,7 +42,7 @@ EXIT_OK, EXIT_MODIFIED, EXIT_NO_PROVENANCE = 0, 1, 3
 @dataclass(frozen=True)
 class FileProblem:
     path: str
-    problem: str  # changed | missing | added | unhashed
+    problem: str  # changed | missing | added | unhashed | special (a FIFO or device)
 
     def to_json(self) -> dict:
         return {"path": self.path, "problem": self.problem}
@@ -79,49 +93,161 @@ class Inspection:
         }
 
 
+_STR_FIELDS = {
+    (): ("distribution", "version"),
+    ("upstream",): ("target", "version", "git", "base_commit", "source"),
+    ("series",): ("version", "hash", "result_commit"),
+}
+_OPTIONAL_STR = {("upstream",): ("commit", "sdist", "sdist_sha256")}
+
+
+def _provenance_type_problem(data: object) -> str | None:
+    """Where a provenance document has the wrong JSON types (it comes from the archive)."""
+    if not isinstance(data, dict):
+        return "the document is not a JSON object"
+    for key in ("upstream", "series", "profile", "tools"):
+        if key in data and not isinstance(data[key], dict):
+            return f"'{key}' is not an object"
+    for where, keys in _STR_FIELDS.items():
+        node = data.get(where[0], {}) if where else data
+        for key in keys:
+            if key in node and not isinstance(node[key], str):
+                return f"'{'.'.join((*where, key))}' is not a string"
+    for where, keys in _OPTIONAL_STR.items():
+        node = data.get(where[0], {})
+        for key in keys:
+            if node.get(key) is not None and not isinstance(node[key], str):
+                return f"'{'.'.join((*where, key))}' is not a string or null"
+    patches = data.get("series", {}).get("patches", [])
+    if not isinstance(patches, list):
+        return "'series.patches' is not a list"
+    for i, patch in enumerate(patches):
+        if not isinstance(patch, dict):
+            return f"'series.patches[{i}]' is not an object"
+        for key in ("name", "sha256", "subject"):
+            if key in patch and not isinstance(patch[key], str):
+                return f"'series.patches[{i}].{key}' is not a string"
+        links = patch.get("upstream_links", [])
+        if not isinstance(links, list) or not all(isinstance(x, str) for x in links):
+            return f"'series.patches[{i}].upstream_links' is not a list of strings"
+    tools = data.get("tools", {})
+    if not all(isinstance(v, str) for v in tools.values()):
+        return "'tools' values are not all strings"
+    epoch = data.get("source_date_epoch", 0)
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        return "'source_date_epoch' is not an integer"
+    return None
+
+
 def _provenance(text: str | None, where: str) -> Provenance | None:
     if text is None:
         return None
     try:
-        return Provenance.from_json(json.loads(text))
-    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
         raise UsageError(f"{where}: {PROVENANCE_FILE} is not valid JSON") from None
+    problem = _provenance_type_problem(data)
+    if problem:
+        raise InvalidArchiveError(f"{where}: {PROVENANCE_FILE} is malformed: {problem}")
+    try:
+        return Provenance.from_json(data)
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:
+        raise InvalidArchiveError(f"{where}: {PROVENANCE_FILE} is malformed ({exc})") from None
+
+
+def _text(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MemberError(f"{what} is not UTF-8 (byte {exc.start})") from None
+
+
+def _record_problems(
+    zf: zipfile.ZipFile, files: list[zipfile.ZipInfo], record_name: str, text: str
+) -> list[FileProblem]:
+    """Each file that does not match RECORD; linear in the number of members."""
+    record: dict[str, str] = {}
+    try:
+        for row in csv.reader(io.StringIO(text)):
+            if row:
+                record[row[0]] = row[1] if len(row) > 1 else ""
+    except csv.Error as exc:
+        raise MemberError(f"{record_name} is not a RECORD file ({exc})") from None
+    problems = []
+    names = set()
+    for info in files:
+        names.add(info.filename)
+        if info.filename == record_name:
+            continue
+        digest = record.get(info.filename)
+        if digest is None:
+            problems.append(FileProblem(info.filename, "added"))
+        elif not digest:
+            problems.append(FileProblem(info.filename, "unhashed"))
+        elif digest != hash_member(zf, info):
+            problems.append(FileProblem(info.filename, "changed"))
+    problems.extend(FileProblem(path, "missing") for path in record if path not in names)
+    return sorted(problems, key=lambda p: (p.path, p.problem))
 
 
 def inspect_wheel(path: Path) -> Inspection:
-    """Read a wheel's provenance and check its files against its own RECORD."""
+    """Read a wheel's provenance and check its files against its own RECORD.
+
+    Hostile archives (see patchkit.archives) are refused before any member is read; members
+    are read with size limits; a damaged member (bad CRC, unreadable stream) or METADATA that
+    is not UTF-8 make the archive invalid, with the member named.
+    """
     try:
-        zf = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
+        fh = open_regular(path)
+    except SpecialFileError as exc:
+        raise UsageError(f"{exc}; pass a wheel file", hint="nothing was read") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: not a readable wheel ({exc.strerror or exc})") from None
+    try:
+        zf = zipfile.ZipFile(fh)
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
+        fh.close()
         raise UsageError(f"{path}: not a readable wheel ({exc})") from None
-    with zf:
-        problem = archive_problem(zf.infolist())
+    with fh, zf:
+        infos = zf.infolist()
+        problem = archive_problem(infos)
         if problem:
             raise InvalidArchiveError(f"{path}: invalid archive: {problem}; nothing was read")
-        names = zf.namelist()
+        by_name = {info.filename: info for info in infos}
         try:
-            dist_info = dist_info_dir(names)
+            dist_info = dist_info_dir(by_name)
         except ValueError as exc:
             raise InvalidArchiveError(f"{path}: invalid archive: {exc}") from None
-        if f"{dist_info}/RECORD" not in names or f"{dist_info}/METADATA" not in names:
+        record_name, meta_name = f"{dist_info}/RECORD", f"{dist_info}/METADATA"
+        if record_name not in by_name or meta_name not in by_name:
             raise InvalidArchiveError(
                 f"{path}: invalid archive: {dist_info}/ lacks RECORD or METADATA"
             )
-        headers = HeaderParser().parsestr(zf.read(f"{dist_info}/METADATA").decode("utf-8"))
         prov_name = f"{dist_info}/{PROVENANCE_FILE}"
-        text = zf.read(prov_name).decode("utf-8") if prov_name in names else None
-        sboms = sorted(n for n in names if n.startswith(f"{dist_info}/{SBOM_DIR}/"))
-        checked = sum(1 for n in names if not n.endswith("/"))
-    problems = [FileProblem(name, problem) for name, problem in check_record(path)]
+        files = [info for info in infos if not info.is_dir()]
+        try:
+            meta = _text(read_member(zf, by_name[meta_name], MAX_METADATA_BYTES), meta_name)
+            text = None
+            if prov_name in by_name:
+                raw = read_member(zf, by_name[prov_name], MAX_JSON_BYTES)
+                text = _text(raw, prov_name)
+            record = _text(read_member(zf, by_name[record_name], MAX_RECORD_BYTES), record_name)
+            problems = _record_problems(zf, files, record_name, record)
+        except MemberError as exc:
+            raise InvalidArchiveError(f"{path}: invalid archive: {exc}") from None
+        headers = HeaderParser().parsestr(meta)
+        if not headers["Name"] or not headers["Version"]:
+            raise InvalidArchiveError(f"{path}: invalid archive: {meta_name} lacks Name or Version")
+        sboms = sorted(n for n in by_name if n.startswith(f"{dist_info}/{SBOM_DIR}/"))
     return Inspection(
         "wheel",
         str(path),
-        headers["Name"],
-        headers["Version"],
+        str(headers["Name"]),
+        str(headers["Version"]),
         str(path),
         _provenance(text, str(path)),
         sboms,
-        checked,
+        len(files),
         problems,
     )
 
@@ -140,6 +266,11 @@ def _find_distribution(name: str, paths: list[str] | None) -> metadata.Distribut
 def inspect_installed(name: str, paths: list[str] | None = None) -> Inspection:
     """Check every file an installed distribution's RECORD lists (and look for added ones)."""
     dist = _find_distribution(name, paths)
+    meta_path = getattr(dist, "_path", None)  # the .dist-info directory of a PathDistribution
+    for member in ("METADATA", "RECORD", PROVENANCE_FILE):
+        problem = special_file_problem(Path(str(meta_path)) / member) if meta_path else None
+        if problem:
+            raise UsageError(f"{name}: {problem}; nothing was read")
     location = Path(str(dist.locate_file(""))).resolve()
     records = list(dist.files or [])
     if not records:
@@ -154,11 +285,14 @@ def inspect_installed(name: str, paths: list[str] | None = None) -> Inspection:
         target = Path(str(dist.locate_file(entry)))
         checked += 1
         try:
-            data = target.read_bytes()
+            digest = hash_file(target)
         except FileNotFoundError:
             problems.append(FileProblem(entry.as_posix(), "missing"))
             continue
-        if record_hash(data) != f"{entry.hash.mode}={entry.hash.value}":
+        except SpecialFileError:
+            problems.append(FileProblem(entry.as_posix(), "special"))  # FIFO, device
+            continue
+        if digest != f"{entry.hash.mode}={entry.hash.value}":
             problems.append(FileProblem(entry.as_posix(), "changed"))
     problems.extend(FileProblem(p, "added") for p in _added_files(dist, location, recorded))
     prov = _provenance(dist.read_text(PROVENANCE_FILE), f"{name} at {location}")

@@ -393,3 +393,63 @@ def one_or_two_lines(stderr: str) -> bool:
 
 def dedent(text: str) -> bytes:
     return textwrap.dedent(text).lstrip("\n").encode()
+
+
+# --- fault injection at git-call granularity -------------------------------------------------
+
+GIT_WRAPPER = """#!/bin/sh
+# Counts the git calls patchkit makes (not those git makes of itself: their parent is git)
+# and, at call number $(cat at), sends $(cat signal) to patchkit, then runs the real git as
+# if nothing had happened. Shell builtins only, so it costs no extra process per call.
+here={here}
+read -r parent < /proc/$PPID/comm
+case "$parent" in
+python*)
+    n=0
+    [ -f "$here/count" ] && read -r n < "$here/count"
+    n=$((n + 1))
+    echo "$n" > "$here/count"
+    echo "$n $*" >> "$here/calls"
+    read -r at < "$here/at"
+    if [ "$n" = "$at" ]; then
+        read -r sig < "$here/signal"
+        kill -"$sig" "$PPID"
+    fi
+    ;;
+esac
+exec {git} "$@"
+"""
+
+
+@dataclass
+class GitFaults:
+    """A `git` on PATH that interrupts patchkit at its Nth git call (SIGINT, SIGTERM or
+    SIGKILL), the way a user's Ctrl-C, a CI timeout or the OOM killer would."""
+
+    where: Path
+
+    @classmethod
+    def install(cls, where: Path) -> GitFaults:
+        import shutil
+
+        where.mkdir(parents=True, exist_ok=True)
+        real = shutil.which("git")
+        assert real, "git is needed"
+        script = where / "git"
+        script.write_text(GIT_WRAPPER.format(here=where, git=real))
+        script.chmod(0o755)
+        return cls(where)
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": f"{self.where}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+
+    def arm(self, at: int, signal_name: str) -> None:
+        """Interrupt at call `at` (0: never) with signal `signal_name` (KILL, TERM, INT)."""
+        for name in ("count", "calls"):
+            (self.where / name).unlink(missing_ok=True)
+        (self.where / "at").write_text(str(at))
+        (self.where / "signal").write_text(signal_name)
+
+    def calls(self) -> list[str]:
+        path = self.where / "calls"
+        return path.read_text().splitlines() if path.exists() else []

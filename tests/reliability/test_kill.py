@@ -491,3 +491,53 @@ def test_refused_checkout_keeps_user_files(tmp_path):
     assert mine.read_text() == "my own work\n"
     assert rev(into, "HEAD") == before
     assert not (tmp_path / ".wt.patchkit.journal").exists()
+
+
+# A patchkit SIGKILLed while its git runs: the git lives on (here: an alias that sleeps). It
+# inherited the lock, so the next patchkit waits for it instead of sweeping or hashing files
+# that git is still writing (the race behind a flaky sdist-import kill: a killed run's
+# `git prune-packed` removing loose-object folders while the next run listed them).
+HOLD_LOCK_THEN_GIT = """
+import os, sys
+from pathlib import Path
+from patchkit import gitops
+from patchkit.locks import locked
+with locked(Path(sys.argv[1]), "a test lock"):
+    print("locked", flush=True)
+    gitops.run(Path(sys.argv[2]), "-c", "alias.nap=!sleep 3", "nap")
+"""
+
+
+def test_a_killed_patchkits_git_keeps_the_lock(tmp_path):
+    import fcntl
+
+    lock = tmp_path / "mirror.lock"
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK_THEN_GIT, str(lock), str(repo)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout.readline().strip() == "locked"
+    time.sleep(0.5)  # git (and its sleep) started
+    proc.kill()
+    proc.wait()
+    with lock.open() as fh:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the orphaned git holds it
+        start = time.monotonic()
+        fcntl.flock(fh, fcntl.LOCK_EX)  # ... until it exits
+        assert 0.5 < time.monotonic() - start < 10
+
+
+def test_rebase_write_removes_only_what_the_series_named(tmp_path):
+    """rebase --write drops an upstreamed or renamed patch only if the series listed it: a
+    user's unlisted patch and an editor's swap file in patches/<target>/ stay."""
+    toy = _toy_with_new_release(tmp_path / "toy")
+    d = toy.project / "patches" / "toy"
+    (d / "not-in-the-series.patch").write_bytes(b"a user's draft\n")
+    (d / ".toy-01.patch.swp").write_bytes(b"swap\n")
+    done = cli("rebase", "--target", "toy@v1.1", "--write", env=toy.env)
+    assert done.returncode == 0, done.stderr
+    assert (d / "not-in-the-series.patch").read_bytes() == b"a user's draft\n"
+    assert (d / ".toy-01.patch.swp").read_bytes() == b"swap\n"

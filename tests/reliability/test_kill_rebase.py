@@ -1,0 +1,42 @@
+"""Interrupt `rebase --write` at its git calls (SIGINT, SIGTERM, SIGKILL, through the `git`
+wrapper on PATH): patches/ and targets.toml are always the old or the new state, the cache
+stays sound, and the same command then finishes."""
+
+from __future__ import annotations
+
+from reliability_support import GitFaults, cache_problems, cli, one_or_two_lines, record
+from test_kill import _rebase_states, _toy_with_new_release
+
+SECTION = "rebase --write interrupted at git calls (tests/reliability/test_kill_rebase.py)"
+EVERY = 3  # interrupt at every third call with each signal (CI budget)
+
+
+def test_rebase_write_interrupted_at_git_calls(tmp_path):
+    toy = _toy_with_new_release(tmp_path / "toy")
+    args, reset, after_kill, final = _rebase_states(toy)
+    faults = GitFaults.install(tmp_path / "faults")
+    reset()
+    faults.arm(0, "KILL")
+    assert cli(*args, env={**toy.env, **faults.env()}).returncode == 0
+    calls = len(faults.calls())
+    tried = finished = 0
+    for sig_index, sig in enumerate(("KILL", "TERM", "INT")):
+        for at in range(1 + sig_index, calls + 1, EVERY):
+            reset()
+            faults.arm(at, sig)
+            done = cli(*args, env={**toy.env, **faults.env()})
+            tried += 1
+            verdict = after_kill()
+            assert not verdict, f"call {at} {sig}: {verdict}"
+            assert not cache_problems(toy.cache), (at, sig)
+            if sig != "KILL" and done.returncode == 130:
+                assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr
+            again = cli(*args, env=toy.env)
+            problems = final()
+            assert again.returncode in (0, 3) and not problems, (at, sig, again.stderr, problems)
+            finished += 1
+    record(
+        SECTION,
+        f"{tried} interrupts over {calls} git calls (every {EVERY}rd, each of SIGKILL/SIGTERM/"
+        f"SIGINT): 0 torn states, {finished}/{tried} next runs finished",
+    )
