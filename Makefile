@@ -11,7 +11,7 @@ PROFILE   ?= cu130-sm120
 ARGS      ?=
 LINE      ?=
 
-.PHONY: wheels test test-fast test-reliability gpu-test gpu-bundle verify review lint bench clean
+.PHONY: wheels test test-fast test-reliability gpu-test gpu-bundle verify review lint bench clean install
 
 $(BVENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(BVENV)
@@ -45,6 +45,15 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 ## LINE=0.5.12 builds that line instead, e.g. the cp311 and cp312 wheels of a wheel base)
 wheels: $(BVENV)/.stamp
 	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
+
+## install: `patchkit` on PATH: its own venv under $(PREFIX)/share/patchkit, a link in $(PREFIX)/bin
+PREFIX ?= $(HOME)/.local
+install:
+	$(PYTHON) -m venv $(PREFIX)/share/patchkit/venv
+	$(PREFIX)/share/patchkit/venv/bin/pip install $(PIP_FLAGS) --upgrade .
+	mkdir -p $(PREFIX)/bin
+	ln -sf $(PREFIX)/share/patchkit/venv/bin/patchkit $(PREFIX)/bin/patchkit
+	@echo "installed: $(PREFIX)/bin/patchkit (run it inside a checkout of the series, or -C DIR)"
 
 ## test: the CPU tier (manager tests and the payload tests of every patched path, both lines)
 test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp

@@ -26,6 +26,7 @@ VERBS = {
     "review": "review",
     "import": "import_",
     "doctor": "doctor",
+    "schema": "schema",
 }
 
 # One line per verb for `patchkit --help`, so listing the verbs imports none of them.
@@ -42,6 +43,7 @@ SHORT_HELP = {
     "review": "The upstream-diff review: patch table, upstream status, combined delta.",
     "import": "Turn a monolithic diff or an overlay directory into a per-concern series.",
     "doctor": "Check inputs before a long run (e.g. an EAGLE-3 draft checkpoint).",
+    "schema": "Print the JSON Schema of every verb's --json document.",
 }
 
 ENVIRONMENT = (
@@ -135,11 +137,23 @@ def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; map PatchkitError to its exit code and one or two lines on stderr."""
+    """Run the CLI; map PatchkitError to its exit code and one or two lines on stderr. Under
+    `--json` every outcome, errors included, is one envelope document on stdout."""
     signal.signal(signal.SIGTERM, _on_sigterm)
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
-        os.environ.get("PATCHKIT_DEBUG")
-    )
+    args = list(argv if argv is not None else sys.argv[1:])
+    debug = "--debug" in args or bool(os.environ.get("PATCHKIT_DEBUG"))
+    rc, error = _run_verb(argv, debug)
+    if "--json" in args and not _asked_for_help(args):
+        from patchkit import ui
+
+        ui.print_envelope(ui.envelope(_verb_of(args), rc, ui.take_result(), error))
+    return rc
+
+
+def _run_verb(argv: list[str] | None, debug: bool) -> tuple[int, dict | None]:
+    """(exit code, the envelope's error object or None)."""
+    from patchkit.ui import error_object
+
     try:
         rv = _dispatch(argv)
     except PatchkitError as exc:
@@ -148,24 +162,24 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"patchkit: error: {_one_line(exc.message)}", err=True)
         if exc.hint:
             click.echo(f"patchkit: next: {_one_line(exc.hint)}", err=True)
-        return exc.exit_code
+        return exc.exit_code, error_object(exc, exc.exit_code)
     except click.exceptions.Exit as exc:
-        return exc.exit_code
+        return exc.exit_code, None
     except click.ClickException as exc:
         exc.show()
-        return exc.exit_code
+        return exc.exit_code, error_object(exc, exc.exit_code) | {"kind": "usage"}
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         # click wraps the KeyboardInterrupt in Abort; the core's Interrupted says what it left.
         cause = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
         left = getattr(cause, "left", None) or "nothing was left half-done"
         click.echo(f"patchkit: interrupted; {left}", err=True)
-        return 130
+        return 130, error_object(exc, 130) | {"kind": "interrupted", "message": left}
     except OSError as exc:
         if debug:
             raise
         where = f": {exc.filename}" if exc.filename else ""
         click.echo(f"patchkit: error: {exc.strerror or exc}{where}", err=True)
-        return 1
+        return 1, error_object(exc, 1) | {"kind": "os", "message": f"{exc.strerror or exc}{where}"}
     except Exception as exc:  # a bug, not a user error: still no traceback without --debug
         if debug:
             raise
@@ -174,8 +188,25 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(
             "patchkit: next: run again with --debug for the traceback and report it", err=True
         )
-        return 70
-    return rv if isinstance(rv, int) else 0
+        return 70, error_object(exc, 70) | {"kind": "internal", "message": cause}
+    return (rv if isinstance(rv, int) else 0), None
+
+
+def _verb_of(args: list[str]) -> str | None:
+    """The verb of a command line (after the group's own options)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("-C", "--project"):
+            skip = True
+        elif not arg.startswith("-"):
+            return arg if arg in VERBS else None
+    return None
+
+
+def _asked_for_help(args: list[str]) -> bool:
+    return any(a in ("-h", "--help", "--version") for a in args)
 
 
 def _dispatch(argv: list[str] | None):

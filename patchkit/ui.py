@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,11 @@ from typing import Any
 
 import click
 
+from patchkit.errors import PatchkitError
+
 PLAIN_INTERVAL = 5.0
+SCHEMA_VERSION = 1
+_RESULT: object = None  # the result a verb handed to Output.document in this process
 _LIVE: list[Output] = []  # outputs with a live status line, stopped by stop_all() on any exit
 
 
@@ -71,11 +76,55 @@ class Output:
             click.echo(text)
 
     def document(self, data: object) -> None:
+        """The verb's result; the CLI prints it inside the one `--json` envelope once the exit
+        code is known (see `envelope`)."""
         self.done()
-        click.echo(json.dumps(data, indent=2, sort_keys=False))
+        global _RESULT
+        _RESULT = data
 
 
 def stop_all() -> None:
     """Stop every live status line (the CLI calls this before printing an error)."""
     for output in list(_LIVE):
         output.done()
+
+
+def take_result() -> object:
+    """The result recorded by Output.document (None when the verb recorded none)."""
+    global _RESULT
+    result, _RESULT = _RESULT, None
+    return result
+
+
+def error_object(exc: PatchkitError | Exception, exit_code: int) -> dict:
+    """The `error` member of the envelope: kind, message, next step and any structured detail
+    the error carries (e.g. every source tried for a base)."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "-", type(exc).__name__).lower()
+    kind = kind.removesuffix("-error") or "error"
+    message = getattr(exc, "message", None) or str(exc)
+    out = {"kind": kind, "message": message, "next_step": getattr(exc, "hint", None)}
+    to_json = getattr(exc, "to_json", None)
+    if callable(to_json):  # structured errors name their own kind and carry their detail
+        detail = dict(to_json())
+        out["kind"] = str(detail.pop("error", out["kind"]))
+        detail.pop("message", None)
+        detail.pop("next_step", None)
+        out["detail"] = detail
+    out["exit_code"] = exit_code
+    return out
+
+
+def envelope(command: str | None, exit_code: int, result: object, error: dict | None) -> dict:
+    """The one `--json` document of every verb (schema: patchkit/schemas/envelope.json)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": command,
+        "ok": error is None and exit_code in (0, 3),
+        "exit_code": exit_code,
+        "result": result,
+        "error": error,
+    }
+
+
+def print_envelope(document: dict) -> None:
+    click.echo(json.dumps(document, indent=2, sort_keys=False))

@@ -8,6 +8,7 @@ second `make test` reuses them; each test that needs isolation copies what it ne
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # The payload and GPU tiers import torch; `make test-fast` runs without it.
 if importlib.util.find_spec("torch") is None:
     collect_ignore = ["payload", "gpu"]
+
+from helpers import TEST_CACHE as _TEST_CACHE  # noqa: E402
+
+# Test data (sdists, wheels, mirrors, payload trees) stays under the project's ignored .cache/,
+# never in the user's ~/.cache/patchkit; tests that need a private cache set their own.
+os.environ.setdefault("PATCHKIT_CACHE", str(_TEST_CACHE))
 
 from helpers import (  # noqa: E402,F401
     ROOT,

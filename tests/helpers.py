@@ -99,3 +99,21 @@ def series_folder(root: Path, target: str, line: str | None = None) -> Path:
     from patchkit.project import Project
 
     return Project(root).series_dir(target, line)
+
+
+def result_of(stdout: str) -> dict:
+    """The verb's result from its `--json` envelope (the one document on stdout)."""
+    import json
+
+    document = json.loads(stdout)
+    assert document["error"] is None, document["error"]
+    return document["result"]
+
+
+def error_of(stdout: str) -> dict:
+    """The error object of a failed verb's `--json` envelope."""
+    import json
+
+    document = json.loads(stdout)
+    assert document["ok"] is False and document["error"] is not None, document
+    return document["error"]

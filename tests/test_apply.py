@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from helpers import git, patchkit, sha_of, snapshot
+from helpers import git, patchkit, result_of, sha_of, snapshot
 from series_fixtures import make_patch, tree_from_mirror, write_series
 
 PIN = "bbe9c7eeb520b0a67e92d133dfc137a3688dc7f2"
@@ -36,7 +34,7 @@ def small_series(tmp_path, project, sglang_base):
 
 def apply_json(*args, **kw):
     result = patchkit("apply", *args, "--json", **kw)
-    return result, json.loads(result.stdout) if result.stdout.strip() else None
+    return result, result_of(result.stdout) if result.stdout.strip() else None
 
 
 def commits_since_base(tree):

@@ -14,7 +14,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, patchkit, series_folder
+from helpers import ROOT, patchkit, result_of, series_folder
 from unidiff import PatchSet
 
 from patchkit.errors import BuildError, ConfigError, UsageError
@@ -201,7 +201,7 @@ def test_an_empty_series_is_skipped_not_built(project, cache):
     (series_folder(project, "flashinfer") / "series").write_text("# nothing\n")
     result = patchkit("build", "--target", "flashinfer", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = result_of(result.stdout)
     assert report["wheels"] == []
     assert report["skipped"][0]["target"] == "flashinfer"
 

@@ -30,7 +30,7 @@ from doctor_fixtures import (  # noqa: E402
     target_config,
     vocab_maps,
 )
-from helpers import ROOT, TEST_CACHE, patchkit, private_cache  # noqa: E402
+from helpers import ROOT, TEST_CACHE, patchkit, private_cache, result_of  # noqa: E402
 
 from patchkit.doctor import sources  # noqa: E402
 from patchkit.doctor.draft import check_draft  # noqa: E402
@@ -123,7 +123,7 @@ def test_cli_clean_draft_exit_0_and_json(tmp_path, target, doctor_cache):
     assert text.returncode == 0, text.stderr
     assert "doctor: no problems" in text.stdout
     assert doc.returncode == 0, doc.stderr
-    parsed = json.loads(doc.stdout)
+    parsed = result_of(doc.stdout)
     assert parsed["ok"] is True and parsed["problems"] == 0
     assert parsed["capture"]["captured"] == [2, 4, 6]
     assert {c["id"] for c in parsed["checks"]} >= {"keys.expected", "aux.width", "vocab", "rope"}
@@ -523,7 +523,7 @@ def test_a_draft_written_by_the_real_speculators_package(tmp_path, target, docto
         env={"PATCHKIT_CACHE": str(doctor_cache)},
     )
 
-    doc = json.loads(proc.stdout)
+    doc = result_of(proc.stdout)
     assert {c["id"] for c in doc["checks"] if c["status"] == "fail"} >= {"config", "keys.expected"}
     assert doc["fixed"]["ok"] is True and proc.returncode == 0
 

@@ -5,12 +5,11 @@ overlays, mboxes, the existing series and every kind of bad input."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import subprocess
 
 import pytest
-from helpers import ROOT, git, patchkit, snapshot
+from helpers import ROOT, git, patchkit, result_of, snapshot
 from import_fixtures import NEW_FILE, SERVER_ARGS, mapping_file, monolith  # noqa: F401
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401
 from series_fixtures import write_series
@@ -74,7 +73,7 @@ def test_monolithic_diff_by_area_dry_run_writes_nothing(cache, project, monolith
     assert sum(v[0] for v in rows.values()) == len(monolith.files) == 27
     assert "the same as sglang.patch applied to the base" in r.stdout
     assert "nothing written (--dry-run)" in r.stdout
-    doc = json.loads(patchkit("import", str(monolith.diff), "--target", "sglang", "--json").stdout)
+    doc = result_of(patchkit("import", str(monolith.diff), "--target", "sglang", "--json").stdout)
     assert doc["status"] == "proposed" and doc["proof"]["equal"] is True
     assert doc["proof"]["expected_tree"] == monolith.tree_id
     assert {p["name"]: p["added"] for p in doc["patches"]}["packaging-changes.patch"] == 1

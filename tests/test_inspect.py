@@ -3,12 +3,11 @@ after install."""
 
 from __future__ import annotations
 
-import json
 import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import patchkit
+from helpers import patchkit, result_of
 
 from patchkit.wheels.reproducible import record_hash
 
@@ -33,7 +32,7 @@ def test_inspect_installed_reports_the_series_and_exits_0(sglang_site, sglang_wh
 def test_inspect_installed_json(sglang_site, sglang_wheel):
     result = patchkit("inspect", "--installed", "sglang", "--path", str(sglang_site), "--json")
     assert result.returncode == 0
-    doc = json.loads(result.stdout)
+    doc = result_of(result.stdout)
     assert doc["status"] == "ok"
     assert doc["problems"] == []
     assert doc["files_checked"] > 1000
@@ -53,7 +52,7 @@ def test_an_edited_installed_file_exits_1_and_is_named(sglang_site):
         assert "MODIFIED: 1 of the files" in result.stdout
 
         added.write_text("x = 1\n")
-        doc = json.loads(
+        doc = result_of(
             patchkit(
                 "inspect", "--installed", "sglang", "--path", str(sglang_site), "--json"
             ).stdout

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, patchkit
+from helpers import ROOT, patchkit, result_of
 
 from patchkit.lint import RULES, lint_target
 
@@ -42,7 +41,7 @@ def edit(path: Path, old: str, new: str) -> None:
 def test_real_series_lints_clean_with_the_reexport(cache):
     r = patchkit("lint", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    report = json.loads(r.stdout)
+    report = result_of(r.stdout)
     assert report["errors"] == 0 and report["warnings"] == 0
     assert set(report["checked"]) == {"sglang/0.5.9", "sglang/0.5.12", "flashinfer/0.6.3"}
 

@@ -3,11 +3,10 @@ git upstreams for `upstreamed` (patch-id and friends) and `conflict` + `--contin
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
-from helpers import patchkit, snapshot
+from helpers import patchkit, result_of, snapshot
 from rebase_fixtures import (  # noqa: F401 - fixtures
     AUX_POST,
     SGLANG_0510_SHA256,
@@ -165,7 +164,7 @@ def test_write_is_refused_while_a_patch_conflicts(project, cache_0510):  # noqa:
     before = snapshot(project / "patches")
     r = patchkit("rebase", "--target", "sglang@0.5.10", "--write", "--json")
     assert r.returncode == 1
-    report = json.loads(r.stdout)
+    report = result_of(r.stdout)
     assert report["status"] == "conflict" and report["written"] == []
     assert snapshot(project / "patches") == before
 
@@ -210,7 +209,7 @@ def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
 def test_git_upstream_patch_id_and_reverse_apply(git_project, git_upstream):  # noqa: F811
     r = patchkit("rebase", "--target", "sglang@v0.5.9.2", "--json")
     assert r.returncode == 0, r.stderr
-    report = json.loads(r.stdout)
+    report = result_of(r.stdout)
     assert report["history"] is True
     by = {p["name"]: p for p in report["patches"]}
     assert by[SYMM_MEM]["label"] == "upstreamed"
@@ -222,7 +221,7 @@ def test_git_upstream_patch_id_and_reverse_apply(git_project, git_upstream):  # 
 def test_git_upstream_offset_and_change_merged_after_a_nearby_edit(git_project):  # noqa: F811
     r = patchkit("rebase", "--target", "sglang@v0.5.9.4", "--json")
     assert r.returncode == 0, r.stderr
-    by = {p["name"]: p for p in json.loads(r.stdout)["patches"]}
+    by = {p["name"]: p for p in result_of(r.stdout)["patches"]}
     assert by[AUX_POST]["label"] == "offset" and by[AUX_POST]["changed"]
     symm = {s["name"]: s["fired"] for s in by[SYMM_MEM]["signals"]}
     assert by[SYMM_MEM]["label"] == "upstreamed"
@@ -283,7 +282,7 @@ def test_apply_allow_unpinned_takes_the_release_rebase_takes(project, cache_0510
     `fetch`/`apply --allow-unpinned` too, and refused without it."""
     r = patchkit("fetch", "--target", "sglang@0.5.10", "--allow-unpinned", "--json")
     assert r.returncode == 0, r.stderr
-    (base,) = json.loads(r.stdout)["bases"]
+    (base,) = result_of(r.stdout)["bases"]
     assert base["source"] == "sdist" and "sglang==0.5.10" in base["stands_for"]
     assert "not pinned" in r.stderr
     r = patchkit("fetch", "--target", "sglang@0.5.10")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import git
+from helpers import git, result_of
 
 from patchkit.series import parse_patch
 
@@ -251,7 +251,6 @@ EXPECTED_0512 = {
 def test_real_0_5_9_line_onto_the_0_5_12_wheels(
     project, sglang_wheels, warm_mirrors, tmp_path, monkeypatch
 ):
-    import json
 
     from helpers import patchkit, private_cache
 
@@ -261,7 +260,7 @@ def test_real_0_5_9_line_onto_the_0_5_12_wheels(
     r = patchkit("rebase", "--target", "sglang@0.5.12", "--line", "0.5.9", "--json")
 
     assert r.returncode in (0, 1), r.stderr
-    doc = json.loads(r.stdout)
+    doc = result_of(r.stdout)
     labels = {p["name"]: p["label"] for p in doc["patches"]}
     assert {n: labels[n] for n in EXPECTED_0512} == EXPECTED_0512
     by = {p["name"]: p for p in doc["patches"]}

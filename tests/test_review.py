@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from browser.cdp import Browser, find_chromium
-from helpers import ROOT, git, patchkit, series_folder
+from helpers import ROOT, git, patchkit, result_of, series_folder
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401 - fixtures
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -70,7 +70,7 @@ def test_terminal_table_lists_every_patch(cache):
 def test_against_adds_the_rebase_classification(cache_0510):  # noqa: F811
     r = patchkit("review", "--target", "sglang", "--against", "sglang@0.5.10", "--json")
     assert r.returncode == 0, r.stderr
-    rows = {p["name"]: p for p in json.loads(r.stdout)["targets"][0]["patches"]}
+    rows = {p["name"]: p for p in result_of(r.stdout)["targets"][0]["patches"]}
     assert rows[KIMI]["classification"] == "upstreamed"
     assert any(e.startswith("definitions-present") for e in rows[KIMI]["evidence"])
     assert rows[SYMM]["classification"] == "clean"
@@ -80,7 +80,7 @@ def test_against_adds_the_rebase_classification(cache_0510):  # noqa: F811
 def test_since_compares_two_versions_of_the_series(versioned_project):
     r = patchkit("review", "--since", "HEAD", "--no-diff", "--json")
     assert r.returncode == 0, r.stderr
-    entries = {e["name"]: e for e in json.loads(r.stdout)["comparison"]["entries"]}
+    entries = {e["name"]: e for e in result_of(r.stdout)["comparison"]["entries"]}
     assert entries[KIMI]["state"] == "changed"
     assert "+KimiK25ForConditionalGeneration (Kimi-K2.5) wraps" in entries[KIMI]["interdiff"]
     assert entries[SYMM]["state"] == "dropped"

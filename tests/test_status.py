@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from helpers import git, patchkit
+from helpers import git, patchkit, result_of
 
 
 @pytest.fixture
@@ -18,7 +16,7 @@ def applied(tmp_path, cache):
 
 def states(into):
     result = patchkit("status", str(into), "--json")
-    doc = json.loads(result.stdout)["status"][0]
+    doc = result_of(result.stdout)["status"][0]
     return result.returncode, doc, {p["name"]: p["state"] for p in doc["patches"]}
 
 

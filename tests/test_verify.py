@@ -4,7 +4,6 @@ and malformed inputs (property-based)."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
@@ -13,6 +12,7 @@ import sys
 import zipfile
 
 import pytest
+from helpers import result_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,7 +61,7 @@ def test_nothing_checked_is_a_failure(tmp_path, capsys, monkeypatch):
     _wheel(house / "pure-1.0-py3-none-any.whl", name="pure", members={"pure/__init__.py": ""})
     for args in (["--wheelhouse", str(house)], ["--env", str(house)]):
         rc = main(["verify", *args, "--json"])
-        doc = json.loads(capsys.readouterr().out)
+        doc = result_of(capsys.readouterr().out)
         assert rc == 1 and doc["files"] == 0
         assert "nothing-checked" in [f["check"] for f in doc["findings"]]
 
@@ -75,7 +75,7 @@ def test_clean_wheelhouse_exit_0_and_json(tmp_path, capsys, monkeypatch):
     lib = builders.stub_library("libdemo.so", ("demo",))
     _wheel(house / "demo-1.0-py3-none-any.whl", members={"demo/libdemo.so": open(lib, "rb").read()})
     rc = main(["verify", "--wheelhouse", str(house), "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    doc = result_of(capsys.readouterr().out)
     # no torch in the wheelhouse: the profile's torch symbol set stands in, as a note
     assert rc == 0 and doc["errors"] == 0 and doc["warnings"] == 0 and doc["files"] == 1
     assert [f["check"] for f in doc["findings"]] == ["torch-from-profile"]

@@ -13,6 +13,7 @@ import sys
 import zipfile
 
 import pytest
+from helpers import result_of
 
 from patchkit.abi import verify
 from patchkit.abi.archs import CC
@@ -330,7 +331,7 @@ def _verify_json(args: list[str], env: dict, hide: list[str] | None = None) -> d
         cmd = ["unshare", "-m", "sh", "-c", f'{mounts} && exec "$@"', "sh", *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     assert proc.returncode in (0, 1), proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = result_of(proc.stdout)
     doc.pop("seconds")
     return doc
 
@@ -436,10 +437,10 @@ def test_patchkit_profile_applies_to_verify(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATCHKIT_PROFILE", "cu130-sm90")
     site = builders.make_site(str(tmp_path), None, {"d/libd.so": builders.stub_library("libd.so")})
     main(["verify", "--env", site, "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    doc = result_of(capsys.readouterr().out)
     assert doc["profile"] == "cu130-sm90" and doc["targets"] == ["9.0"]
     main(["verify", "--env", site, "--json", "--profile", "cu130-sm120"])
-    assert json.loads(capsys.readouterr().out)["profile"] == "cu130-sm120"
+    assert result_of(capsys.readouterr().out)["profile"] == "cu130-sm120"
     monkeypatch.setenv("PATCHKIT_PROFILE", "no-such")
     assert main(["verify", "--env", site]) == 2
     assert "no profile 'no-such' (available: cu130-sm120, cu130-sm90" in capsys.readouterr().err
@@ -544,7 +545,7 @@ def test_verify_from_a_non_editable_install(tmp_path):
     )  # fmt: skip
     proc = run(cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = result_of(proc.stdout)
     assert doc["profile"] == "cu130-sm120" and doc["files"] == 1
     where = subprocess.run(
         [py, "-c", "import patchkit; print(patchkit.__file__)"], capture_output=True, text=True,
@@ -560,7 +561,7 @@ def test_verify_from_a_non_editable_install(tmp_path):
     (project / "build" / "profiles" / "team.toml").write_text(text.replace("cu130-sm90", "team"))
     proc = run("--profile", "team", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["profile"] == "team"
+    assert result_of(proc.stdout)["profile"] == "team"
     proc = run("--profile", "team", cwd=elsewhere)
     assert proc.returncode == 2 and "no profile 'team'" in proc.stderr
 
@@ -573,7 +574,7 @@ def test_env_names_a_venv_or_its_python(tmp_path, capsys, monkeypatch):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     for arg in (str(venv), str(venv / "bin" / "python")):
         rc = main(["verify", "--env", arg, "--json"])
-        doc = json.loads(capsys.readouterr().out)
+        doc = result_of(capsys.readouterr().out)
         assert rc == 1 and doc["source"].endswith("site-packages"), doc
         assert doc["source"].startswith(str(venv))
         assert [f["check"] for f in doc["findings"] if f["severity"] == "error"] == [

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, git, patchkit, snapshot
+from helpers import ROOT, error_of, git, patchkit, result_of, snapshot
 from series_fixtures import EXPORT
 
 TOY_TOML = """\
@@ -152,7 +152,7 @@ def toy(tmp_path, monkeypatch):
 def test_apply_picks_the_line_whose_pin_matches(toy, tmp_path):
     r = patchkit("apply", "--target", "toy@1.0", "--into", str(tmp_path / "a"), "--json")
     assert r.returncode == 0, r.stderr
-    report = json.loads(r.stdout)["reports"][0]
+    report = result_of(r.stdout)["reports"][0]
     assert report["base"]["source"] == "wheel"
     assert "wheel toy-1.0-py3-none-any.whl" in report["base"]["stands_for"]
     assert [p["name"] for p in report["patches"]] == ["answer-42.patch"]
@@ -197,9 +197,9 @@ def test_tampered_cached_wheel_is_refused_and_names_every_source(toy, tmp_path):
     before = snapshot(toy["cache"] / "wheels")
     r = patchkit("rebase", "--target", "toy@2.0", "--json")
     assert r.returncode == 2, r.stdout + r.stderr  # cannot obtain the base
-    doc = json.loads(r.stdout)
-    assert doc["error"] == "cannot-obtain-base"
-    sources = [a["source"] for a in doc["attempts"]]
+    doc = error_of(r.stdout)
+    assert doc["kind"] == "cannot-obtain-base" and doc["exit_code"] == 2
+    sources = [a["source"] for a in doc["detail"]["attempts"]]
     assert sources == ["git", "wheel"], doc
     assert "--upstream" in doc["next_step"] and "--upstream" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 2
@@ -209,7 +209,7 @@ def test_tampered_cached_wheel_is_refused_and_names_every_source(toy, tmp_path):
 def test_lint_checks_every_line(toy):
     (toy["project"] / "patches/toy/2.0/stray.patch").write_text("x")
     r = patchkit("lint", "--no-reexport", "--json")
-    doc = json.loads(r.stdout)
+    doc = result_of(r.stdout)
     assert set(doc["checked"]) == {"toy/1.0", "toy/2.0"}
     assert r.returncode == 1 and any(f["rule"] == "series-extra" for f in doc["findings"])
 
@@ -246,7 +246,7 @@ def test_build_repacks_and_refuses_compiled_or_outside_files(toy, tmp_path):
     out = tmp_path / "dist"
     r = patchkit("build", "--target", "toy@1.0", "--out", str(out), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    doc = json.loads(r.stdout)
+    doc = result_of(r.stdout)
     (wheel,) = [Path(w["wheel"]) for w in doc["wheels"]]
     assert wheel.name.startswith("toy-1.0+") and wheel.name.endswith("-py3-none-any.whl")
     with zipfile.ZipFile(wheel) as zf:
@@ -290,7 +290,7 @@ def wheel_cache(sglang_wheels, shared_cache, tmp_path, monkeypatch, warm_mirrors
 def test_rebase_0_5_9_onto_the_0_5_12_wheel_without_git(project, wheel_cache):
     r = patchkit("rebase", "--target", "sglang@0.5.12", "--json")
     assert r.returncode in (0, 1), r.stderr
-    doc = json.loads(r.stdout)
+    doc = result_of(r.stdout)
     assert doc["new_base"]["source"] == "wheel"
     assert doc["new_base"]["wheel"] == "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl"
     assert doc["line"] == "0.5.9" and doc["history"] is False
@@ -329,8 +329,7 @@ def test_repack_real_wheels_install_inspect_reproducible(
     r = patchkit("build", "--target", "sglang@0.5.12", "--out", str(out), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     wheels = {
-        Path(w["wheel"]).name.split("-")[2]: Path(w["wheel"])
-        for w in json.loads(r.stdout)["wheels"]
+        Path(w["wheel"]).name.split("-")[2]: Path(w["wheel"]) for w in result_of(r.stdout)["wheels"]
     }
     assert set(wheels) == {"cp311", "cp312"}
     for tag, path in wheels.items():
@@ -380,7 +379,7 @@ def test_repack_real_wheels_install_inspect_reproducible(
     site = next(venv.glob("lib/python*/site-packages"))
     installed = patchkit("inspect", "--installed", "sglang", "--path", str(site), "--json")
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    doc = json.loads(installed.stdout)
+    doc = result_of(installed.stdout)
     assert doc["status"] == "ok" and doc["provenance"]["series"]["line"] == "0.5.12"
     edited = site / "sglang" / "version.py"
     edited.write_text(edited.read_text() + "# edited after install\n")
@@ -485,10 +484,10 @@ def test_non_ascii_author_and_subject_round_trip(toy, tmp_path):
 def test_review_a_line(toy):
     r = patchkit("review", "--line", "2.0", "--no-diff", "--json")
     assert r.returncode == 0, r.stderr
-    (only,) = json.loads(r.stdout)["targets"]
+    (only,) = result_of(r.stdout)["targets"]
     assert (only["name"], only["line"], only["patches"]) == ("toy", "2.0", [])
     r = patchkit("review", "--no-diff", "--json")
-    (default,) = json.loads(r.stdout)["targets"]
+    (default,) = result_of(r.stdout)["targets"]
     assert default["line"] == "1.0" and [p["name"] for p in default["patches"]] == [
         "answer-42.patch"
     ]
@@ -517,7 +516,7 @@ def test_air_gapped_static_mirror_gives_the_wheel_base(project, sglang_wheels, t
     tree = tmp_path / "tree"
     r = patchkit("apply", "--target", "sglang@0.5.12", "--into", str(tree), "--json", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert json.loads(r.stdout)["reports"][0]["base"]["source"] == "wheel"
+    assert result_of(r.stdout)["reports"][0]["base"]["source"] == "wheel"
     assert (tree / "python/sglang/srt/server_args.py").is_file()
     assert (tmp_path / "cache/wheels" / sglang_wheels["cp311"].name).is_file()
 

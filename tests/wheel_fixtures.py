@@ -6,7 +6,6 @@ and a private cache; a fresh virtual environment gets it with `pip install --no-
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, patchkit, private_cache
+from helpers import ROOT, patchkit, private_cache, result_of
 
 
 @dataclass
@@ -55,7 +54,7 @@ def sglang_wheel(tmp_path_factory, warm_mirrors) -> BuiltWheel:
     """The patched sglang wheel, built once per session (`patchkit build --json`)."""
     root = tmp_path_factory.mktemp("build-a")
     result, env = build_in_scratch(root, warm_mirrors, "sglang", "--json")
-    report = json.loads(result.stdout)
+    report = result_of(result.stdout)
     [wheel] = report["wheels"]
     return BuiltWheel(Path(wheel["wheel"]), report, root / "project", env)
 
@@ -64,7 +63,7 @@ def sglang_wheel(tmp_path_factory, warm_mirrors) -> BuiltWheel:
 def build_flashinfer(warm_mirrors, tmp_path) -> BuiltWheel:
     """The patched flashinfer-python wheel (`patchkit build --target flashinfer --json`)."""
     result, env = build_in_scratch(tmp_path, warm_mirrors, "flashinfer", "--json")
-    report = json.loads(result.stdout)
+    report = result_of(result.stdout)
     [wheel] = report["wheels"]
     return BuiltWheel(Path(wheel["wheel"]), report, tmp_path / "project", env)
 

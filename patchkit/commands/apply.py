@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from patchkit.apply import ApplyOptions, ApplyReport, apply_series
-from patchkit.errors import ApplyError, NothingToDo, PatchkitError, UsageError
+from patchkit.errors import ApplyError, NothingToDo, UsageError
 from patchkit.lines import line_series, pick_line
 from patchkit.report import render_apply
 from patchkit.ui import Output
-from patchkit.upstream import Mirror, acquire, error_document
+from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
 EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
@@ -52,12 +52,7 @@ EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
 def command(targets, into, line, upstream, fuzz, threeway, allow_unpinned, as_json, verbose) -> int:
     """Apply the series of each --target onto its base, as one commit per patch."""
     out = Output(json_mode=as_json, verbose=verbose)
-    try:
-        return _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned)
-    except PatchkitError as exc:
-        if as_json:
-            out.document(error_document(exc))
-        raise
+    return _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned)
 
 
 def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> int:

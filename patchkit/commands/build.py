@@ -6,9 +6,7 @@ from pathlib import Path
 
 import click
 
-from patchkit.errors import PatchkitError
 from patchkit.ui import Output
-from patchkit.upstream import error_document
 from patchkit.wheels import DEFAULT_PROFILE, BuildOptions, build_wheels, load_build_profile
 from patchkit.wheels.build import BuildReport
 from patchkit.workspace import Workspace
@@ -84,28 +82,23 @@ def command(
 ) -> int:
     """Apply the series into a clean tree and build each patched target's wheel(s)."""
     output = Output(json_mode=as_json, verbose=verbose)
-    try:
-        ws = Workspace.load()
-        profile = load_build_profile(ws.project.build_dir / "profiles", profile_name)
-        options = BuildOptions(
-            out=(out or ws.project.root / "dist").absolute(),
-            work_root=ws.project.work_dir / "build",
-            isolation=not no_isolation,
-            python_tags=tuple(python_tags),
-            platforms=tuple(platforms),
-        )
-        report = build_wheels(
-            ws,
-            ws.expand(targets),
-            profile=profile,
-            options=options,
-            progress=output.progress,
-            line=line,
-        )
-    except PatchkitError as exc:
-        if as_json:
-            output.document(error_document(exc))
-        raise
+    ws = Workspace.load()
+    profile = load_build_profile(ws.project.build_dir / "profiles", profile_name)
+    options = BuildOptions(
+        out=(out or ws.project.root / "dist").absolute(),
+        work_root=ws.project.work_dir / "build",
+        isolation=not no_isolation,
+        python_tags=tuple(python_tags),
+        platforms=tuple(platforms),
+    )
+    report = build_wheels(
+        ws,
+        ws.expand(targets),
+        profile=profile,
+        options=options,
+        progress=output.progress,
+        line=line,
+    )
     if as_json:
         output.document(report.to_json())
     else:

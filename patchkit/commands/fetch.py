@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.errors import PatchkitError
 from patchkit.ui import Output
-from patchkit.upstream import acquire, error_document
+from patchkit.upstream import acquire
 from patchkit.workspace import Workspace
 
 
@@ -20,12 +19,7 @@ from patchkit.workspace import Workspace
 def command(targets, upstream, allow_unpinned, as_json) -> int:
     """Resolve and cache the base of each target without touching any work tree."""
     out = Output(json_mode=as_json, verbose=True)
-    try:
-        return _run(out, targets, upstream, allow_unpinned)
-    except PatchkitError as exc:
-        if as_json:
-            out.document(error_document(exc))
-        raise
+    return _run(out, targets, upstream, allow_unpinned)
 
 
 def _run(out: Output, targets, upstream, allow_unpinned) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.errors import PatchkitError, UsageError
+from patchkit.errors import UsageError
 from patchkit.lines import line_series
 from patchkit.rebase import (
     RebaseReport,
@@ -19,7 +19,7 @@ from patchkit.rebase import (
 )
 from patchkit.targets import NAME_RE, parse_target_spec
 from patchkit.ui import Output
-from patchkit.upstream import Mirror, acquire, error_document, resolve_new_base
+from patchkit.upstream import Mirror, acquire, resolve_new_base
 from patchkit.workspace import Workspace
 
 MARK = {
@@ -73,12 +73,7 @@ def command(
 ) -> int:
     """Classify each patch on the new base: clean, offset, merged, conflict or upstreamed."""
     out = Output(json_mode=as_json, verbose=verbose)
-    try:
-        return _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
-    except PatchkitError as exc:
-        if as_json:
-            out.document(error_document(exc))
-        raise
+    return _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
 
 
 def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream) -> int:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from patchkit.errors import VerifyInputError
+from patchkit.ui import Output
 
 MAX_EVIDENCE = 8
 
@@ -83,7 +82,7 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
         raise VerifyInputError(f"cannot read {exc.filename or ''}: {exc.strerror or exc}") from None
 
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        Output(json_mode=True).document(report.to_dict())
     else:
         for finding in report.findings:
             click.echo(finding.line())

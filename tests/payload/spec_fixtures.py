@@ -23,7 +23,8 @@ STANDINS = Path(__file__).resolve().parent / "standins"
 
 def _cache_root() -> Path:
     base = os.environ.get("PATCHKIT_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "patchkit") / "payload"
+    default = Path(__file__).resolve().parents[2] / ".cache" / "test-patchkit"
+    return (Path(base) if base else default) / "payload"
 
 
 def _payload_tree_kind() -> str:
