@@ -10,7 +10,7 @@ import re
 import subprocess
 
 import pytest
-from helpers import ROOT, git, patchkit, snapshot
+from helpers import ROOT, git, patchkit, series_folder, snapshot
 from import_fixtures import NEW_FILE, SERVER_ARGS, mapping_file, monolith  # noqa: F401
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401
 from series_fixtures import write_series
@@ -516,15 +516,24 @@ def test_reimport_onto_a_series_that_carries_it(cache, project, monolith, tmp_pa
     assert snapshot(project / "patches" / "sglang") == before
 
 
-def test_mbox_headers_the_series_cannot_round_trip_are_refused(cache, monolith, tmp_path):  # noqa: F811
+NON_ASCII = (
+    ("Jürgen Müller", "Délégation EAGLE-3 pour Kimi"),
+    # long enough that format-patch folds the encoded words over several header lines
+    ("Zoë Ødegård", "Réglage des entrées et sorties: état partagé, sémaphores et délais révisés"),
+)
+
+
+def test_non_ascii_authors_and_subjects_round_trip(cache, project, monolith, tmp_path):  # noqa: F811
+    """import -> apply -> export -> lint keeps a non-ASCII author and subject, byte for byte
+    (the series carries them as RFC 2047 words, which apply decodes)."""
     repo = tmp_path / "h"
     subprocess.run(
         ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(repo)], check=True
     )
     git(repo, "checkout", "-q", monolith.base)
-    io_struct = repo / "python/sglang/srt/managers/io_struct.py"
-    for n, (who, subject) in enumerate((("Jürgen", "Tune io"), ("t", "Délégation"))):
-        io_struct.write_text(io_struct.read_text() + f"# {n}\n")
+    edited = ("python/sglang/srt/managers/io_struct.py", SERVER_ARGS)  # one file each
+    for path, (who, subject) in zip(edited, NON_ASCII, strict=True):
+        (repo / path).write_text((repo / path).read_text() + "# tuned\n")
         git(repo, "commit", "-qam", subject, env={"GIT_AUTHOR_NAME": who})
     mbox = tmp_path / "team.mbox"
     mbox.write_bytes(
@@ -533,8 +542,50 @@ def test_mbox_headers_the_series_cannot_round_trip_are_refused(cache, monolith, 
             cwd=repo, check=True, capture_output=True,
         ).stdout
     )  # fmt: skip
-    report = _propose(ImportSource.from_file(mbox))
-    assert report.status == "refused"
-    assert len(report.problems) == 2
-    assert "From 'Jürgen <t@example.invalid>' is not ASCII" in report.problems[0]
-    assert "subject 'Délégation' is not ASCII" in report.problems[1]
+    write_series(project, "sglang", {})
+
+    r = patchkit("import", str(mbox), "--target", "sglang", "--into-series")
+    assert r.returncode == 0, r.stdout + r.stderr
+    series_dir = series_folder(project, "sglang")
+    written = snapshot(series_dir)
+    patches = load_series(series_dir, "sglang").patches
+    assert [(p.author.split(" <")[0], p.subject) for p in patches] == list(NON_ASCII)
+    raw = b"".join(p.raw for p in patches)
+    assert raw.isascii() and b"=?UTF-8?q?" in raw  # encoded words, as format-patch writes
+    tree = tmp_path / "work"
+    r = patchkit("apply", "--target", "sglang", "--into", str(tree))
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = git(tree, "log", "--format=%an|%s", "refs/patchkit/sglang/base..HEAD")
+    assert log.splitlines()[::-1] == [f"{who}|{subject}" for who, subject in NON_ASCII]
+    r = patchkit("export", str(tree), "--check")
+    assert r.returncode == 0, r.stdout + r.stderr  # apply + export reproduces every byte
+    assert snapshot(series_dir) == written
+    lint = lint_target("sglang", series_dir, "python", today=dt.date.today())  # as the CLI
+    assert {f.rule for f in lint.findings} == {"metadata-malformed"}
+    assert all("Patchkit-Tests: 'TODO'" in f.message for f in lint.findings), lint.findings
+
+
+def test_a_mapping_subject_may_be_non_ascii_but_one_line(cache, monolith, tmp_path):  # noqa: F811
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    entry = '[[patch]]\nname = "all"\npaths = ["**"]\nsubject = {subject}\n'
+    good.write_text(entry.format(subject='"Délégation et réglages"'))
+    bad.write_text(entry.format(subject='"two\\nlines"'))
+
+    report = _propose(ImportSource.from_file(monolith.diff), mapping=good)
+    assert report.status == "proposed", report.problems or report.difference
+    assert [p.subject for p in report.patches] == ["Délégation et réglages"]
+    with pytest.raises(Exception, match="is not one line of text"):
+        load_mapping(bad)
+
+
+def test_a_non_ascii_author_of_new_patches(cache, monolith, tmp_path):  # noqa: F811
+    out = tmp_path / "out"
+    who = "Zoë Ødegård <zoe@example.invalid>"
+    args = ("import", str(monolith.diff), "--target", "sglang", "--author")
+    r = patchkit(*args, who, "--out", str(out))
+    wrong = ("Zoë <zoë@example.invalid>", "Zoë", "x <x@example.invalid>\nFrom: y")
+    bad = [patchkit(*args, author, "--dry-run") for author in wrong]
+
+    assert r.returncode == 0, r.stdout + r.stderr  # proved: apply + export give the same bytes
+    assert {p.author for p in load_series(out, "sglang").patches} == {who}
+    assert all(b.returncode == 2 and "the address in ASCII" in b.stderr for b in bad)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 from pathlib import Path
 
 import click
@@ -60,8 +61,9 @@ def command(
         raise UsageError("give either a DIFF file or --overlay DIR")
     if out is not None and into_series:
         raise UsageError("--out and --into-series are two destinations; pick one")
-    if not author.isascii() or "@" not in author:
-        raise UsageError(f"--author {author!r}: give 'Name <address>' in ASCII")
+    address = email.utils.parseaddr(author)[1]
+    if "@" not in address or not address.isascii() or "\n" in author or "\r" in author:
+        raise UsageError(f"--author {author!r}: give 'Name <address>' (the address in ASCII)")
     ws = Workspace.load()
     spec = parse_target_spec(target_spec)
     target = ws.target(spec.target)

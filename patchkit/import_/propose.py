@@ -239,17 +239,6 @@ def propose_import(
                         "it holds no diff (a cover letter?)"
                     )
             messages = [m for m in messages if m.files]
-            for message in messages:
-                for field_name, value in (("subject", message.subject), ("From", message.author)):
-                    if not value.isascii():
-                        report.problems.append(
-                            f"{source.label}:{message.line}: {field_name} {value!r} is not "
-                            "ASCII, which the series format does not round-trip: reword the "
-                            "commit (git commit --amend), or import with --by-area"
-                        )
-            if report.problems:
-                report.status = "refused"
-                return report
             reference = _apply_messages(repo, start, messages, options.threeway, report, release)
         else:
             reference = _apply_whole(
