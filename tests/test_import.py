@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, git, patchkit, series_folder, snapshot
@@ -563,6 +564,27 @@ def test_non_ascii_authors_and_subjects_round_trip(cache, project, monolith, tmp
     lint = lint_target("sglang", series_dir, "python", today=dt.date.today())  # as the CLI
     assert {f.rule for f in lint.findings} == {"metadata-malformed"}
     assert all("Patchkit-Tests: 'TODO'" in f.message for f in lint.findings), lint.findings
+
+
+def test_a_plain_diff_in_a_series_names_its_import(cache, project, monolith, tmp_path):  # noqa: F811
+    """The next step the series error prints is a command that works, as printed."""
+    write_series(project, "sglang", {"team-changes.patch": monolith.diff.read_bytes()})
+    series_dir = series_folder(project, "sglang")
+
+    refused = patchkit("apply", "--target", "sglang", "--into", str(tmp_path / "w1"))
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "team-changes.patch: not a git format-patch file" in refused.stderr
+    step = re.search(
+        r"patchkit: next: take it out of (\S+), then .*?`patchkit (.*)`", refused.stderr
+    )
+    assert step, refused.stderr
+    assert Path(step.group(1)) == series_dir / "series"
+    (series_dir / "series").write_text("# test series\n")
+    followed = patchkit(*step.group(2).split())
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    applied = patchkit("apply", "--target", "sglang", "--into", str(tmp_path / "w2"))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert git(tmp_path / "w2", "rev-parse", "HEAD^{tree}").strip() == monolith.tree_id
 
 
 def test_a_mapping_subject_may_be_non_ascii_but_one_line(cache, monolith, tmp_path):  # noqa: F811
