@@ -157,7 +157,7 @@ def test_round_trip_import_apply_export_import(cache, project, monolith, mapping
         "--into-series",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
-    series_dir = project / "patches" / "sglang"
+    series_dir = series_folder(project, "sglang")
     first = snapshot(series_dir)
     tree = tmp_path / "work"
     r = patchkit("apply", "--target", "sglang", "--into", str(tree))
@@ -317,6 +317,11 @@ def test_bad_input_is_named_and_nothing_written(cache, project, monolith, tmp_pa
     r = patchkit("import", str(bad), "--target", "sglang", "--out", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     errors = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("error:")]
+    if kind == "other-base":  # then the release hunt: the other line's pin does not fit either
+        assert errors[1:] == [
+            "error: bad.patch: the other pinned releases (sglang 0.5.12) do not fit"
+        ]
+        errors = errors[:1]
     assert len(errors) == 1 and words in errors[0], (words, r.stdout)  # one line, to the point
     assert all(e.startswith("error: bad.patch") for e in errors)
     assert "refused: nothing was written" in r.stdout
@@ -332,8 +337,9 @@ def test_conflict_markers_are_not_misreported_as_a_line_count(cache, monolith, t
 
 
 def test_diff_against_another_pinned_release_says_which(cache_0510, project, monolith, tmp_path):  # noqa: F811
-    """A diff made against 0.5.10 does not apply to the 0.5.9 pin: the message says 0.5.10
-    fits (0.5.10 pinned by sdist sha256 in this scratch project)."""
+    """A diff made against 0.5.10 does not apply to the 0.5.9 pin: the message names the
+    pinned releases it fits (0.5.10 pinned by sdist sha256 in this scratch project); importing
+    onto 0.5.10 needs a line pinned to it."""
     from rebase_fixtures import SGLANG_0510_SHA256
 
     targets = project / "patches" / "targets.toml"
@@ -356,12 +362,26 @@ def test_diff_against_another_pinned_release_says_which(cache_0510, project, mon
     edit_function(work / "python/sglang/srt/server_args.py", "ServerArgs.__post_init__", "x")
     diff = tmp_path / "for-0510.patch"
     diff.write_text(git(work, "diff"))
+    no_line = patchkit("import", str(diff), "--target", "sglang@0.5.10", "--dry-run")
+    targets.write_text(
+        targets.read_text().replace(
+            "[[targets.sglang.releases]]",
+            '[targets.sglang.lines."0.5.10"]\npin = "0.5.10"\nseries = "sglang/0.5.10"\n\n'
+            "[[targets.sglang.releases]]",
+            1,
+        )
+    )
+    (project / "patches" / "sglang" / "0.5.10").mkdir()
+    (project / "patches" / "sglang" / "0.5.10" / "series").write_text("")
     fits = patchkit("import", str(diff), "--target", "sglang@0.5.10", "--dry-run")
-    assert fits.returncode == 0, fits.stdout + fits.stderr
     r = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
+
+    assert no_line.returncode == 2 and "--new-line" in no_line.stderr  # no line carries 0.5.10
+    assert fits.returncode == 0, fits.stdout + fits.stderr
     assert r.returncode == 1
     assert "does not apply at zero fuzz to sglang 0.5.9" in r.stdout
-    assert "applies cleanly to the pinned release sglang 0.5.10" in r.stdout
+    # the change touches nothing 0.5.10 and 0.5.12 differ in: both fit, each named
+    assert "applies cleanly to the pinned releases sglang 0.5.12, sglang 0.5.10" in r.stdout
 
 
 def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monolith, tmp_path):  # noqa: F811
@@ -380,7 +400,7 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     io_struct.write_text(io_struct.read_text() + "\n# carried with the series\n")
     diff = tmp_path / "ontop.patch"
     diff.write_text(git(work, "diff"))
-    series_dir = project / "patches" / "sglang"
+    series_dir = series_folder(project, "sglang")
     before = snapshot(series_dir)
     r = patchkit("import", str(diff), "--target", "sglang", "--into-series")
     assert r.returncode == 1
@@ -394,7 +414,7 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"overlap: {KIMI} " in r.stdout and "kimi-k25-eagle3-delegation.patch" in r.stdout
     assert "applied to the base and the existing series" in r.stdout
-    old_names = load_series(ROOT / "patches" / "sglang", "sglang").names
+    old_names = load_series(series_folder(ROOT, "sglang"), "sglang").names
     assert load_series(series_dir, "sglang").names == [
         *old_names,
         "srt-managers-changes.patch",
@@ -611,3 +631,52 @@ def test_a_non_ascii_author_of_new_patches(cache, monolith, tmp_path):  # noqa: 
     assert r.returncode == 0, r.stdout + r.stderr  # proved: apply + export give the same bytes
     assert {p.author for p in load_series(out, "sglang").patches} == {who}
     assert all(b.returncode == 2 and "the address in ASCII" in b.stderr for b in bad)
+
+
+# ---- a line on a wheel base ------------------------------------------------------------------
+@pytest.mark.slow
+def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, project, tmp_path):
+    """A plain `diff -u` against files of the 0.5.12 wheel: refused on the default line (which
+    names the release it fits), imported into the 0.5.12 line with `--target sglang@0.5.12`
+    or `--line 0.5.12`, and that line then applies onto its wheel base with the change."""
+    import zipfile
+
+    rel = "sglang/srt/models/llama_eagle3.py"
+    with zipfile.ZipFile(sglang_wheels["cp311"]) as zf:
+        original = zf.read(rel).decode()
+    old = "        return self.hot_token_id\n"
+    assert original.count(old) == 1
+    edited = original.replace(old, "        # the draft's vocabulary map\n" + old)
+    for side, text in (("a", original), ("b", edited)):
+        (tmp_path / side / rel).parent.mkdir(parents=True)
+        (tmp_path / side / rel).write_text(text)
+    diff = tmp_path / "eagle3.diff"
+    proc = subprocess.run(["diff", "-u", f"a/{rel}", f"b/{rel}"], cwd=tmp_path,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout.startswith(f"--- a/{rel}")
+    diff.write_text(proc.stdout)
+    line_dir, default_dir = (
+        series_folder(project, "sglang", "0.5.12"),
+        series_folder(project, "sglang"),
+    )
+    before = snapshot(default_dir)
+
+    on_default = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
+    by_line = patchkit("import", str(diff), "--target", "sglang", "--line", "0.5.12", "--dry-run")
+    mismatch = patchkit("import", str(diff), "--target", "sglang@0.5.9", "--line", "0.5.12")
+    r = patchkit("import", str(diff), "--target", "sglang@0.5.12", "--into-series")
+
+    assert on_default.returncode == 1
+    assert "applies cleanly to the pinned release sglang 0.5.12" in on_default.stdout
+    assert by_line.returncode == 0, by_line.stdout + by_line.stderr
+    assert "onto sglang 0.5.12" in by_line.stdout
+    assert mismatch.returncode == 2 and "line 0.5.12 is pinned to 0.5.12" in mismatch.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert snapshot(default_dir) == before  # the 0.5.9 line is untouched
+    series = load_series(line_dir, "sglang")
+    assert [f.path for p in series.patches for f in p.files] == [f"python/{rel}"]
+    tree = tmp_path / "work"
+    applied = patchkit("apply", "--target", "sglang@0.5.12", "--into", str(tree))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (tree / "python" / rel).read_text() == edited
+    assert patchkit("export", str(tree), "--check").returncode == 0

@@ -411,20 +411,27 @@ def _say_which_release_fits(
 ) -> None:
     text = "".join(_diff_text(m) for m in messages)
     others = other_bases()
-    for label, commit in others:
-        try:
-            fits = applies_cleanly(repo, commit, text)
-        except (PatchkitError, gitops.GitError):
-            fits = False
-        if fits:
-            report.problems.append(
-                f"{report.source}: applies cleanly to the pinned release {label}: import it "
-                f"with --target {report.target}@{label.split()[-1]}, then `patchkit rebase`"
-            )
-            return
+    fitting = [label for label, commit in others if _fits(repo, commit, text)]
+    if fitting:
+        # the line pinned to that release takes it (`import` refuses a release no line has,
+        # naming `rebase --new-line`)
+        plural = "s" if len(fitting) > 1 else ""
+        report.problems.append(
+            f"{report.source}: applies cleanly to the pinned release{plural} "
+            f"{', '.join(fitting)}: import it with --target "
+            f"{report.target}@{fitting[0].split()[-1]}"
+        )
+        return
     if others:
         tried = ", ".join(label for label, _ in others)
         report.problems.append(f"{report.source}: the other pinned releases ({tried}) do not fit")
+
+
+def _fits(repo: Path, commit: str, text: str) -> bool:
+    try:
+        return applies_cleanly(repo, commit, text)
+    except (PatchkitError, gitops.GitError):
+        return False
 
 
 # --- drafts ---------------------------------------------------------------------------------
