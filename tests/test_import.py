@@ -660,6 +660,7 @@ def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, pr
         series_folder(project, "sglang"),
     )
     before = snapshot(default_dir)
+    carried = load_series(line_dir, "sglang").names  # the line's own patches, kept in front
 
     on_default = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
     by_line = patchkit("import", str(diff), "--target", "sglang", "--line", "0.5.12", "--dry-run")
@@ -674,7 +675,9 @@ def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, pr
     assert r.returncode == 0, r.stdout + r.stderr
     assert snapshot(default_dir) == before  # the 0.5.9 line is untouched
     series = load_series(line_dir, "sglang")
-    assert [f.path for p in series.patches for f in p.files] == [f"python/{rel}"]
+    assert series.names[: len(carried)] == carried
+    added = series.patches[len(carried) :]
+    assert [f.path for p in added for f in p.files] == [f"python/{rel}"]
     tree = tmp_path / "work"
     applied = patchkit("apply", "--target", "sglang@0.5.12", "--into", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr
