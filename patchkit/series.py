@@ -17,6 +17,12 @@ from patchkit.errors import ConfigError, PatchFormatError
 
 FROM_LINE_RE = re.compile(rb"^From [0-9a-f]{40} ", re.M)
 TRAILER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): ?(.*)$")
+PLAIN_DIFF_HINT = "turn it into a series with `patchkit import {file} --target T`"
+# In a series the file must leave it first: import reads the series it adds to.
+LISTED_DIFF_HINT = (
+    "take it out of {series}, then turn it into a series with "
+    "`patchkit import {file} --target {target} --into-series`"
+)
 PATCH_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
 DEP3_KEYS = ("Origin", "Forwarded", "Applied-Upstream", "Bug", "Last-Update", "Patchkit-Tests")
 PATCH_FILE_TRAILER = "Patchkit-Patch"
@@ -148,7 +154,14 @@ def load_series(directory: Path, target: str) -> Series:
                 f"{directory / 'series'}:{entry.line}: names {entry.name}, which is not a file "
                 f"in {directory}"
             )
-        patches.append(parse_patch(entry.name, path.read_bytes()))
+        try:
+            patches.append(parse_patch(entry.name, path.read_bytes()))
+        except PatchFormatError as exc:
+            if exc.hint == PLAIN_DIFF_HINT.format(file=entry.name):
+                exc.hint = LISTED_DIFF_HINT.format(
+                    series=directory / "series", file=path, target=target
+                )
+            raise
     return Series(target=target, directory=directory, entries=entries, patches=patches)
 
 
@@ -214,7 +227,12 @@ def _unfold(value: str) -> str:
 def _split_mbox(name: str, text: str) -> tuple[dict[str, str], str, str]:
     lines = text.split("\n")
     if not lines[0].startswith("From "):
-        raise PatchFormatError(f"{name}: not a git format-patch file (no 'From <sha>' line)")
+        # a plain diff has no message to keep: `patchkit import` writes one per concern
+        plain = re.search(r"^(diff --git |--- \S.*\n\+\+\+ )", text, re.M)
+        raise PatchFormatError(
+            f"{name}: not a git format-patch file (no 'From <sha>' line)",
+            hint=PLAIN_DIFF_HINT.format(file=name) if plain else None,
+        )
     header: dict[str, str] = {}
     i = 1
     last = None

@@ -1,13 +1,16 @@
 """`patchkit doctor draft`: real safetensors checkpoints against the real SGLang model code.
 
-The model code is the pinned SGLang 0.5.9 sdist with the series applied (acquired and
-patched by patchkit itself, in a private cache), and for the 0.5.12 line the real wheel from
-the package index.  Each broken draft must be reported with its fix.
+The model code is each line's base as patchkit acquires it, with that line's series applied
+(in a private cache): the pinned SGLang 0.5.9 sdist and the pinned 0.5.12 wheel.  Tests of
+what the 0.5.12 code does also read the real wheel as published.  Each broken draft must be
+reported with its fix.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +33,7 @@ from doctor_fixtures import (  # noqa: E402
     target_config,
     vocab_maps,
 )
-from helpers import ROOT, TEST_CACHE, patchkit, private_cache, result_of  # noqa: E402
+from helpers import ROOT, TEST_CACHE, patchkit, private_cache, result_of, series_folder  # noqa: E402
 
 from patchkit.doctor import sources  # noqa: E402
 from patchkit.doctor.draft import check_draft  # noqa: E402
@@ -99,7 +102,8 @@ def test_sglang_layout_draft_passes(tmp_path, target, line059):
     assert "captures the input of layers [2, 4, 6] of 8" in checks["aux.layers"].detail
     assert "KimiK25ForConditionalGeneration -> DeepseekV3ForCausalLM" in checks["aux.layers"].detail
     assert checks["aux.width"].detail == f"{3 * HIDDEN} = 3 x {HIDDEN}"
-    assert report.source.startswith("sglang 0.5.9 + series")
+    assert report.source.startswith("sglang 0.5.9 + series patches/sglang/0.5.9 (8 patches)")
+    assert report.source.endswith("on its sdist sglang==0.5.9")
 
 
 def test_cli_clean_draft_exit_0_and_json(tmp_path, target, doctor_cache):
@@ -386,6 +390,129 @@ def test_0_5_12_midlayer_names_still_load(tmp_path, target, line0512):
     report = check_draft(sglang_draft(tmp_path / "draft"), target, line0512)
 
     assert report.ok, [(c.id, c.detail) for c in report.problems]
+
+
+def _line_patches(line: str) -> list[str]:
+    from patchkit.series import load_series
+
+    return [p.name for p in load_series(series_folder(ROOT, "sglang", line), "sglang").patches]
+
+
+@pytest.mark.slow
+def test_the_0_5_12_line_is_its_wheel_base_with_its_series(tmp_path, target, doctor_cache):
+    """`--line 0.5.12` reads patchkit's own import of the pinned wheel with the line's series
+    applied (whatever patches/sglang/0.5.12/series holds), not the index wheel as published."""
+    import zipfile
+
+    from patchkit.workspace import Workspace
+
+    pin = Workspace.load(ROOT).targets.get("sglang", "0.5.12").pinned.base_wheel
+    source = sources.for_line("0.5.12", project=ROOT, cache=doctor_cache)
+    by_tag = sources.for_line("v0.5.12", project=ROOT, cache=doctor_cache)
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, source)
+
+    patches = _line_patches("0.5.12")
+    assert source.provenance["base_source"] == "wheel"
+    assert source.provenance["base"] == pin.sha256
+    assert source.provenance["patches"] == patches
+    assert source.patched is bool(patches)
+    assert source.label == (
+        f"sglang 0.5.12 + series patches/sglang/0.5.12 ({len(patches)} patches) "
+        f"on its wheel {pin.filename}"
+    )
+    assert by_tag.key == source.key
+    assert report.ok, [(c.id, c.detail) for c in report.problems]
+    assert report.source == source.label
+    with zipfile.ZipFile(doctor_cache / "wheels" / pin.filename) as zf:
+        published = sorted(
+            n
+            for n in zf.namelist()
+            if n.startswith(sources.MODELS_DIR)
+            and n.endswith(".py")
+            and "/" not in n[len(sources.MODELS_DIR) :]
+        )
+        if not patches:  # the base itself: byte for byte the wheel's sources
+            llama = "sglang/srt/models/llama_eagle3.py"
+            assert source.read(llama) == zf.read(llama).decode()
+    assert source.model_files() == published
+
+
+def test_the_default_line_and_an_explicit_0_5_9_are_one_source(doctor_cache, line059):
+    explicit = sources.for_line("0.5.9", project=ROOT, cache=doctor_cache)
+
+    assert explicit.key == line059.key
+    assert line059.provenance["base_source"] == "sdist"
+    assert line059.provenance["patches"] == _line_patches("0.5.9")
+    assert line059.patched is True
+
+
+def test_a_release_no_line_carries_is_the_unpatched_index_wheel(tmp_path, sglang_wheels):
+    """Only a release no line is pinned to falls back to the index wheel (named unpatched)."""
+    from patchkit.workspace import Workspace
+
+    target = Workspace.load(ROOT).target("sglang")
+
+    assert sources._line_view(target, "0.5.12").line == "0.5.12"
+    assert sources._line_view(target, None).line == target.default_line
+    assert sources._line_view(target, "0.5.10") is None
+    wheels = tmp_path / "c" / "doctor" / "wheels"
+    wheels.mkdir(parents=True)
+    # A stand-in for the 0.5.10 index download (a real wheel under that name): only which
+    # source is chosen, and its label, are under test here.
+    os.link(sglang_wheels["cp311"], wheels / "sglang-0.5.10-py3-none-any.whl")
+    loose = sources._wheel_line("0.5.10", lambda _m: None, tmp_path / "c")
+    assert loose.patched is False and "(unpatched: no line is pinned to it)" in loose.label
+
+
+@pytest.mark.slow
+def test_the_doctor_follows_the_0_5_12_series(tmp_path, target, doctor_cache, line0512):
+    """A patch in the 0.5.12 line's series changes what the doctor reports for that line (here
+    the target's default aux layers), through the CLI; a series that does not apply onto the
+    wheel base is a one-line error."""
+    from series_fixtures import make_patch, tree_from_mirror
+
+    from patchkit.upstream import Mirror, acquire
+    from patchkit.workspace import Workspace
+
+    scratch = tmp_path / "project"
+    scratch.mkdir()
+    shutil.copytree(ROOT / "patches", scratch / "patches")
+    view = Workspace.load(scratch).targets.get("sglang", "0.5.12")
+    base = acquire(view, None, cache=doctor_cache)
+    tree = tree_from_mirror(Mirror(view, doctor_cache).path, base.commit, tmp_path / "tree")
+    raw = make_patch(
+        tree,
+        "python/sglang/srt/models/deepseek_v2.py",
+        "self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]",
+        "self.model.layers_to_capture = [1, num_layers // 2, num_layers - 2]",
+        "deepseek_v2: capture the first layer by default",
+    )
+    folder = series_folder(scratch, "sglang", "0.5.12")
+    (folder / "default-aux-layers.patch").write_bytes(raw)
+    with (folder / "series").open("a") as fh:
+        fh.write("default-aux-layers.patch\n")
+    layers = 12
+    draft = sglang_draft(
+        tmp_path / "draft", config=sglang_config(aux_ids=None, torch_dtype="float16")
+    )
+    target = target_config(tmp_path / "target", layers=layers)
+    env = {"PATCHKIT_CACHE": str(doctor_cache), "PATCHKIT_PROJECT": str(scratch)}
+    args = ("doctor", "draft", "--draft", str(draft), "--target-config", str(target), "--json")
+
+    patched = patchkit(*args, "--line", "0.5.12", env=env)
+    (folder / "default-aux-layers.patch").write_bytes(raw.replace(b"num_layers - 3]", b"nl - 3]"))
+    broken = patchkit(*args, "--line", "0.5.12", env=env)
+
+    doc = result_of(patched.stdout)
+    assert patched.returncode == 0, [c["detail"] for c in doc["checks"] if c["status"] == "fail"]
+    assert doc["capture"]["captured"] == [1, layers // 2, layers - 2]
+    assert doc["sglang"]["patched"] is True
+    assert "patches/sglang/0.5.12" in doc["sglang"]["source"]
+    published = check_draft(draft, target, line0512)  # the wheel as published: upstream's rule
+    assert published.capture["captured"] == [2, layers // 2, layers - 3]
+    assert broken.returncode != 0 and "Traceback" not in broken.stderr
+    assert "default-aux-layers.patch" in broken.stderr
+    assert len(broken.stderr.strip().splitlines()) <= 2
 
 
 # ---- derivation, input errors -------------------------------------------------------------

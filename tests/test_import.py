@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
-from helpers import ROOT, git, patchkit, result_of, snapshot
+from helpers import ROOT, git, patchkit, result_of, series_folder, snapshot
 from import_fixtures import NEW_FILE, SERVER_ARGS, mapping_file, monolith  # noqa: F401
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401
 from series_fixtures import write_series
@@ -155,7 +156,7 @@ def test_round_trip_import_apply_export_import(cache, project, monolith, mapping
         "--into-series",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
-    series_dir = project / "patches" / "sglang"
+    series_dir = series_folder(project, "sglang")
     first = snapshot(series_dir)
     tree = tmp_path / "work"
     r = patchkit("apply", "--target", "sglang", "--into", str(tree))
@@ -315,6 +316,11 @@ def test_bad_input_is_named_and_nothing_written(cache, project, monolith, tmp_pa
     r = patchkit("import", str(bad), "--target", "sglang", "--out", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     errors = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("error:")]
+    if kind == "other-base":  # then the release hunt: the other line's pin does not fit either
+        assert errors[1:] == [
+            "error: bad.patch: the other pinned releases (sglang 0.5.12) do not fit"
+        ]
+        errors = errors[:1]
     assert len(errors) == 1 and words in errors[0], (words, r.stdout)  # one line, to the point
     assert all(e.startswith("error: bad.patch") for e in errors)
     assert "refused: nothing was written" in r.stdout
@@ -330,8 +336,9 @@ def test_conflict_markers_are_not_misreported_as_a_line_count(cache, monolith, t
 
 
 def test_diff_against_another_pinned_release_says_which(cache_0510, project, monolith, tmp_path):  # noqa: F811
-    """A diff made against 0.5.10 does not apply to the 0.5.9 pin: the message says 0.5.10
-    fits (0.5.10 pinned by sdist sha256 in this scratch project)."""
+    """A diff made against 0.5.10 does not apply to the 0.5.9 pin: the message names the
+    pinned releases it fits (0.5.10 pinned by sdist sha256 in this scratch project); importing
+    onto 0.5.10 needs a line pinned to it."""
     from rebase_fixtures import SGLANG_0510_SHA256
 
     targets = project / "patches" / "targets.toml"
@@ -354,12 +361,26 @@ def test_diff_against_another_pinned_release_says_which(cache_0510, project, mon
     edit_function(work / "python/sglang/srt/server_args.py", "ServerArgs.__post_init__", "x")
     diff = tmp_path / "for-0510.patch"
     diff.write_text(git(work, "diff"))
+    no_line = patchkit("import", str(diff), "--target", "sglang@0.5.10", "--dry-run")
+    targets.write_text(
+        targets.read_text().replace(
+            "[[targets.sglang.releases]]",
+            '[targets.sglang.lines."0.5.10"]\npin = "0.5.10"\nseries = "sglang/0.5.10"\n\n'
+            "[[targets.sglang.releases]]",
+            1,
+        )
+    )
+    (project / "patches" / "sglang" / "0.5.10").mkdir()
+    (project / "patches" / "sglang" / "0.5.10" / "series").write_text("")
     fits = patchkit("import", str(diff), "--target", "sglang@0.5.10", "--dry-run")
-    assert fits.returncode == 0, fits.stdout + fits.stderr
     r = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
+
+    assert no_line.returncode == 2 and "--new-line" in no_line.stderr  # no line carries 0.5.10
+    assert fits.returncode == 0, fits.stdout + fits.stderr
     assert r.returncode == 1
     assert "does not apply at zero fuzz to sglang 0.5.9" in r.stdout
-    assert "applies cleanly to the pinned release sglang 0.5.10" in r.stdout
+    # the change touches nothing 0.5.10 and 0.5.12 differ in: both fit, each named
+    assert "applies cleanly to the pinned releases sglang 0.5.12, sglang 0.5.10" in r.stdout
 
 
 def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monolith, tmp_path):  # noqa: F811
@@ -378,7 +399,7 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     io_struct.write_text(io_struct.read_text() + "\n# carried with the series\n")
     diff = tmp_path / "ontop.patch"
     diff.write_text(git(work, "diff"))
-    series_dir = project / "patches" / "sglang"
+    series_dir = series_folder(project, "sglang")
     before = snapshot(series_dir)
     r = patchkit("import", str(diff), "--target", "sglang", "--into-series")
     assert r.returncode == 1
@@ -392,7 +413,7 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"overlap: {KIMI} " in r.stdout and "kimi-k25-eagle3-delegation.patch" in r.stdout
     assert "applied to the base and the existing series" in r.stdout
-    old_names = load_series(ROOT / "patches" / "sglang", "sglang").names
+    old_names = load_series(series_folder(ROOT, "sglang"), "sglang").names
     assert load_series(series_dir, "sglang").names == [
         *old_names,
         "srt-managers-changes.patch",
@@ -515,15 +536,24 @@ def test_reimport_onto_a_series_that_carries_it(cache, project, monolith, tmp_pa
     assert snapshot(project / "patches" / "sglang") == before
 
 
-def test_mbox_headers_the_series_cannot_round_trip_are_refused(cache, monolith, tmp_path):  # noqa: F811
+NON_ASCII = (
+    ("Jürgen Müller", "Délégation EAGLE-3 pour Kimi"),
+    # long enough that format-patch folds the encoded words over several header lines
+    ("Zoë Ødegård", "Réglage des entrées et sorties: état partagé, sémaphores et délais révisés"),
+)
+
+
+def test_non_ascii_authors_and_subjects_round_trip(cache, project, monolith, tmp_path):  # noqa: F811
+    """import -> apply -> export -> lint keeps a non-ASCII author and subject, byte for byte
+    (the series carries them as RFC 2047 words, which apply decodes)."""
     repo = tmp_path / "h"
     subprocess.run(
         ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(repo)], check=True
     )
     git(repo, "checkout", "-q", monolith.base)
-    io_struct = repo / "python/sglang/srt/managers/io_struct.py"
-    for n, (who, subject) in enumerate((("Jürgen", "Tune io"), ("t", "Délégation"))):
-        io_struct.write_text(io_struct.read_text() + f"# {n}\n")
+    edited = ("python/sglang/srt/managers/io_struct.py", SERVER_ARGS)  # one file each
+    for path, (who, subject) in zip(edited, NON_ASCII, strict=True):
+        (repo / path).write_text((repo / path).read_text() + "# tuned\n")
         git(repo, "commit", "-qam", subject, env={"GIT_AUTHOR_NAME": who})
     mbox = tmp_path / "team.mbox"
     mbox.write_bytes(
@@ -532,8 +562,123 @@ def test_mbox_headers_the_series_cannot_round_trip_are_refused(cache, monolith, 
             cwd=repo, check=True, capture_output=True,
         ).stdout
     )  # fmt: skip
-    report = _propose(ImportSource.from_file(mbox))
-    assert report.status == "refused"
-    assert len(report.problems) == 2
-    assert "From 'Jürgen <t@example.invalid>' is not ASCII" in report.problems[0]
-    assert "subject 'Délégation' is not ASCII" in report.problems[1]
+    write_series(project, "sglang", {})
+
+    r = patchkit("import", str(mbox), "--target", "sglang", "--into-series")
+    assert r.returncode == 0, r.stdout + r.stderr
+    series_dir = series_folder(project, "sglang")
+    written = snapshot(series_dir)
+    patches = load_series(series_dir, "sglang").patches
+    assert [(p.author.split(" <")[0], p.subject) for p in patches] == list(NON_ASCII)
+    raw = b"".join(p.raw for p in patches)
+    assert raw.isascii() and b"=?UTF-8?q?" in raw  # encoded words, as format-patch writes
+    tree = tmp_path / "work"
+    r = patchkit("apply", "--target", "sglang", "--into", str(tree))
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = git(tree, "log", "--format=%an|%s", "refs/patchkit/sglang/base..HEAD")
+    assert log.splitlines()[::-1] == [f"{who}|{subject}" for who, subject in NON_ASCII]
+    r = patchkit("export", str(tree), "--check")
+    assert r.returncode == 0, r.stdout + r.stderr  # apply + export reproduces every byte
+    assert snapshot(series_dir) == written
+    lint = lint_target("sglang", series_dir, "python", today=dt.date.today())  # as the CLI
+    assert {f.rule for f in lint.findings} == {"metadata-malformed"}
+    assert all("Patchkit-Tests: 'TODO'" in f.message for f in lint.findings), lint.findings
+
+
+def test_a_plain_diff_in_a_series_names_its_import(cache, project, monolith, tmp_path):  # noqa: F811
+    """The next step the series error prints is a command that works, as printed."""
+    write_series(project, "sglang", {"team-changes.patch": monolith.diff.read_bytes()})
+    series_dir = series_folder(project, "sglang")
+
+    refused = patchkit("apply", "--target", "sglang", "--into", str(tmp_path / "w1"))
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "team-changes.patch: not a git format-patch file" in refused.stderr
+    step = re.search(
+        r"patchkit: next: take it out of (\S+), then .*?`patchkit (.*)`", refused.stderr
+    )
+    assert step, refused.stderr
+    assert Path(step.group(1)) == series_dir / "series"
+    (series_dir / "series").write_text("# test series\n")
+    followed = patchkit(*step.group(2).split())
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    applied = patchkit("apply", "--target", "sglang", "--into", str(tmp_path / "w2"))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert git(tmp_path / "w2", "rev-parse", "HEAD^{tree}").strip() == monolith.tree_id
+
+
+def test_a_mapping_subject_may_be_non_ascii_but_one_line(cache, monolith, tmp_path):  # noqa: F811
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    entry = '[[patch]]\nname = "all"\npaths = ["**"]\nsubject = {subject}\n'
+    good.write_text(entry.format(subject='"Délégation et réglages"'))
+    bad.write_text(entry.format(subject='"two\\nlines"'))
+
+    report = _propose(ImportSource.from_file(monolith.diff), mapping=good)
+    assert report.status == "proposed", report.problems or report.difference
+    assert [p.subject for p in report.patches] == ["Délégation et réglages"]
+    with pytest.raises(Exception, match="is not one line of text"):
+        load_mapping(bad)
+
+
+def test_a_non_ascii_author_of_new_patches(cache, monolith, tmp_path):  # noqa: F811
+    out = tmp_path / "out"
+    who = "Zoë Ødegård <zoe@example.invalid>"
+    args = ("import", str(monolith.diff), "--target", "sglang", "--author")
+    r = patchkit(*args, who, "--out", str(out))
+    wrong = ("Zoë <zoë@example.invalid>", "Zoë", "x <x@example.invalid>\nFrom: y")
+    bad = [patchkit(*args, author, "--dry-run") for author in wrong]
+
+    assert r.returncode == 0, r.stdout + r.stderr  # proved: apply + export give the same bytes
+    assert {p.author for p in load_series(out, "sglang").patches} == {who}
+    assert all(b.returncode == 2 and "the address in ASCII" in b.stderr for b in bad)
+
+
+# ---- a line on a wheel base ------------------------------------------------------------------
+@pytest.mark.slow
+def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, project, tmp_path):
+    """A plain `diff -u` against files of the 0.5.12 wheel: refused on the default line (which
+    names the release it fits), imported into the 0.5.12 line with `--target sglang@0.5.12`
+    or `--line 0.5.12`, and that line then applies onto its wheel base with the change."""
+    import zipfile
+
+    rel = "sglang/srt/models/llama_eagle3.py"
+    with zipfile.ZipFile(sglang_wheels["cp311"]) as zf:
+        original = zf.read(rel).decode()
+    old = "        return self.hot_token_id\n"
+    assert original.count(old) == 1
+    edited = original.replace(old, "        # the draft's vocabulary map\n" + old)
+    for side, text in (("a", original), ("b", edited)):
+        (tmp_path / side / rel).parent.mkdir(parents=True)
+        (tmp_path / side / rel).write_text(text)
+    diff = tmp_path / "eagle3.diff"
+    proc = subprocess.run(["diff", "-u", f"a/{rel}", f"b/{rel}"], cwd=tmp_path,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout.startswith(f"--- a/{rel}")
+    diff.write_text(proc.stdout)
+    line_dir, default_dir = (
+        series_folder(project, "sglang", "0.5.12"),
+        series_folder(project, "sglang"),
+    )
+    before = snapshot(default_dir)
+    carried = load_series(line_dir, "sglang").names  # the line's own patches, kept in front
+
+    on_default = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
+    by_line = patchkit("import", str(diff), "--target", "sglang", "--line", "0.5.12", "--dry-run")
+    mismatch = patchkit("import", str(diff), "--target", "sglang@0.5.9", "--line", "0.5.12")
+    r = patchkit("import", str(diff), "--target", "sglang@0.5.12", "--into-series")
+
+    assert on_default.returncode == 1
+    assert "applies cleanly to the pinned release sglang 0.5.12" in on_default.stdout
+    assert by_line.returncode == 0, by_line.stdout + by_line.stderr
+    assert "onto sglang 0.5.12" in by_line.stdout
+    assert mismatch.returncode == 2 and "line 0.5.12 is pinned to 0.5.12" in mismatch.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert snapshot(default_dir) == before  # the 0.5.9 line is untouched
+    series = load_series(line_dir, "sglang")
+    assert series.names[: len(carried)] == carried
+    added = series.patches[len(carried) :]
+    assert [f.path for p in added for f in p.files] == [f"python/{rel}"]
+    tree = tmp_path / "work"
+    applied = patchkit("apply", "--target", "sglang@0.5.12", "--into", str(tree))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (tree / "python" / rel).read_text() == edited
+    assert patchkit("export", str(tree), "--check").returncode == 0

@@ -69,6 +69,31 @@ def test_hostile_or_malformed_patches_are_refused(mutate, words):
     assert "\n" not in str(info.value)
 
 
+def test_a_plain_diff_is_refused_with_the_import_step(tmp_path):
+    """A diff without the format-patch envelope names `patchkit import` as the next step;
+    listed in a series, the step names the file, the target and --into-series."""
+    plain = GOOD[GOOD.index(b"diff --git ") :]
+    unified = plain[plain.index(b"--- a/") :]  # `diff -u` output, no `diff --git` line
+    (tmp_path / "fix.patch").write_bytes(plain)
+    (tmp_path / "series").write_text("fix.patch\n")
+
+    for raw in (plain, unified):
+        with pytest.raises(PatchFormatError, match="not a git format-patch file") as info:
+            parse_patch("fix.patch", raw)
+        assert info.value.hint == (
+            "turn it into a series with `patchkit import fix.patch --target T`"
+        )
+    with pytest.raises(PatchFormatError) as listed:
+        load_series(tmp_path, "sglang")
+    assert listed.value.hint == (
+        f"take it out of {tmp_path / 'series'}, then turn it into a series with "
+        f"`patchkit import {tmp_path / 'fix.patch'} --target sglang --into-series`"
+    )
+    with pytest.raises(PatchFormatError) as prose:  # not a diff at all: no import advice
+        parse_patch("notes.patch", b"just some notes\n")
+    assert prose.value.hint is None
+
+
 def test_symlink_creation_refused():
     raw = GOOD.split(b"diff --git")[0] + (
         b"diff --git a/python/link b/python/link\nnew file mode 120000\n"

@@ -36,7 +36,11 @@ def command() -> None:
     type=click.Path(path_type=Path),
     help="The target's config.json, or the folder holding it.",
 )
-@click.option("--line", default=None, help="SGLang release line (default: the pinned one).")
+@click.option(
+    "--line",
+    default=None,
+    help="The SGLang line to check against, its series applied (default: the default line).",
+)
 @click.option(
     "--sglang-source",
     type=click.Path(path_type=Path),

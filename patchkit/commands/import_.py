@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 from pathlib import Path
 
 import click
@@ -19,6 +20,7 @@ from patchkit.import_.propose import (
     write_proposal,
 )
 from patchkit.import_.split import load_mapping
+from patchkit.lines import line_series, pick_line
 from patchkit.targets import parse_target_spec
 from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire
@@ -33,6 +35,11 @@ from patchkit.workspace import Workspace
     help="A directory of replacement files laid out like the package (*.bak skipped).",
 )
 @click.option("--target", "target_spec", required=True, help="NAME or NAME@REF (default: its pin).")
+@click.option(
+    "--line",
+    default=None,
+    help="The series line to import into (default: the line pinned to REF, else the default).",
+)
 @click.option(
     "--mapping",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -51,8 +58,8 @@ from patchkit.workspace import Workspace
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(
-    diff, overlay, target_spec, mapping, by_area, out, into_series, dry_run, threeway, author,
-    as_json, verbose,
+    diff, overlay, target_spec, line, mapping, by_area, out, into_series, dry_run, threeway,
+    author, as_json, verbose,
 ) -> int:  # fmt: skip
     """Propose a series, one patch per concern, for DIFF (or --overlay DIR) against the base."""
     output = Output(json_mode=as_json, verbose=verbose)
@@ -60,12 +67,13 @@ def command(
         raise UsageError("give either a DIFF file or --overlay DIR")
     if out is not None and into_series:
         raise UsageError("--out and --into-series are two destinations; pick one")
-    if not author.isascii() or "@" not in author:
-        raise UsageError(f"--author {author!r}: give 'Name <address>' in ASCII")
+    address = email.utils.parseaddr(author)[1]
+    if "@" not in address or not address.isascii() or "\n" in author or "\r" in author:
+        raise UsageError(f"--author {author!r}: give 'Name <address>' (the address in ASCII)")
     ws = Workspace.load()
     spec = parse_target_spec(target_spec)
-    target = ws.target(spec.target)
-    existing = ws.series(spec.target)
+    target = pick_line(ws.target(spec.target), spec.ref, line)
+    existing = line_series(ws.project, target)
     base = acquire(target, spec.ref, progress=output.progress)
     repo = Mirror(target).path
     options = ImportOptions(
@@ -107,7 +115,9 @@ def command(
     )
     if report.status == "proposed" and not dry_run and (out is not None or into_series):
         write_proposal(
-            report, out=out, series_dir=ws.project.series_dir(spec.target) if into_series else None
+            report,
+            out=out,
+            series_dir=ws.project.series_dir(spec.target, target.line) if into_series else None,
         )
     if as_json:
         output.document(report.to_json())

@@ -1,11 +1,12 @@
 """Where the doctor reads SGLang's model code from: the chosen line's (patched) tree.
 
-A line is an SGLang release the project carries.  The pinned release of targets.toml is
-acquired as `patchkit apply` does (the sha256-checked sdist imported into the mirror, or the
-pinned git commit) and the line's series is applied in the mirror as commits, never in a work
-tree; files are read from the resulting commit.  A release with no series here is read from
-its wheel on the package index (downloaded with pip, cached) and reported as unpatched.
-``--sglang-source`` points at any tree or wheel instead (e.g. one made by `make wheels`).
+A line is a series folder of targets.toml against one pinned release.  Its base is acquired
+as `patchkit apply` acquires it (the sha256-checked sdist for 0.5.9, the pinned wheel for
+0.5.12, imported into the mirror, or the pinned git commit) and the line's series is applied
+in the mirror as commits, never in a work tree; files are read from the resulting commit.  A
+release no line is pinned to is read from its wheel on the package index (downloaded with pip,
+cached) and reported as unpatched.  ``--sglang-source`` points at any tree or wheel instead
+(e.g. one made by `make wheels`).
 
 Every file read is kept under ``$PATCHKIT_CACHE/doctor/sources/<key>/`` so later runs need
 neither git nor the network.
@@ -172,17 +173,18 @@ def for_line(
     project: Path | None = None,
     cache: Path | None = None,
 ) -> ModelSource:
-    """The model source of SGLang ``line`` (a release version; default: the pinned one)."""
+    """The model source of SGLang ``line``: a line name or a release a line is pinned to
+    (default: the target's default line), with that line's series applied; a release no
+    line carries is read, unpatched, from its wheel on the package index."""
     from patchkit.errors import PatchkitError
     from patchkit.workspace import Workspace
 
     try:
         ws = Workspace.load(project)
         target = ws.target(PACKAGE)
-    except PatchkitError:  # outside a project checkout: only wheel lines are possible
+    except PatchkitError:  # outside a project checkout: only index wheels are possible
         ws, target = None, None
-    version = line or (target.pin if target else None)
-    if version is None:
+    if target is None and line is None:
         installed = installed_sglang()
         if installed is not None:
             return installed
@@ -190,25 +192,51 @@ def for_line(
             "no --line given, no patchkit project here and no SGLang installed to check against",
             hint="pass --line VERSION or --sglang-source PATH",
         )
-    release = next((r for r in target.releases if r.version == version), None) if target else None
-    if target is not None and release is not None and version == target.pin:
-        return _pinned_line(ws, target, release, progress, cache or cache_root())
-    return _wheel_line(version, progress, cache or cache_root())
+    view = _line_view(target, line) if target is not None else None
+    if view is not None:
+        return _pinned_line(ws, view, progress, cache or cache_root())
+    return _wheel_line(line, progress, cache or cache_root())
 
 
-def _pinned_line(ws, target, release, progress, cache_dir: Path) -> ModelSource:
+def _line_view(target, line: str | None):
+    """``target`` seen through the line ``line`` names (a line, or the release it is pinned
+    to), or None when no line carries it."""
+    if line is None or line in target.line_names:
+        return target.on_line(line)
+    release = target.release(line)
+    chosen = target.line_for_release(release) if release is not None else None
+    return target.on_line(chosen.name) if chosen is not None else None
+
+
+def _pinned_line(ws, target, progress, cache_dir: Path) -> ModelSource:
     from patchkit import gitops
     from patchkit.apply import ApplyOptions, build_series
+    from patchkit.lines import line_series
     from patchkit.upstream import Mirror
 
-    series = ws.series(target.name)
-    pin_id = release.sdist_sha256 or release.commit or release.version
+    release = target.pinned
+    series = line_series(ws.project, target)
+    wheel = release.base_wheel if not release.sdist else None
+    pin_id = release.sdist_sha256 or (wheel.sha256 if wheel else None) or release.commit
+    pin_id = pin_id or release.version
     digest = hashlib.sha256(f"{pin_id}|{series.hash()}".encode()).hexdigest()[:16]
     key = f"{target.name}-{release.version}-{digest}"
-    label = f"sglang {release.version} + series ({len(series.patches)} patches)"
+    if wheel is not None:
+        base_source, base_name = "wheel", f"wheel {wheel.filename}"
+    elif release.sdist:
+        base_source, base_name = "sdist", f"sdist {release.sdist}"
+    else:
+        base_source, base_name = "git", f"commit {release.commit}"
+    label = (
+        f"sglang {release.version} + series patches/{target.current_line.series} "
+        f"({len(series.patches)} patches) on its {base_name}"
+    )
     provenance = {
-        "line": release.version,
+        "line": target.line,
+        "release": release.version,
         "base": pin_id,
+        "base_source": base_source,
+        "series": f"patches/{target.current_line.series}",
         "series_hash": series.hash(),
         "patches": [p.name for p in series.patches],
     }
@@ -219,7 +247,7 @@ def _pinned_line(ws, target, release, progress, cache_dir: Path) -> ModelSource:
         if "tip" not in state:
             from patchkit.upstream import acquire
 
-            progress(f"acquiring {target.name} {release.version} and applying the series")
+            progress(f"acquiring {target.name} {release.version} and applying line {target.line}")
             base = acquire(target, None, progress=progress, cache=cache_dir)
             commit, _ = build_series(
                 Mirror(target, cache_dir).path, base.commit, series, ApplyOptions(), bare=True
@@ -236,7 +264,7 @@ def _pinned_line(ws, target, release, progress, cache_dir: Path) -> ModelSource:
         paths = gitops.tree_paths(Mirror(target, cache_dir).path, tip(), bare=True)
         return [p[len(prefix) :] for p in paths if p.startswith(prefix)]
 
-    return ModelSource(label, True, key, read_git, cache, provenance, list_git)
+    return ModelSource(label, bool(series.patches), key, read_git, cache, provenance, list_git)
 
 
 def _wheel_line(version: str, progress, cache_dir: Path) -> ModelSource:
@@ -262,7 +290,7 @@ def _wheel_line(version: str, progress, cache_dir: Path) -> ModelSource:
     return from_wheel(
         found[0],
         patched=False,
-        label=f"sglang {version} wheel {found[0].name} (unpatched: no series for this line)",
+        label=f"sglang {version} wheel {found[0].name} (unpatched: no line is pinned to it)",
         cache=cache_dir,
     )
 

@@ -239,17 +239,6 @@ def propose_import(
                         "it holds no diff (a cover letter?)"
                     )
             messages = [m for m in messages if m.files]
-            for message in messages:
-                for field_name, value in (("subject", message.subject), ("From", message.author)):
-                    if not value.isascii():
-                        report.problems.append(
-                            f"{source.label}:{message.line}: {field_name} {value!r} is not "
-                            "ASCII, which the series format does not round-trip: reword the "
-                            "commit (git commit --amend), or import with --by-area"
-                        )
-            if report.problems:
-                report.status = "refused"
-                return report
             reference = _apply_messages(repo, start, messages, options.threeway, report, release)
         else:
             reference = _apply_whole(
@@ -422,20 +411,27 @@ def _say_which_release_fits(
 ) -> None:
     text = "".join(_diff_text(m) for m in messages)
     others = other_bases()
-    for label, commit in others:
-        try:
-            fits = applies_cleanly(repo, commit, text)
-        except (PatchkitError, gitops.GitError):
-            fits = False
-        if fits:
-            report.problems.append(
-                f"{report.source}: applies cleanly to the pinned release {label}: import it "
-                f"with --target {report.target}@{label.split()[-1]}, then `patchkit rebase`"
-            )
-            return
+    fitting = [label for label, commit in others if _fits(repo, commit, text)]
+    if fitting:
+        # the line pinned to that release takes it (`import` refuses a release no line has,
+        # naming `rebase --new-line`)
+        plural = "s" if len(fitting) > 1 else ""
+        report.problems.append(
+            f"{report.source}: applies cleanly to the pinned release{plural} "
+            f"{', '.join(fitting)}: import it with --target "
+            f"{report.target}@{fitting[0].split()[-1]}"
+        )
+        return
     if others:
         tried = ", ".join(label for label, _ in others)
         report.problems.append(f"{report.source}: the other pinned releases ({tried}) do not fit")
+
+
+def _fits(repo: Path, commit: str, text: str) -> bool:
+    try:
+        return applies_cleanly(repo, commit, text)
+    except (PatchkitError, gitops.GitError):
+        return False
 
 
 # --- drafts ---------------------------------------------------------------------------------

@@ -79,10 +79,10 @@ def load_mapping(path: Path) -> Mapping:
         if not paths and not hunks:
             raise UsageError(f"{where} ({name}): give paths or hunks")
         subject = raw.get("subject")
-        if subject is not None and (not isinstance(subject, str) or not subject.isascii()):
-            raise UsageError(
-                f"{where}: subject {subject!r}: the series format keeps subjects ASCII"
-            )
+        if subject is not None and (
+            not isinstance(subject, str) or "\n" in subject or "\r" in subject
+        ):
+            raise UsageError(f"{where}: subject {subject!r} is not one line of text")
         selectors = []
         for sel in hunks:
             glob, sep, qual = sel.partition("::")
