@@ -84,7 +84,7 @@ def make_project(tmp: Path, size: int) -> tuple[Path, Path, str, list[Path]]:
     base = git("rev-parse", "HEAD", cwd=checkout).strip()
     files = sorted(p for p in git("ls-files", "*.py", cwd=checkout).split() if "/srt/" in p)[:size]
     if len(files) < size:
-        raise SystemExit(f"the tree has only {len(files)} .py files under srt/")
+        raise SystemExit(f"the tree has only {len(files)} .py files under python/sglang/")
     for i, path in enumerate(files):
         target = checkout / path
         target.write_text(f"# patchkit scale bench {i}\n" + target.read_text())
