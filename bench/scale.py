@@ -82,7 +82,8 @@ def make_project(tmp: Path, size: int) -> tuple[Path, Path, str, list[Path]]:
     checkout = tmp / f"checkout-{size}"
     patchkit(project, "apply", "--target", "sglang", "--into", str(checkout))
     base = git("rev-parse", "HEAD", cwd=checkout).strip()
-    files = sorted(p for p in git("ls-files", "*.py", cwd=checkout).split() if "/srt/" in p)[:size]
+    listed = git("ls-files", "*.py", cwd=checkout).split()
+    files = sorted(p for p in listed if p.startswith("python/sglang/"))[:size]
     if len(files) < size:
         raise SystemExit(f"the tree has only {len(files)} .py files under python/sglang/")
     for i, path in enumerate(files):
