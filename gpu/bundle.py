@@ -1,6 +1,6 @@
 """Build the GPU tier's bundle for the lent H200 from ``gpu/bundle.toml`` (``make gpu-bundle``).
 
-    python gpu/bundle.py [--out .gpu-stage] [--cache /work/cache/gpu] [--sglang-wheel WHEEL]
+    python gpu/bundle.py [--out .gpu-stage] [--cache .cache/gpu] [--sglang-wheel WHEEL]
 
 Downloads the pinned wheels into the cache (once; ``pip download --no-deps``), checks every
 sha256 against the manifest, reduces sglang-kernel to what an SM90 triton-backend engine loads
@@ -41,7 +41,7 @@ sys.path.append(str(ROOT))  # an installed patchkit wins; ./build is data, not p
 from patchkit.wheels.reproducible import RecordEntry, record_hash, write_record  # noqa: E402
 
 MANIFEST = ROOT / "gpu" / "bundle.toml"
-DEFAULT_CACHE = Path(os.environ.get("PATCHKIT_GPU_CACHE", "/work/cache/gpu"))
+DEFAULT_CACHE = Path(os.environ.get("PATCHKIT_GPU_CACHE", ROOT / ".cache" / "gpu"))
 PROJECT_FILES = [
     "gpu",
     "tests/gpu/test_spec_threshold_gpu.py",
