@@ -107,6 +107,7 @@ bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/rebase.py
 	$(VENV)/bin/python bench/wheels.py
 	$(VENV)/bin/python bench/verify.py
+	$(VENV)/bin/python bench/scale.py --sizes 10,100 --runs 3
 
 clean:
 	rm -rf work dist build/work
