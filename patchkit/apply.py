@@ -86,6 +86,7 @@ class ApplyReport:
     patches: list[PatchResult] = field(default_factory=list)
     result: str | None = None
     status: str = "applied"  # applied | nothing-to-do | failed
+    series_size: int = 0  # patches in the series (a failed apply reports only those it reached)
     next_step: str | None = None
     error: str | None = None
 
@@ -97,6 +98,7 @@ class ApplyReport:
         return {
             "target": self.target,
             "status": self.status,
+            "series_size": self.series_size,
             "into": str(self.into) if self.into else None,
             "base": {
                 "commit": self.base.commit,
@@ -313,6 +315,7 @@ def apply_series(
 ) -> ApplyReport:
     """Apply `series` onto `base` and make `into` a checkout of the result, atomically."""
     report = ApplyReport(series.target, base, into, series_version, series.hash())
+    report.series_size = len(series.names)
     lock = into.parent / f".{into.name}.patchkit.lock"
     with locked(lock, f"the work tree {into}"):
         _sweep_scratch(into)

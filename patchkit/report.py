@@ -5,13 +5,14 @@ from __future__ import annotations
 from patchkit.apply import ApplyReport
 from patchkit.status import StatusReport
 
+# The words of --json, upper-cased where a state needs attention.
 STATUS_MARK = {
-    "applied": "ok",
-    "present": "ok",
-    "fuzzed": "FUZZ",
-    "merged": "3WAY",
-    "already-applied": "skip",
-    "failed": "FAIL",
+    "applied": "applied",
+    "present": "present",
+    "fuzzed": "FUZZED",
+    "merged": "MERGED",
+    "already-applied": "already-applied",
+    "failed": "FAILED",
     "missing": "MISSING",
     "modified": "MODIFIED",
 }
@@ -21,7 +22,7 @@ def render_apply(report: ApplyReport) -> str:
     lines = [
         f"{report.target}: base {report.base.commit[:12]} ({report.base.stands_for})",
         f"  series {report.series_version} ({report.series_hash[:12]}), "
-        f"{len(report.patches)} patch(es) -> {report.into}",
+        f"{report.series_size or len(report.patches)} patch(es) -> {report.into}",
     ]
     for result in report.patches:
         mark = STATUS_MARK.get(result.status, result.status)

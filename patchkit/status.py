@@ -121,9 +121,16 @@ def status(directory: Path, target: Target, series: Series, series_version: str)
         expected = None
     report.expected = expected
     drift = set(gitops.changed_paths(directory, expected)) if expected else set()
+    touched_by = {
+        r.name: {f.path for f in series.by_name(r.name).files}
+        | {f.source for f in series.by_name(r.name).files if f.source}
+        for r in results
+    }
+    # A path that differs from the series result is the last touching patch's drift, not that
+    # of every earlier patch that also edits the file (they are intact).
+    owner = {path: name for name, paths in touched_by.items() for path in paths}
     for result in results:
-        patch = series.by_name(result.name)
-        touched = {f.path for f in patch.files} | {f.source for f in patch.files if f.source}
+        touched = {path for path in touched_by[result.name] if owner.get(path) == result.name}
         commit = by_name.get(result.name)
         if result.status == "already-applied":
             state = "already-applied"

@@ -23,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 if importlib.util.find_spec("torch") is None:
     collect_ignore = ["payload", "gpu"]
 
-from helpers import TEST_CACHE as _TEST_CACHE  # noqa: E402
+from helpers import ROOT as _ROOT  # noqa: E402
 
-# Test data (sdists, wheels, mirrors, payload trees) stays under the project's ignored .cache/,
-# never in the user's ~/.cache/patchkit; tests that need a private cache set their own.
-os.environ.setdefault("PATCHKIT_CACHE", str(_TEST_CACHE))
+# Test data stays under the project's ignored .cache/, never in the user's ~/.cache/patchkit.
+# The default is its own folder: the warm cache (.cache/test-patchkit) is only read through
+# the fixtures that copy it, so no test can leave objects there that another test then finds.
+os.environ.setdefault("PATCHKIT_CACHE", str(_ROOT / ".cache" / "test-default"))
 
 from helpers import (  # noqa: E402,F401
     ROOT,

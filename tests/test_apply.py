@@ -109,6 +109,19 @@ def test_failing_patch_leaves_new_dir_absent(tmp_path, project, small_series):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tree.patchkit-")]
 
 
+def test_failed_apply_counts_the_whole_series(tmp_path, project, small_series):
+    bad = small_series["mark-communicator.patch"].replace(b"-import logging", b"-import lumber")
+    bad = bad.replace(b" import logging\n", b" import lumber\n")
+    write_series(
+        project,
+        "sglang",
+        {"broken.patch": bad, "mark-server-args.patch": small_series["mark-server-args.patch"]},
+    )
+    result = patchkit("apply", "--target", "sglang", "--into", str(tmp_path / "tree"))
+    assert result.returncode == 1
+    assert "2 patch(es) ->" in result.stdout, result.stdout
+
+
 def test_failing_patch_leaves_existing_checkout_byte_identical(tmp_path, project, small_series):
     into = tmp_path / "tree"
     write_series(
@@ -341,3 +354,12 @@ def test_json_is_one_document(tmp_path, small_series):
     out, doc = apply_json("--target", "sglang", "--into", str(tmp_path / "t"))
     assert set(doc) == {"reports"}
     assert doc["reports"][0]["series"]["version"]
+
+
+def test_a_mistyped_upstream_path_is_refused_not_skipped(tmp_path, cache):
+    into = tmp_path / "sg"
+    r = patchkit("apply", "--target", "flashinfer", "--into", str(into),
+                 "--upstream", str(tmp_path / "no-such-clone"))  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no-such-clone: no such file or directory" in r.stderr
+    assert not into.exists()

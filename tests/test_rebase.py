@@ -256,6 +256,13 @@ def test_continue_without_a_rebase_is_a_usage_error(project):
     assert r.returncode == 2 and "no rebase in progress" in r.stderr
 
 
+def test_abort_without_a_rebase_is_nothing_to_do_with_or_without_target(project):
+    for argv in (("rebase", "--abort"), ("rebase", "--abort", "--target", "sglang")):
+        r = patchkit(*argv)
+        assert r.returncode == 3, (argv, r.stdout, r.stderr)
+        assert "no rebase in progress" in r.stderr
+
+
 def test_render_targets_keeps_comments_and_validates():
     from patchkit.rebase import NewPin, render_targets
 

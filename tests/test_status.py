@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers import git, patchkit, result_of
+from helpers import git, patchkit, result_of, sha_of
+from series_fixtures import make_patch, tree_from_mirror, write_series
 
 
 @pytest.fixture
@@ -39,12 +40,30 @@ def test_edit_after_apply_is_modified(applied, workspace):
     rc, _, by_name = states(applied)
     assert rc == 1
     assert by_name[patch.name] == "modified"
-    touching = {
+    touching = [
         p.name
         for p in workspace.series("sglang").patches
         if patch.files[0].path in {f.path for f in p.files}
-    }
-    assert {n for n, s in by_name.items() if s == "modified"} == touching
+    ]
+    # the edit is drift of the last patch that touches the file; earlier ones stay intact
+    assert {n for n, s in by_name.items() if s == "modified"} == {touching[-1]}
+
+
+def test_a_later_patch_on_the_same_file_leaves_the_earlier_one_applied(tmp_path, project, cache):
+    mirror = cache / "mirrors" / "sglang.git"
+    base = sha_of(mirror, "refs/patchkit/sdist/0.5.9")
+    repo = tree_from_mirror(mirror, base, tmp_path / "author")
+    path = "python/sglang/srt/server_args.py"
+    one = make_patch(repo, path, "import argparse", "import argparse  # one", "First edit")
+    two = make_patch(repo, path, "import dataclasses", "import dataclasses  # two", "Second edit")
+    write_series(project, "sglang", {"first.patch": one, "second.patch": two})
+    into = tmp_path / "sg"
+    assert patchkit("apply", "--target", "sglang", "--into", str(into)).returncode == 0
+    rc, _, by_name = states(into)
+    assert rc == 0 and by_name == {"first.patch": "applied", "second.patch": "applied"}
+    (into / path).write_text((into / path).read_text() + "# local\n")
+    rc, doc, by_name = states(into)
+    assert rc == 1 and by_name == {"first.patch": "applied", "second.patch": "modified"}
 
 
 def test_dropped_commit_is_missing(applied, workspace):

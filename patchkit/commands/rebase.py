@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.errors import UsageError
+from patchkit.errors import NothingToDo, UsageError
 from patchkit.lines import line_series
 from patchkit.rebase import (
     RebaseReport,
@@ -82,11 +82,12 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     if new_line is not None and not write:
         raise UsageError("--new-line starts a line in patches/: it needs --write")
     if cont or abort:
-        name = parse_target_spec(spec).target if spec else _only_rebase_in_progress(ws)
+        name = parse_target_spec(spec).target if spec else _only_rebase_in_progress(ws, abort)
         dest = rebase_dir(ws.project.work_dir, name)
         if abort:
-            removed = abort_rebase(dest)
-            out.echo(f"{name}: removed {dest}" if removed else f"{name}: no rebase in progress")
+            if not abort_rebase(dest):  # the same outcome with or without --target
+                raise NothingToDo(f"{name}: no rebase in progress")
+            out.echo(f"{name}: removed {dest}")
             return 0
         target = ws.targets.get(name, stopped_line(dest) or line)
         report, wanted = continue_rebase(
@@ -163,8 +164,10 @@ def _write(ws: Workspace, target, report: RebaseReport, new_line: str | None) ->
     )
 
 
-def _only_rebase_in_progress(ws: Workspace) -> str:
+def _only_rebase_in_progress(ws: Workspace, abort: bool = False) -> str:
     names = [n for n in ws.targets.targets if rebase_dir(ws.project.work_dir, n).exists()]
+    if not names and abort:
+        raise NothingToDo("no rebase in progress")
     if len(names) != 1:
         raise UsageError(
             "no rebase in progress"

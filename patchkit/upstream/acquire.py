@@ -117,6 +117,21 @@ class BaseUnavailable(FetchError):
         }
 
 
+_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
+
+
+def _check_upstream_path(upstream: str) -> None:
+    """A `--upstream` that is neither a URL nor an existing path is a typo, not a source to
+    skip silently in favour of the next one."""
+    if "://" in upstream or _SCP_LIKE.match(upstream):
+        return
+    if not Path(upstream).expanduser().exists():
+        raise UsageError(
+            f"--upstream {upstream}: no such file or directory",
+            hint="pass a clone, a bare repository or a URL (https://, ssh://, file://)",
+        )
+
+
 def acquire(
     target: Target,
     ref: str | None,
@@ -134,6 +149,8 @@ def acquire(
     pinned wheel.  Imports already in the mirror are reused.  Raises BaseUnavailable, listing
     every source tried, when none gives the base.
     """
+    if upstream:
+        _check_upstream_path(upstream)
     mirror = Mirror(target, cache or cache_root())
     ref = ref or target.pin
     release, want_sha = _interpret_ref(target, ref)

@@ -12,7 +12,7 @@ those lines only and is not collected on the others (its patch is not carried th
 ``PATCHKIT_PAYLOAD_SGLANG_ROOT`` imports SGLang from an existing tree instead (a checkout
 laid out like the upstream repository, e.g. ``work/sglang`` after ``patchkit apply``).
 
-Trees are cached under ``$PATCHKIT_CACHE/payload`` (default: ``.cache/test-patchkit/payload``
+Trees are cached under ``$PATCHKIT_CACHE/payload`` (default: ``.cache/test-default/payload``
 under the project),
 keyed by the sdist hash and the content of the applied patches.
 """
@@ -90,7 +90,7 @@ def _default_line() -> str:
 
 def _cache_root() -> Path:
     base = os.environ.get("PATCHKIT_CACHE")
-    root = Path(base) if base else Path(__file__).resolve().parents[2] / ".cache" / "test-patchkit"
+    root = Path(base) if base else Path(__file__).resolve().parents[2] / ".cache" / "test-default"
     return root / "payload"
 
 

@@ -23,7 +23,7 @@ STANDINS = Path(__file__).resolve().parent / "standins"
 
 def _cache_root() -> Path:
     base = os.environ.get("PATCHKIT_CACHE")
-    default = Path(__file__).resolve().parents[2] / ".cache" / "test-patchkit"
+    default = Path(__file__).resolve().parents[2] / ".cache" / "test-default"
     return (Path(base) if base else default) / "payload"
 
 
