@@ -821,6 +821,30 @@ def read_tree_into(repo: Path, env: dict[str, str], treeish: str, bare: bool = F
 SYMLINK_MODE = "120000"
 
 
+def _entry_modes(repo: Path, commit: str, paths: list[str], bare: bool = False) -> dict[str, str]:
+    """path -> mode of the tree entry (file, link or folder) each of `paths` names in
+    `commit`, taken literally; paths it lacks are left out."""
+    out = str(
+        run(
+            repo,
+            "ls-tree",
+            "-z",
+            "--full-tree",
+            commit,
+            "--",
+            *paths,
+            env=_LITERAL,
+            bare=bare,
+        )
+    )
+    modes: dict[str, str] = {}
+    for entry in out.split("\0"):
+        meta, _, name = entry.partition("\t")
+        if name:
+            modes[name] = meta.split(" ", 1)[0]
+    return modes
+
+
 def symlinks_along(repo: Path, commit: str, paths: list[str], bare: bool = False) -> dict[str, str]:
     """For each path, the first component (a parent, or the path itself) that is a symlink
     in `commit`; paths with none are left out."""
@@ -831,23 +855,9 @@ def symlinks_along(repo: Path, commit: str, paths: list[str], bare: bool = False
             prefixes.setdefault("/".join(parts[:i]), []).append(path)
     if not prefixes:
         return {}
-    out = str(
-        run(
-            repo,
-            "ls-tree",
-            "-z",
-            "--full-tree",
-            commit,
-            "--",
-            *sorted(prefixes),
-            env={"GIT_LITERAL_PATHSPECS": "1"},
-            bare=bare,
-        )
-    )
     links: dict[str, str] = {}
-    for entry in out.split("\0"):
-        meta, _, name = entry.partition("\t")
-        if meta.split(" ", 1)[0] != SYMLINK_MODE:
+    for name, mode in _entry_modes(repo, commit, sorted(prefixes), bare=bare).items():
+        if mode != SYMLINK_MODE:
             continue
         for path in prefixes.get(name, []):
             if path not in links or len(name) < len(links[path]):
@@ -1000,25 +1010,7 @@ def files_written_by_checkout(repo: Path, old: str, new: str) -> list[str]:
 def tree_with_files(repo: Path, commit: str, files: dict[str, bytes], bare: bool = False) -> str:
     """The tree of `commit` with each path of `files` holding those bytes (mode kept; new
     files 100644); written to the object store, no work tree or ref touched."""
-    modes: dict[str, str] = {}
-    if files:
-        listing = str(
-            run(
-                repo,
-                "ls-tree",
-                "-z",
-                "--full-tree",
-                commit,
-                "--",
-                *sorted(files),
-                env={"GIT_LITERAL_PATHSPECS": "1"},
-                bare=bare,
-            )
-        )
-        for entry in listing.split("\0"):
-            meta, _, name = entry.partition("\t")
-            if name:
-                modes[name] = meta.split(" ", 1)[0]
+    modes = _entry_modes(repo, commit, sorted(files), bare=bare) if files else {}
     with scratch_index(repo, commit, bare=bare) as env:
         for path, data in sorted(files.items()):
             blob = str(run(repo, "hash-object", "-w", "--stdin", stdin=data, bare=bare)).strip()

@@ -79,20 +79,14 @@ def describe_base(directory: Path, target: Target, base: str) -> tuple[str, str 
             return f"{release.tag or release.version} (git {base[:12]})", base
     message = gitops.commit_message(directory, base)
     fields = import_fields(message)
-    sdist = fields.get("Patchkit-Sdist")
-    if sdist:
-        upstream = fields.get("Patchkit-Upstream-Commit", "unknown")
-        upstream = None if upstream == "unknown" else upstream
-        label = f"sdist {sdist} (sha256 {fields.get('Patchkit-Sdist-Sha256', '?')[:16]}…)"
-        label += f", upstream {upstream}" if upstream else ", upstream commit unknown"
-        return label, upstream
-    wheel = fields.get("Patchkit-Wheel")
-    if wheel:
-        upstream = fields.get("Patchkit-Upstream-Commit", "unknown")
-        upstream = None if upstream == "unknown" else upstream
-        label = f"wheel {wheel} (sha256 {fields.get('Patchkit-Wheel-Sha256', '?')[:16]}…)"
-        label += f", upstream {upstream}" if upstream else ", upstream commit unknown"
-        return label, upstream
+    upstream = fields.get("Patchkit-Upstream-Commit", "unknown")
+    upstream = None if upstream == "unknown" else upstream
+    for kind, key in (("sdist", "Patchkit-Sdist"), ("wheel", "Patchkit-Wheel")):
+        name = fields.get(key)
+        if name:
+            label = f"{kind} {name} (sha256 {fields.get(f'{key}-Sha256', '?')[:16]}…)"
+            label += f", upstream {upstream}" if upstream else ", upstream commit unknown"
+            return label, upstream
     return f"unpinned commit {base[:12]}", None
 
 

@@ -80,6 +80,15 @@ def check_sdist_hash(release: Release, got: str, index_sha: str | None = None) -
     check_sha256(release.sdist or "sdist", got, release.sdist_sha256 or index_sha)
 
 
+def commit_id_in(text: str) -> str | None:
+    """The upstream commit id a commit-id file's text records (the first pattern that matches)."""
+    for pattern in COMMIT_ID_RES:
+        match = pattern.search(text)
+        if match:
+            return match.group(1)
+    return None
+
+
 def release_commit_id(tree: Path, target: Target) -> str | None:
     """The upstream commit id an unpacked sdist records about itself, if any."""
     if not target.commit_id_file:
@@ -89,11 +98,7 @@ def release_commit_id(tree: Path, target: Target) -> str | None:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    for pattern in COMMIT_ID_RES:
-        match = pattern.search(text)
-        if match:
-            return match.group(1)
-    return None
+    return commit_id_in(text)
 
 
 def safe_extract_sdist(archive: Path, dest: Path) -> Path:

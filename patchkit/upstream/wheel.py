@@ -27,9 +27,9 @@ from patchkit.errors import FetchError, InvalidArchiveError, PinError
 from patchkit.targets import Release, Target, WheelPin
 from patchkit.upstream.index import check_sha256, download, file_sha256, find_file
 from patchkit.upstream.sdist import (
-    COMMIT_ID_RES,
     IMPORT_IDENTITY_EMAIL,
     IMPORT_IDENTITY_NAME,
+    commit_id_in,
     import_fields,
 )
 
@@ -134,11 +134,7 @@ def recorded_commit_id(zf: zipfile.ZipFile, target: Target) -> str | None:
         text = zf.read(target.commit_id_file).decode("utf-8", "replace")
     except KeyError:
         return None
-    for pattern in COMMIT_ID_RES:
-        match = pattern.search(text)
-        if match:
-            return match.group(1)
-    return None
+    return commit_id_in(text)
 
 
 def import_wheel(

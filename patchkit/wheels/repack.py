@@ -14,9 +14,7 @@ with fixed settings.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -28,12 +26,10 @@ from patchkit.series import Series
 from patchkit.targets import WheelPin
 from patchkit.upstream.wheel import WheelLayout, check_wheel_file, is_compiled, wheel_layout
 from patchkit.wheels.reproducible import (
-    COMPRESS_LEVEL,
     RecordEntry,
-    _copy_compressed,
-    _zip_time,
     record_hash,
     write_record,
+    write_zip,
 )
 
 VERSION_HEADER_RE = re.compile(rb"^Version: .*$", re.M)
@@ -208,41 +204,9 @@ def repack(
         record.append(RecordEntry(record_name, "", None))
         entries[record_name] = (None, write_record(record))
         names.append(record_name)
-        _write_zip(zin, entries, names, dest, epoch)
+        write_zip(zin, entries, names, dest, epoch)
     return dest, new_info
 
 
 def pin_version(dist_info: str) -> str:
     return dist_info[: -len(".dist-info")].rsplit("-", 1)[1]
-
-
-def _write_zip(
-    zin: zipfile.ZipFile,
-    entries: dict[str, tuple[zipfile.ZipInfo | None, bytes | None]],
-    names: list[str],
-    dest: Path,
-    epoch: int,
-) -> None:
-    stamp = _zip_time(epoch)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w") as zout:
-            for name in names:
-                old, data = entries[name]
-                executable = bool(old is not None and (old.external_attr >> 16) & 0o111)
-                info = zipfile.ZipInfo(name, date_time=stamp)
-                info.create_system = 3  # unix, so the mode bits below are honoured
-                info.external_attr = (0o100755 if executable else 0o100644) << 16
-                if data is None and old is not None and old.flag_bits & 0x1 == 0:
-                    _copy_compressed(zin, old, zout, info)
-                else:
-                    blob = data if data is not None else zin.read(old)  # type: ignore[arg-type]
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    zout.writestr(info, blob, compresslevel=COMPRESS_LEVEL)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -102,28 +102,43 @@ def normalize_wheel(
         contents[record_name] = write_record(record)
         names.append(record_name)
 
-        stamp = _zip_time(epoch)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            with zipfile.ZipFile(tmp, "w") as zout:
-                for name in names:
-                    old = infos.get(name)
-                    executable = bool(old and (old.external_attr >> 16) & 0o111)
-                    info = zipfile.ZipInfo(name, date_time=stamp)
-                    info.create_system = 3  # unix, so the mode bits below are honoured
-                    info.external_attr = (0o100755 if executable else 0o100644) << 16
-                    if old is not None and old.flag_bits & 0x1 == 0:
-                        _copy_compressed(zin, old, zout, info)
-                    else:
-                        info.compress_type = zipfile.ZIP_DEFLATED
-                        zout.writestr(info, contents[name], compresslevel=COMPRESS_LEVEL)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, dest)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        entries = {n: (infos.get(n), None if n in infos else contents[n]) for n in names}
+        write_zip(zin, entries, names, dest, epoch)
+
+
+def write_zip(
+    zin: zipfile.ZipFile,
+    entries: dict[str, tuple[zipfile.ZipInfo | None, bytes | None]],
+    names: list[str],
+    dest: Path,
+    epoch: int,
+) -> None:
+    """Write `dest` atomically with `names` in that order: each entry is (the member of
+    `zin` it comes from, or None; new bytes, or None to keep that member's), dated `epoch`,
+    modes 644/755; a kept member's compressed stream is copied as it is."""
+    stamp = _zip_time(epoch)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w") as zout:
+            for name in names:
+                old, data = entries[name]
+                executable = bool(old is not None and (old.external_attr >> 16) & 0o111)
+                info = zipfile.ZipInfo(name, date_time=stamp)
+                info.create_system = 3  # unix, so the mode bits below are honoured
+                info.external_attr = (0o100755 if executable else 0o100644) << 16
+                if data is None and old is not None and old.flag_bits & 0x1 == 0:
+                    _copy_compressed(zin, old, zout, info)
+                else:
+                    blob = data if data is not None else zin.read(old)  # type: ignore[arg-type]
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    zout.writestr(info, blob, compresslevel=COMPRESS_LEVEL)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")
