@@ -165,6 +165,9 @@ def test_apply_picks_the_line_whose_pin_matches(toy, tmp_path):
     assert "return 41" in (tmp_path / "b/python/toy/core.py").read_text()
     r = patchkit("status", str(tmp_path / "b"), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["status"][0]["line"] == "2.0"  # from the checkout's base
+    r = patchkit("status", str(tmp_path / "a"), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["status"][0]["line"] == "1.0"
     # --line against another pin is refused, naming both
     r = patchkit("apply", "--target", "toy@2.0", "--line", "1.0", "--into", str(tmp_path / "c"))
     assert r.returncode == 2 and "line 1.0 is pinned to 1.0" in r.stderr
@@ -554,3 +557,22 @@ def test_rebase_onto_an_unpinned_wheel_release_pins_its_wheels(toy, tmp_path, mo
     r = patchkit("build", "--target", "toy@3.0", "--out", str(tmp_path / "dist"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert list((tmp_path / "dist").glob("toy-3.0+*-py3-none-any.whl"))
+
+
+@pytest.mark.parametrize(
+    "member, words",
+    [("../evil.py", "escapes"), ("/abs.py", "absolute"), ("toy/.git/config", "not a plain path")],
+)
+def test_hostile_wheel_is_refused_before_import(toy, tmp_path, member, words):
+    wheel = toy["wheels"]["2.0"]
+    make_wheel(wheel.parent, "2.0", {**toy_sources("2.0"), member: b"x = 1\n"})
+    text = (toy["project"] / "patches/targets.toml").read_text()
+    old_sha = next(ln for ln in text.splitlines() if "toy-2.0" in ln).split('sha256 = "')[1][:64]
+    new_sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (toy["project"] / "patches/targets.toml").write_text(text.replace(old_sha, new_sha))
+    r = patchkit("apply", "--target", "toy@2.0", "--into", str(tmp_path / "t"))
+    assert r.returncode == 1 and words in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "t").exists()
+    mirror = toy["cache"] / "mirrors" / "toy.git"
+    assert not (mirror / "refs/patchkit/wheel/2.0").exists()
+    assert not list(tmp_path.glob("**/evil.py"))
