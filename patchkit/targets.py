@@ -80,17 +80,6 @@ class Release:
         """The wheel whose files stand for the release's source tree (the first listed)."""
         return self.wheels[0] if self.wheels else None
 
-    def wheel_for(
-        self, python_tag: str | None = None, platform: str | None = None
-    ) -> list[WheelPin]:
-        """The pinned wheels matching a python tag and/or platform tag (all when both None)."""
-        return [
-            w
-            for w in self.wheels
-            if (python_tag is None or w.python_tag == python_tag)
-            and (platform is None or w.platform_tag == platform)
-        ]
-
 
 @dataclass(frozen=True)
 class Line:
@@ -99,9 +88,6 @@ class Line:
     name: str
     pin: str
     series: str  # folder relative to patches/
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "pin": self.pin, "series": f"patches/{self.series}"}
 
 
 @dataclass(frozen=True)
