@@ -391,6 +391,45 @@ def test_repack_real_wheels_install_inspect_reproducible(
     assert installed.returncode == 1 and "sglang/version.py" in installed.stdout
 
 
+DEPS_ENV = "PATCHKIT_SGLANG_0512_DEPS"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get(DEPS_ENV),
+    reason=f"{DEPS_ENV} (a site-packages with sglang 0.5.12's dependencies) is not set",
+)
+def test_repacked_wheel_imports_with_its_dependencies(
+    project, wheel_cache, sglang_wheels, tmp_path
+):
+    """With sglang's dependencies at hand (torch etc., not installed by --no-deps), the
+    installed repacked wheel imports as a package: `sglang` and its server arguments."""
+    line = project / "patches/sglang/0.5.12"
+    (line / "mark.patch").write_bytes(_sglang_patch(tmp_path, sglang_wheels["cp311"]))
+    (line / "series").write_text("mark.patch\n")
+    out = tmp_path / "dist"
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    r = patchkit("build", "--target", "sglang@0.5.12", "--python-tag", tag, "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = out.glob("*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True
+    )
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "zz-sglang-deps.pth").write_text(os.environ[DEPS_ENV] + "\n")  # after our sglang
+    check = (
+        "import sglang, sglang.version as v, sglang.srt.server_args as a;"
+        f"print(sglang.__file__.startswith({str(site)!r}), v.PATCHKIT_MARK, "
+        "a.ServerArgs.__name__)"
+    )
+    run = subprocess.run([str(py), "-c", check], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["True", "pk", "ServerArgs"]
+
+
 class _Index(http.server.BaseHTTPRequestHandler):
     files: dict[str, bytes] = {}
 
