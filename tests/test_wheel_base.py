@@ -24,6 +24,8 @@ import pytest
 from helpers import ROOT, git, patchkit, snapshot
 from series_fixtures import EXPORT
 
+from patchkit.wheels.sbom import validate_sbom
+
 TOY_TOML = """\
 [series]
 version = "1.0.0"
@@ -345,6 +347,15 @@ def test_repack_real_wheels_install_inspect_reproducible(
             assert zf.read(so) == orig.read(so)  # compiled member carried unchanged
             info = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             assert f"Version: {path.name.split('-')[1]}" in zf.read(info).decode()
+            dist_info = info.rsplit("/", 1)[0]
+            prov = json.loads(zf.read(f"{dist_info}/patchkit.json"))
+            assert prov["upstream"]["wheel"] == sglang_wheels[tag].name
+            assert (
+                prov["upstream"]["wheel_sha256"]
+                == hashlib.sha256(sglang_wheels[tag].read_bytes()).hexdigest()
+            )
+            assert prov["series"]["line"] == "0.5.12"
+            assert validate_sbom(zf.read(f"{dist_info}/sboms/patchkit.cdx.json")) is None
     first = {t: p.read_bytes() for t, p in wheels.items()}
     r = patchkit(
         "build",
