@@ -626,3 +626,23 @@ def test_hostile_wheel_is_refused_before_import(toy, tmp_path, member, words):
     mirror = toy["cache"] / "mirrors" / "toy.git"
     assert not (mirror / "refs/patchkit/wheel/2.0").exists()
     assert not list(tmp_path.glob("**/evil.py"))
+
+
+def test_repack_adds_and_removes_files_as_the_series_does(toy, tmp_path):
+    line = toy["project"] / "patches/toy/1.0"
+    after_first = toy_sources("1.0")
+    after_first["toy/core.py"] = after_first["toy/core.py"].replace(b"return 41", b"return 42")
+    added = make_patch(after_first, "python/toy/extra.py", b"", b"EXTRA = 1\n", "Add extra")
+    (line / "add-extra.patch").write_bytes(added)
+    (line / "series").write_text("answer-42.patch\nadd-extra.patch\n")
+    out = tmp_path / "dist"
+    r = patchkit("build", "--target", "toy", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        record = zf.read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
+        assert zf.read("toy/extra.py") == b"EXTRA = 1\n"
+    assert "toy/extra.py,sha256=" in record and "toy/__init__.py,sha256=" in record
+    assert not [n for n in names if n.startswith("toy-1.0.dist-info/")]  # renamed, not kept
+    assert patchkit("inspect", str(wheel)).returncode == 0
