@@ -761,6 +761,16 @@ def _write_rebase(
         for o in report.outcomes
         if o.label != "upstreamed" and o.refreshed is not None
     ]
+    if new_line is None and report.pin is not None and line is not None:
+        whole = load_targets(targets_file).get(report.target)
+        taken = [ln.name for ln in whole.lines if ln.name != line and ln.pin == report.pin.version]
+        if taken:
+            raise UsageError(
+                f"line {taken[0]} of {report.target} is already pinned to {report.pin.version}; "
+                f"moving line {line} there too would leave two lines on one pin; nothing was "
+                "written",
+                hint=f"start a line instead (--write --new-line NAME), or rebase line {taken[0]}",
+            )
     new_series = None
     if new_line is not None:
         new_series = f"{report.target}/{new_line}"

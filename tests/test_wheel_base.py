@@ -220,6 +220,11 @@ def test_lint_checks_every_line(toy):
 
 
 def test_rebase_write_new_line_keeps_the_old_line(toy):
+    before = snapshot(toy["project"] / "patches")
+    # moving line 1.0 onto 2.0, which line 2.0 is pinned to, is refused
+    r = patchkit("rebase", "--target", "toy@2.0", "--line", "1.0", "--write")
+    assert r.returncode == 2 and "already pinned to 2.0" in r.stderr, r.stdout + r.stderr
+    assert snapshot(toy["project"] / "patches") == before
     before = snapshot(toy["project"] / "patches/toy/1.0")
     # carry the 1.0 line onto 2.0 as a new line "2.0-next"
     r = patchkit(
