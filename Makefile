@@ -6,6 +6,7 @@ BVENV     := .venv-build
 PIP_FLAGS ?= -q --disable-pip-version-check
 PROFILE   ?= cu130-sm120
 ARGS      ?=
+LINE      ?=
 
 .PHONY: wheels test test-fast gpu-test verify review lint bench clean
 
@@ -28,9 +29,10 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
 	touch $@
 
-## wheels: patched, versioned wheels with provenance in dist/
+## wheels: patched, versioned wheels with provenance in dist/ (each target's default line;
+## LINE=0.5.12 builds that line instead, e.g. the cp311 and cp312 wheels of a wheel base)
 wheels: $(BVENV)/.stamp
-	$(BVENV)/bin/patchkit build --target all --profile $(PROFILE) --out dist $(ARGS)
+	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
 
 ## test: the CPU tier (manager tests and the payload tests of every patched path)
 test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser

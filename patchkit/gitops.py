@@ -764,3 +764,9 @@ def files_written_by_checkout(repo: Path, old: str, new: str) -> list[str]:
         if hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest() == blobs[path]:
             found.append(path)
     return found
+
+
+def status_entries(repo: Path) -> list[str]:
+    """`XY path` for every changed, unmerged or untracked path of a work tree."""
+    out = str(run(repo, "status", "--porcelain=v1", "--untracked-files=all", "-z"))
+    return [entry for entry in out.split("\0") if len(entry) > 3]

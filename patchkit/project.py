@@ -32,8 +32,17 @@ class Project:
         """Default, git-ignored place for work trees made by `apply` and `build`."""
         return self.root / "work"
 
-    def series_dir(self, target: str) -> Path:
-        return self.patches_dir / target
+    @property
+    def lock_path(self) -> Path:
+        """Held while patchkit edits patches/ (targets.toml, a line's series)."""
+        return self.work_dir / ".patches.lock"
+
+    def series_dir(self, target: str, line: str | None = None) -> Path:
+        """The series folder of `target`'s line `line` (None: its default line)."""
+        from patchkit.targets import load_targets
+
+        view = load_targets(self.targets_file).get(target, line)
+        return self.patches_dir / view.current_line.series
 
 
 def find_project(start: Path | None = None) -> Project:

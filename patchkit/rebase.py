@@ -22,18 +22,15 @@ Nothing here prints; `patchkit.commands.rebase` renders the report.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
+import hashlib
 import json
 import re
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomli_w
-from packaging.version import InvalidVersion, Version
 from unidiff import PatchSet
 
 from patchkit import gitops
@@ -45,21 +42,17 @@ from patchkit.apply import (
     commit_message_for,
     patch_identity,
 )
-from patchkit.errors import FetchError, PatchkitError, PinError, UsageError
+from patchkit.errors import UsageError
 from patchkit.export import ExportedPatch, export_commits, write_series
 from patchkit.locks import locked
+from patchkit.pins import check_targets, render_targets, write_targets
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
-from patchkit.targets import SHA_RE, Release, Target, bump_version, load_targets
-from patchkit.upstream import (
-    COMMIT_ID_RES,
-    SDIST_REF,
-    Base,
-    Mirror,
-    acquire,
-    download_sdist,
-    import_fields,
-    import_sdist,
-)
+from patchkit.targets import Release, Target, WheelPin, bump_version, load_targets
+from patchkit.upstream import Base, NewPin, resolve_new_base
+
+IMPORTS = ("sdist", "wheel")  # bases imported from the index: no upstream git history
+# The new-base finding lives in patchkit.upstream, targets.toml edits in patchkit.pins.
+__all__ = ["NewPin", "render_targets", "resolve_new_base"]
 
 LABELS = ("clean", "offset", "merged", "conflict", "upstreamed", "resolved")
 STRONG_SIGNALS = ("patch-id", "reverse-apply", "empty-after-3way")
@@ -126,23 +119,6 @@ class PatchOutcome:
 
 
 @dataclass
-class NewPin:
-    """What `--write` records in targets.toml for the new base."""
-
-    version: str
-    commit: str
-    tag: str | None = None
-    sdist: str | None = None
-    sdist_sha256: str | None = None
-    recorded_commit: str | None = None
-    new: bool = True  # False: the release is already listed, only the pin moves
-    trust: str = ""
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclass
 class RebaseReport:
     """The outcome of classifying (and possibly writing) a rebase of one target's series."""
 
@@ -161,6 +137,8 @@ class RebaseReport:
     commit_message: str | None = None
     tip: str | None = None
     write_requested: bool = False
+    line: str = ""  # the line whose series was carried
+    new_line: str | None = None  # --new-line: the line --write starts
 
     @property
     def conflicted(self) -> list[PatchOutcome]:
@@ -181,6 +159,8 @@ class RebaseReport:
     def to_json(self) -> dict:
         return {
             "target": self.target,
+            "line": self.line,
+            "new_line": self.new_line,
             "ref": self.ref,
             "status": self.status,
             "old_base": _base_json(self.old_base),
@@ -198,149 +178,7 @@ class RebaseReport:
 
 
 def _base_json(base: Base) -> dict:
-    return {
-        "commit": base.commit,
-        "source": base.source,
-        "stands_for": base.stands_for,
-        "upstream_commit": base.upstream_commit,
-        "release": base.release.version if base.release else None,
-        "sdist_sha256": base.sdist_sha256,
-        "pinned": base.pinned,
-    }
-
-
-# --- the new base ----------------------------------------------------------------------------
-
-
-def resolve_new_base(
-    target: Target,
-    ref: str,
-    *,
-    upstream: str | None = None,
-    cache: Path | None = None,
-    progress: Progress = _quiet,
-) -> tuple[Base, NewPin | None]:
-    """The commit `target@ref` names, and the pin `--write` would record (None: no change).
-
-    A pinned release is acquired as `apply` does.  Otherwise git is tried (a tag or commit,
-    from --upstream or the target's URL); a release version that git cannot provide comes
-    from its sdist on the package index, trusted on first use.
-    """
-    release = target.release(ref)
-    if release is not None:
-        base = acquire(target, ref, upstream=upstream, cache=cache, progress=progress)
-        if release.version == target.pin:
-            return base, None
-        return base, NewPin(
-            release.version,
-            release.commit,
-            release.tag,
-            release.sdist,
-            release.sdist_sha256,
-            base.upstream_commit,
-            new=False,
-            trust="already pinned in targets.toml",
-        )
-    git_error: PatchkitError | None = None
-    try:
-        base = acquire(
-            target, ref, upstream=upstream, allow_unpinned=True, cache=cache, progress=progress
-        )
-    except (FetchError, PinError) as exc:
-        git_error = exc
-    else:
-        version = _version_of(ref) or f"{target.pin}+g{base.commit[:12]}"
-        tag = None if re.fullmatch(r"[0-9a-f]{4,40}", ref.lower()) else ref
-        return base, NewPin(
-            version,
-            base.commit,
-            tag,
-            None,
-            None,
-            base.commit,
-            trust=f"git commit {base.commit} from {base.source}",
-        )
-    version = _version_of(ref)
-    if version is None or not target.pinned.sdist_name:
-        raise git_error
-    return _sdist_base_tofu(target, version, cache=cache, progress=progress)
-
-
-def _version_of(ref: str) -> str | None:
-    try:
-        return str(Version(ref.removeprefix("v")))
-    except InvalidVersion:
-        return None
-
-
-def _sdist_base_tofu(
-    target: Target, version: str, *, cache: Path | None, progress: Progress
-) -> tuple[Base, NewPin]:
-    name = target.pinned.sdist_name
-    requirement = f"{name}=={version}"
-    mirror = Mirror(target, cache) if cache else Mirror(target)
-    provisional = Release(version=version, commit=None, sdist=requirement)
-    with locked(mirror.lock_path, f"the {target.name} mirror", notify=progress):
-        mirror.ensure()
-        sha = gitops.resolve(mirror.path, SDIST_REF.format(version=version), bare=True)
-        if sha is None:
-            archive = download_sdist(provisional, mirror.root, progress)
-            recorded = sdist_recorded_commit(archive, target)
-            if recorded and not SHA_RE.match(recorded):
-                raise PinError(
-                    f"{requirement} records upstream commit {recorded}, an abbreviated id; "
-                    "pinning needs the full commit",
-                    hint=f"pass --upstream with a clone that has it, or rebase onto "
-                    f"{target.name}@<full sha>",
-                )
-            provisional = dataclasses.replace(provisional, commit=recorded)
-            progress(f"importing {archive.name} into the {target.name} mirror")
-            sha = import_sdist(mirror, target, provisional, archive)
-    fields = import_fields(gitops.commit_message(mirror.path, sha, bare=True))
-    sha256 = fields.get("Patchkit-Sdist-Sha256")
-    recorded = fields.get("Patchkit-Sdist-Commit-Id")
-    recorded = None if recorded in (None, "none") else recorded
-    release = Release(version=version, commit=recorded, sdist=requirement, sdist_sha256=sha256)
-    if recorded:
-        trust = (
-            f"trust on first use: sdist sha256 {sha256} as served by the package index; "
-            f"it records upstream commit {recorded}"
-        )
-    else:
-        trust = (
-            f"trust on first use: sdist sha256 {sha256} as served by the package index; "
-            "the sdist records no upstream commit (none recorded: relying on the sha256; "
-            f"its deterministic import is {sha})"
-        )
-    base = Base(
-        target.name,
-        sha,
-        "sdist",
-        release,
-        recorded,
-        sdist_sha256=sha256,
-        pinned=False,
-        notes=(trust,),
-    )
-    return base, NewPin(version, release.commit, None, requirement, sha256, recorded, True, trust)
-
-
-def sdist_recorded_commit(archive: Path, target: Target) -> str | None:
-    """The upstream commit an sdist records in its commit-id file (None when it records none)."""
-    if not target.commit_id_file:
-        return None
-    with tarfile.open(archive, "r:*") as tar:
-        for member in tar.getmembers():
-            parts = member.name.split("/", 1)
-            if member.isfile() and len(parts) == 2 and parts[1] == target.commit_id_file:
-                data = tar.extractfile(member)
-                text = data.read().decode("utf-8", "replace") if data else ""
-                for pattern in COMMIT_ID_RES:
-                    match = pattern.search(text)
-                    if match:
-                        return match.group(1).lower()
-                return None
-    return None
+    return base.to_json()
 
 
 # --- classification --------------------------------------------------------------------------
@@ -418,7 +256,7 @@ def classify_rebase(
 
 
 def _has_history(mirror: Path, old: Base, new: Base) -> bool:
-    if old.source == "sdist" or new.source == "sdist":
+    if old.source in IMPORTS or new.source in IMPORTS:
         return False
     return gitops.is_ancestor(mirror, old.commit, new.commit, bare=True)
 
@@ -518,7 +356,9 @@ def _upstream_signals(
     else:
         signals.append(
             Signal(
-                "patch-id", None, "not available: a base is an sdist import (no upstream history)"
+                "patch-id",
+                None,
+                "not available: a base is an sdist or wheel import (no upstream history)",
             )
         )
     full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True, bare=True)[0]
@@ -713,12 +553,15 @@ def leave_conflict_tree(
         "target": report.target,
         "ref": report.ref,
         "write": write,
+        "line": report.line,
+        "new_line": report.new_line,
         "old_base": dataclasses.asdict(report.old_base),
         "new_base": dataclasses.asdict(report.new_base),
         "pin": report.pin.to_json() if report.pin else None,
         "series_version": report.series_version,
         "outcomes": [{k: v for k, v in o.to_json().items()} for o in report.outcomes],
     }
+    state["fingerprint"] = worktree_fingerprint(dest)
     _state_path(dest).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     report.conflict_tree = dest
     report.next_steps = conflict_steps(dest, report.target, finished)
@@ -742,8 +585,52 @@ def _state_path(dest: Path) -> Path:
     return dest / ".git" / STATE_FILE
 
 
+def worktree_fingerprint(dest: Path) -> str:
+    """What a conflict work tree holds: HEAD, each changed path's status and bytes."""
+    digest = hashlib.sha256(f"{gitops.head(dest)}\n".encode())
+    for entry in gitops.status_entries(dest):
+        digest.update(entry.encode() + b"\0")
+        path = dest / entry[3:]
+        if path.is_file() and not path.is_symlink():
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _read_state(dest: Path) -> dict | None:
+    try:
+        return json.loads(_state_path(dest).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def stopped_line(dest: Path) -> str | None:
+    """The line a stopped rebase carries (None: no rebase stopped there)."""
+    state = _read_state(dest)
+    return (state or {}).get("line") or None
+
+
+def replace_untouched(dest: Path) -> bool:
+    """Remove the conflict work tree patchkit left in `dest` if nobody touched it since;
+    refuse (UsageError) a tree holding someone's work or not made by patchkit."""
+    state = _read_state(dest)
+    if state is not None and state.get("fingerprint") == worktree_fingerprint(dest):
+        shutil.rmtree(dest)
+        return True
+    raise UsageError(
+        f"a rebase of {dest.name} is in progress in {dest}"
+        + (" (its files were changed since it stopped)" if state is not None else ""),
+        hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
+    )
+
+
 def _base_from(data: dict) -> Base:
-    release = Release(**data["release"]) if data.get("release") else None
+    release = None
+    if data.get("release"):
+        fields = dict(data["release"])
+        fields["wheels"] = tuple(
+            WheelPin(w["filename"], w["sha256"]) for w in fields.get("wheels", ())
+        )
+        release = Release(**fields)
     data = {**data, "release": release, "notes": tuple(data.get("notes", ()))}
     return Base(**data)
 
@@ -779,6 +666,8 @@ def continue_rebase(
         bump_version(state["series_version"], "minor"),
         pin=pin,
         conflict_tree=dest,
+        line=state.get("line") or "",
+        new_line=state.get("new_line"),
     )
     by_label = {o["name"]: o for o in state["outcomes"]}
     if gitops.rebase_in_progress(dest):
@@ -832,16 +721,38 @@ def abort_rebase(dest: Path) -> bool:
 # --- writing ---------------------------------------------------------------------------------
 
 
-def write_rebase(report: RebaseReport, series_dir: Path, targets_file: Path) -> None:
-    """Refresh changed patches, drop upstreamed ones, move the pin, bump the series version."""
+def write_rebase(
+    report: RebaseReport,
+    series_dir: Path,
+    targets_file: Path,
+    line: str | None = None,
+    *,
+    new_line: str | None = None,
+    lock: Path | None = None,
+) -> None:
+    """Refresh changed patches, drop upstreamed ones, move the line's pin (or, with
+    `new_line`, start that line beside it), bump the series version.  Under the project lock."""
+    with locked(lock or targets_file.with_name(".targets.lock"), "patches/"):
+        _write_rebase(report, series_dir, targets_file, line, new_line)
+
+
+def _write_rebase(
+    report: RebaseReport,
+    series_dir: Path,
+    targets_file: Path,
+    line: str | None,
+    new_line: str | None,
+) -> None:
     report.write_requested = True
     if report.conflicted:
         raise UsageError(
             f"{len(report.conflicted)} patch(es) in conflict; nothing was written",
             hint="resolve them in the scratch work tree and `patchkit rebase --continue --write`",
         )
-    if report.pin is None and not any(
-        o.changed or o.label == "upstreamed" for o in report.outcomes
+    if (
+        new_line is None
+        and report.pin is None
+        and not any(o.changed or o.label == "upstreamed" for o in report.outcomes)
     ):
         return  # already on this ref and every patch exports unchanged: nothing to record
     kept = [
@@ -849,93 +760,51 @@ def write_rebase(report: RebaseReport, series_dir: Path, targets_file: Path) -> 
         for o in report.outcomes
         if o.label != "upstreamed" and o.refreshed is not None
     ]
+    if new_line is None and report.pin is not None and line is not None:
+        whole = load_targets(targets_file).get(report.target)
+        taken = [ln.name for ln in whole.lines if ln.name != line and ln.pin == report.pin.version]
+        if taken:
+            raise UsageError(
+                f"line {taken[0]} of {report.target} is already pinned to {report.pin.version}; "
+                f"moving line {line} there too would leave two lines on one pin; nothing was "
+                "written",
+                hint=f"start a line instead (--write --new-line NAME), or rebase line {taken[0]}",
+            )
+    new_series = None
+    if new_line is not None:
+        new_series = f"{report.target}/{new_line}"
+        dest = targets_file.parent / new_series
+        if dest.exists() and any(dest.iterdir()):
+            raise UsageError(
+                f"--new-line {new_line}: {dest} already exists; nothing was written",
+                hint="name another line: --new-line NAME",
+            )
     new_toml = render_targets(
         targets_file.read_text(encoding="utf-8"),
         report.target,
         report.pin,
         report.next_series_version,
+        line=line,
+        new_line=new_line,
+        new_series=new_series,
+        version=report.pin.version if report.pin else report.ref.removeprefix("v"),
     )
-    _check_targets(new_toml, targets_file)
+    check_targets(new_toml)
+    if new_series is not None:
+        old_series = series_dir / "series"
+        series_dir = targets_file.parent / new_series
+        series_dir.mkdir(parents=True, exist_ok=True)
+        if old_series.is_file():  # keep its comments
+            shutil.copyfile(old_series, series_dir / "series")
     export = write_series(series_dir, report.target, kept)
-    report.written = [f"{series_dir.name}/{n}" for n in export.written]
-    report.written += [f"{series_dir.name}/{n} (removed)" for n in export.removed]
-    if export.series_changed:
-        report.written.append(f"{series_dir.name}/series")
-    tmp = targets_file.with_name(f".{targets_file.name}.tmp")
-    tmp.write_text(new_toml, encoding="utf-8")
-    tmp.replace(targets_file)
+    where = series_dir.relative_to(targets_file.parent).as_posix()
+    report.written = [f"{where}/{n}" for n in export.written]
+    report.written += [f"{where}/{n} (removed)" for n in export.removed]
+    if export.series_changed or new_series is not None:
+        report.written.append(f"{where}/series")
+    write_targets(targets_file, new_toml)
     report.written.append(targets_file.name)
     report.commit_message = commit_message(report)
-
-
-def _check_targets(text: str, targets_file: Path) -> None:
-    with tempfile.TemporaryDirectory(prefix="patchkit-targets-") as tmp:
-        path = Path(tmp) / "targets.toml"
-        path.write_text(text, encoding="utf-8")
-        load_targets(path)
-
-
-_HEADER_RE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-
-
-def render_targets(text: str, target: str, pin: NewPin | None, series_version: str) -> str:
-    """targets.toml with the series version bumped, the target's pin moved and, for a new
-    release, its [[targets.<name>.releases]] entry added: text edits that keep comments."""
-    lines = text.splitlines(keepends=True)
-    table = None
-    last_release_line = None
-    for i, line in enumerate(lines):
-        header = _HEADER_RE.match(line)
-        if header:
-            table = header.group(1)
-            continue
-        key = line.split("=", 1)[0].strip() if "=" in line else None
-        if table == "series" and key == "version":
-            lines[i] = _set_value(line, series_version)
-        elif table == f"targets.{target}" and key == "pin" and pin is not None:
-            lines[i] = _set_value(line, pin.version)
-        if table == f"targets.{target}.releases" and line.strip():
-            last_release_line = i
-    if pin is not None and pin.new:
-        entry = {"version": pin.version}
-        if pin.tag:
-            entry["tag"] = pin.tag
-        if pin.commit:
-            entry["commit"] = pin.commit
-        if pin.sdist:
-            entry["sdist"] = pin.sdist
-        if pin.sdist_sha256:
-            entry["sdist_sha256"] = pin.sdist_sha256
-        today = dt.datetime.now(dt.timezone.utc).date().isoformat()
-        block = [
-            "\n",
-            f"# Pinned by `patchkit rebase --write` on {today}: "
-            + ("trust on first use of the index's sdist" if pin.sdist else "git commit")
-            + ".\n",
-        ]
-        if pin.sdist and not pin.recorded_commit:
-            block.append(
-                "# No upstream commit recorded in the sdist: the sha256 is its only identity.\n"
-            )
-        block.append(f"[[targets.{target}.releases]]\n")
-        block.append(tomli_w.dumps(entry))
-        at = (last_release_line + 1) if last_release_line is not None else len(lines)
-        if at == len(lines) and lines and not lines[-1].endswith("\n"):
-            lines[-1] += "\n"
-        lines[at:at] = block
-    return "".join(lines)
-
-
-_VALUE_RE = re.compile(r"""^(\s*[A-Za-z0-9_-]+\s*=\s*)("[^"]*"|'[^']*'|[^#\s]+)(.*)$""", re.S)
-
-
-def _set_value(line: str, value: str) -> str:
-    """`key = "old"  # comment` -> `key = "new"  # comment`."""
-    encoded = tomli_w.dumps({"v": value})[4:].rstrip("\n")
-    match = _VALUE_RE.match(line)
-    if match is None:
-        return f"{line.split('=', 1)[0].rstrip()} = {encoded}\n"
-    return f"{match.group(1)}{encoded}{match.group(3)}"
 
 
 def commit_message(report: RebaseReport) -> str:

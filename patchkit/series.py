@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import email.errors
+import email.header
 import email.utils
 import hashlib
 import re
@@ -161,9 +163,9 @@ def parse_patch(name: str, raw: bytes) -> Patch:
     if "\r\n" in text:
         raise PatchFormatError(f"{name}: has CRLF line endings (damaged in transit?)")
     header, message, diff = _split_mbox(name, text)
-    author = header.get("from", "")
+    author = decode_header(name, "From", header.get("from", ""))
     date = header.get("date", "")
-    subject = _unfold(header.get("subject", "")).strip()
+    subject = decode_header(name, "Subject", header.get("subject", "")).strip()
     if not subject:
         raise PatchFormatError(f"{name}: no Subject header")
     if not author or email.utils.parseaddr(author)[1] == "":
@@ -190,6 +192,19 @@ def _parse_date(value: str):
         return email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
+
+
+def decode_header(name: str, key: str, value: str) -> str:
+    """A header as text: folded lines joined and RFC 2047 words (what `git format-patch
+    --encode-email-headers` writes for non-ASCII names and subjects) decoded by the email
+    package, so the commit `apply` makes carries the real name and subject again."""
+    unfolded = _unfold(value)
+    if "=?" not in unfolded:
+        return unfolded
+    try:
+        return str(email.header.make_header(email.header.decode_header(unfolded)))
+    except (email.errors.HeaderParseError, LookupError, UnicodeDecodeError, ValueError):
+        raise PatchFormatError(f"{name}: {key} header has undecodable encoded words") from None
 
 
 def _unfold(value: str) -> str:

@@ -86,6 +86,13 @@ def describe_base(directory: Path, target: Target, base: str) -> tuple[str, str 
         label = f"sdist {sdist} (sha256 {fields.get('Patchkit-Sdist-Sha256', '?')[:16]}…)"
         label += f", upstream {upstream}" if upstream else ", upstream commit unknown"
         return label, upstream
+    wheel = fields.get("Patchkit-Wheel")
+    if wheel:
+        upstream = fields.get("Patchkit-Upstream-Commit", "unknown")
+        upstream = None if upstream == "unknown" else upstream
+        label = f"wheel {wheel} (sha256 {fields.get('Patchkit-Wheel-Sha256', '?')[:16]}…)"
+        label += f", upstream {upstream}" if upstream else ", upstream commit unknown"
+        return label, upstream
     return f"unpinned commit {base[:12]}", None
 
 

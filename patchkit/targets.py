@@ -1,12 +1,19 @@
-"""targets.toml: the pinned upstreams, their releases and how refs resolve to them."""
+"""targets.toml: the pinned upstreams, their releases, their series lines and how refs resolve.
+
+A target carries one or more *lines*: each line is its own series (a folder under patches/)
+against its own pinned release, e.g. `sglang/0.5.9` and `sglang/0.5.12`.  A target written
+without `lines` has one line, named after its `pin`, whose series is `patches/<target>/`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import ConfigError, UsageError
@@ -19,33 +26,84 @@ else:  # pragma: no cover - Python 3.10
 HEX_RE = re.compile(r"^[0-9a-f]{4,40}$")
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# Target and line names become file and directory names in the cache and under patches/.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}$")
+REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+
+
+@dataclass(frozen=True)
+class WheelPin:
+    """One pinned wheel of a release: its file name on the index and its sha256."""
+
+    filename: str
+    sha256: str
+
+    @property
+    def tags(self) -> tuple[str, str, str]:
+        """(python tag, abi tag, platform tag) of the file name, e.g. cp312, cp312, manylinux."""
+        parts = self.filename[: -len(".whl")].split("-")
+        return parts[-3], parts[-2], parts[-1]
+
+    @property
+    def python_tag(self) -> str:
+        return self.tags[0]
+
+    @property
+    def platform_tag(self) -> str:
+        return self.tags[2]
+
+    @property
+    def distribution(self) -> str:
+        return str(parse_wheel_filename(self.filename)[0])
+
+    def to_json(self) -> dict:
+        return {"file": self.filename, "sha256": self.sha256}
 
 
 @dataclass(frozen=True)
 class Release:
-    """One pinned upstream release: its tag, commit and (optionally) its sdist on the index."""
+    """One pinned upstream release: its tag, commit, sdist and/or pinned wheels on the index."""
 
     version: str
-    commit: str | None  # None: the release's sdist records no upstream commit (sha256 only)
+    commit: str | None  # None: no upstream commit is known (sha256 only)
     tag: str | None = None
     sdist: str | None = None  # requirement, e.g. "sglang==0.5.9"
     sdist_sha256: str | None = None
+    wheels: tuple[WheelPin, ...] = ()
 
     @property
     def sdist_name(self) -> str | None:
         return self.sdist.split("==", 1)[0].strip() if self.sdist else None
 
+    @property
+    def base_wheel(self) -> WheelPin | None:
+        """The wheel whose files stand for the release's source tree (the first listed)."""
+        return self.wheels[0] if self.wheels else None
+
+
+@dataclass(frozen=True)
+class Line:
+    """One series line of a target: a series folder against one pinned release."""
+
+    name: str
+    pin: str
+    series: str  # folder relative to patches/
+
 
 @dataclass(frozen=True)
 class Target:
-    """An upstream the series patches."""
+    """An upstream the series patches, seen through one of its lines (`line`, `pin`)."""
 
     name: str
     git: str
     subdir: str
-    pin: str
+    pin: str  # the pin of the line this view is of
     releases: tuple[Release, ...]
     commit_id_file: str | None = None
+    lines: tuple[Line, ...] = ()
+    line: str = ""  # the line this view is of ("" for a target built by hand: its pin)
+    default_line: str = ""
 
     @property
     def pinned(self) -> Release:
@@ -53,6 +111,34 @@ class Target:
             if release.version == self.pin:
                 return release
         raise ConfigError(f"targets.toml: [{self.name}] pin {self.pin} has no [[releases]] entry")
+
+    @property
+    def current_line(self) -> Line:
+        for line in self.lines:
+            if line.name == self.line:
+                return line
+        return Line(self.line or self.pin, self.pin, self.name)
+
+    @property
+    def line_names(self) -> list[str]:
+        return [line.name for line in self.lines]
+
+    def on_line(self, name: str | None) -> Target:
+        """This target seen through line `name` (None: the default line)."""
+        wanted = name or self.default_line or self.line
+        for line in self.lines:
+            if line.name == wanted:
+                return dataclasses.replace(self, pin=line.pin, line=line.name)
+        known = ", ".join(self.line_names) or "none"
+        raise UsageError(f"{self.name} has no line '{wanted}' (lines: {known})")
+
+    def line_for_release(self, release: Release) -> Line | None:
+        """The line whose pin is `release` (the default line first when several are)."""
+        ordered = sorted(self.lines, key=lambda ln: ln.name != self.default_line)
+        for line in ordered:
+            if line.pin == release.version:
+                return line
+        return None
 
     def release(self, version_or_tag: str) -> Release | None:
         for release in self.releases:
@@ -79,12 +165,14 @@ class Targets:
     targets: dict[str, Target] = field(default_factory=dict)
     path: Path | None = None
 
-    def get(self, name: str) -> Target:
+    def get(self, name: str, line: str | None = None) -> Target:
+        """The target `name` seen through `line` (None: its default line)."""
         try:
-            return self.targets[name]
+            target = self.targets[name]
         except KeyError:
             known = ", ".join(sorted(self.targets)) or "none"
             raise UsageError(f"unknown target '{name}' (known: {known})") from None
+        return target.on_line(line) if line else target
 
 
 @dataclass(frozen=True)
@@ -104,67 +192,210 @@ def parse_target_spec(spec: str) -> RefSpec:
 
 
 def load_targets(path: Path) -> Targets:
-    """Parse and validate targets.toml."""
+    """Parse and validate targets.toml; every error is one line naming the file and the key."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    version = str(data.get("series", {}).get("version", ""))
+    series = data.get("series", {})
+    if not isinstance(series, dict):
+        raise ConfigError(f"{path}: [series] must be a table")
+    version = str(series.get("version", ""))
     try:
         Version(version)
     except InvalidVersion:
         raise ConfigError(f"{path}: [series] version '{version}' is not a version") from None
+    tables = data.get("targets", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{path}: 'targets' must be a table of [targets.NAME] tables")
     targets: dict[str, Target] = {}
-    for name, table in data.get("targets", {}).items():
+    for name, table in tables.items():
+        if not NAME_RE.match(name):
+            raise ConfigError(
+                f"{path}: target name {name!r} must be letters, digits and . _ + - "
+                "(it names files in the cache)"
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: targets.{name} must be a table")
         targets[name] = _load_target(path, name, table)
     return Targets(series_version=version, targets=targets, path=path)
 
 
-def _load_target(path: Path, name: str, table: dict) -> Target:
-    releases = []
-    for entry in table.get("releases", []):
-        commit = str(entry["commit"]).lower() if "commit" in entry else None
-        if commit is not None and not SHA_RE.match(commit):
-            raise ConfigError(
-                f"{path}: [{name}] release {entry.get('version')}: bad commit '{commit}'"
-            )
-        sha256 = entry.get("sdist_sha256")
-        if commit is None and not sha256:
-            raise ConfigError(
-                f"{path}: [{name}] release {entry.get('version')}: "
-                "needs a commit or an sdist_sha256"
-            )
-        if sha256 is not None and not SHA256_RE.match(str(sha256)):
-            raise ConfigError(f"{path}: [{name}] release {entry.get('version')}: bad sdist_sha256")
-        releases.append(
-            Release(
-                version=str(entry.get("version", "")),
-                commit=commit,
-                tag=entry.get("tag"),
-                sdist=entry.get("sdist"),
-                sdist_sha256=sha256,
-            )
+def _str(path: Path, where: str, table: dict, key: str, *, required: bool = False) -> str | None:
+    value = table.get(key)
+    if value is None:
+        if required:
+            raise ConfigError(f"{path}: [{where}] lacks '{key}'")
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{path}: [{where}] {key} must be a string, not {type(value).__name__} ({value!r})"
         )
-    for key in ("git", "pin"):
-        if key not in table:
-            raise ConfigError(f"{path}: [targets.{name}] lacks '{key}'")
-    subdir = str(table.get("subdir", "")).strip("/")
-    if subdir.startswith(".") or ".." in subdir.split("/"):
+    return value
+
+
+def _load_release(path: Path, name: str, entry: object, index: int) -> Release:
+    where = f"targets.{name}.releases #{index + 1}"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path}: [{where}] must be a table")
+    version = _str(path, where, entry, "version", required=True) or ""
+    where = f"targets.{name}.releases {version}"
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise ConfigError(f"{path}: [{where}] version '{version}' is not a version") from None
+    commit = _str(path, where, entry, "commit")
+    commit = commit.lower() if commit is not None else None
+    if commit is not None and not SHA_RE.match(commit):
+        raise ConfigError(f"{path}: [{name}] release {version}: bad commit '{commit}'")
+    sdist = _str(path, where, entry, "sdist")
+    if sdist is not None and not REQUIREMENT_RE.match(sdist.replace(" ", "")):
+        raise ConfigError(f"{path}: [{where}] sdist '{sdist}' is not NAME==VERSION")
+    sha256 = _str(path, where, entry, "sdist_sha256")
+    if sha256 is not None and not SHA256_RE.match(sha256):
+        raise ConfigError(f"{path}: [{name}] release {version}: bad sdist_sha256")
+    wheels = _load_wheels(path, where, entry.get("wheels", []), version)
+    if commit is None and not sha256 and not wheels:
+        raise ConfigError(
+            f"{path}: [{name}] release {version}: needs a commit, an sdist_sha256 or pinned wheels"
+        )
+    tag = _str(path, where, entry, "tag")
+    if tag is not None and (not TAG_RE.match(tag) or ".." in tag or tag.endswith((".lock", "/"))):
+        raise ConfigError(f"{path}: [{where}] tag {tag!r} is not a plain git tag name")
+    return Release(
+        version=version,
+        commit=commit,
+        tag=tag,
+        sdist=sdist,
+        sdist_sha256=sha256,
+        wheels=wheels,
+    )
+
+
+def _load_wheels(path: Path, where: str, value: object, version: str) -> tuple[WheelPin, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: [{where}] wheels must be a list of {{file, sha256}} tables")
+    pins: list[WheelPin] = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"file", "sha256"}:
+            raise ConfigError(f"{path}: [{where}] each wheel is {{file = ..., sha256 = ...}}")
+        filename, sha256 = item["file"], item["sha256"]
+        if not isinstance(filename, str) or not isinstance(sha256, str):
+            raise ConfigError(f"{path}: [{where}] wheel file and sha256 must be strings")
+        if "/" in filename or "\\" in filename:
+            raise ConfigError(f"{path}: [{where}] wheel '{filename}' must be a bare file name")
+        try:
+            _, wheel_version, _, _ = parse_wheel_filename(filename)
+        except InvalidWheelFilename as exc:
+            raise ConfigError(f"{path}: [{where}] {exc}") from None
+        if wheel_version != Version(version):
+            raise ConfigError(
+                f"{path}: [{where}] wheel {filename} is version {wheel_version}, not {version}"
+            )
+        if not SHA256_RE.match(sha256):
+            raise ConfigError(f"{path}: [{where}] wheel {filename}: bad sha256")
+        if any(p.filename == filename for p in pins):
+            raise ConfigError(f"{path}: [{where}] wheel {filename} is listed twice")
+        pins.append(WheelPin(filename, sha256))
+    return tuple(pins)
+
+
+def _load_lines(path: Path, name: str, table: dict) -> tuple[tuple[Line, ...], str]:
+    raw = table.get("lines")
+    if raw is None:
+        pin = _str(path, f"targets.{name}", table, "pin", required=True) or ""
+        return (Line(pin, pin, name),), pin
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(
+            f'{path}: [targets.{name}] lines must be tables: [targets.{name}.lines."X"]'
+        )
+    lines = []
+    for line_name, entry in raw.items():
+        where = f'targets.{name}.lines."{line_name}"'
+        if not NAME_RE.match(line_name):
+            raise ConfigError(
+                f"{path}: line name {line_name!r} of {name} must be letters, digits and . _ + -"
+            )
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: [{where}] must be a table")
+        pin = _str(path, where, entry, "pin", required=True) or ""
+        series = _str(path, where, entry, "series") or f"{name}/{line_name}"
+        parts = PurePosixPath(series).parts
+        if not parts or series.startswith("/") or any(p in (".", "..") for p in parts):
+            raise ConfigError(f"{path}: [{where}] series '{series}' must stay inside patches/")
+        lines.append(Line(line_name, pin, "/".join(parts)))
+    folders = [ln.series for ln in lines]
+    for folder in folders:
+        if folders.count(folder) > 1:
+            raise ConfigError(f"{path}: [targets.{name}] two lines share the series {folder}")
+    default = _str(path, f"targets.{name}", table, "default_line") or lines[0].name
+    if default not in {ln.name for ln in lines}:
+        raise ConfigError(
+            f"{path}: [targets.{name}] default_line '{default}' is not one of its lines "
+            f"({', '.join(ln.name for ln in lines)})"
+        )
+    if "pin" in table:
+        raise ConfigError(
+            f"{path}: [targets.{name}] has both 'pin' and 'lines': each line has its own pin"
+        )
+    return tuple(lines), default
+
+
+def _load_target(path: Path, name: str, table: dict) -> Target:
+    raw_releases = table.get("releases", [])
+    if not isinstance(raw_releases, list):
+        raise ConfigError(f"{path}: [targets.{name}] releases must be [[targets.{name}.releases]]")
+    releases = [_load_release(path, name, entry, i) for i, entry in enumerate(raw_releases)]
+    seen: set[Version] = set()
+    for release in releases:
+        if Version(release.version) in seen:
+            raise ConfigError(f"{path}: [targets.{name}] release {release.version} is listed twice")
+        seen.add(Version(release.version))
+    git = _str(path, f"targets.{name}", table, "git", required=True) or ""
+    check_git_source(git, f"{path}: [targets.{name}] git")
+    subdir = (_str(path, f"targets.{name}", table, "subdir") or "").strip("/")
+    if subdir.startswith(".") or ".." in subdir.split("/") or "\\" in subdir:
         raise ConfigError(
             f"{path}: [targets.{name}] subdir '{subdir}' must stay inside the repository"
         )
+    commit_id_file = _str(path, f"targets.{name}", table, "commit_id_file")
+    if commit_id_file and (commit_id_file.startswith("/") or ".." in commit_id_file.split("/")):
+        raise ConfigError(f"{path}: [targets.{name}] commit_id_file must be a relative path")
+    lines, default = _load_lines(path, name, table)
     target = Target(
         name=name,
-        git=table["git"],
+        git=git,
         subdir=subdir,
-        pin=str(table["pin"]),
+        pin="",
         releases=tuple(releases),
-        commit_id_file=table.get("commit_id_file"),
+        commit_id_file=commit_id_file,
+        lines=lines,
+        line=default,
+        default_line=default,
     )
-    target.pinned  # noqa: B018 - validates that the pin names a release
-    return target
+    for line in lines:
+        view = target.on_line(line.name)
+        try:
+            view.pinned  # noqa: B018 - validates that the pin names a release
+        except ConfigError:
+            where = f"line {line.name} of {name}" if "lines" in table else f"[{name}]"
+            raise ConfigError(
+                f"{path}: {where}: pin {line.pin} has no [[releases]] entry"
+            ) from None
+    return target.on_line(default)
+
+
+def check_git_source(source: str, where: str) -> None:
+    """Refuse a git URL or path that git would read as an option or a command transport."""
+    if (
+        not source
+        or source.startswith("-")
+        or any(c.isspace() or ord(c) < 32 for c in source)
+        or "::" in source.split("/", 1)[0]  # ext::cmd, fd::... run or reach beyond git
+    ):
+        raise ConfigError(f"{where} {source!r} is not a repository URL or path")
 
 
 def bump_version(version: str, part: str = "minor") -> str:

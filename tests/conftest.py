@@ -59,6 +59,16 @@ def flashinfer_sdist(shared_cache, workspace) -> Path:
 
 
 @pytest.fixture(scope="session")
+def sglang_wheels(shared_cache, workspace) -> dict[str, Path]:
+    """The real pinned sglang 0.5.12 wheels (cp311, cp312) from the package index,
+    sha256-checked and cached: python tag -> path."""
+    from patchkit.upstream import download_wheel
+
+    release = workspace.targets.get("sglang", "0.5.12").pinned
+    return {pin.python_tag: download_wheel(pin, shared_cache) for pin in release.wheels}
+
+
+@pytest.fixture(scope="session")
 def warm_mirrors(shared_cache, sglang_sdist, flashinfer_sdist, workspace) -> Path:
     """Mirrors with both pinned sdists imported; returns the cache root."""
     from patchkit.upstream import acquire

@@ -34,6 +34,10 @@ def patchkit(
     """Run the real CLI in a subprocess (exit codes and output as a user sees them)."""
     full_env = {**os.environ, **(env or {})}
     full_env.setdefault("PATCHKIT_OFFLINE_GIT", "1")
+    # This checkout's patchkit, whatever the cwd (an editable install may point elsewhere).
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p
+    )
     return subprocess.run(
         [sys.executable, "-m", "patchkit", *args],
         cwd=cwd or ROOT,
@@ -69,6 +73,10 @@ def private_cache(warm: Path, dest: Path) -> Path:
     (dest / "sdists").mkdir(parents=True)
     for sdist in (warm / "sdists").glob("*.tar.gz"):
         os.link(sdist, dest / "sdists" / sdist.name)
+    if (warm / "wheels").is_dir():
+        (dest / "wheels").mkdir()
+        for wheel in (warm / "wheels").glob("*.whl"):
+            os.link(wheel, dest / "wheels" / wheel.name)
     (dest / "mirrors").mkdir()
     for mirror in (warm / "mirrors").glob("*.git"):
         subprocess.run(
@@ -84,3 +92,10 @@ def private_cache(warm: Path, dest: Path) -> Path:
             capture_output=True,
         )
     return dest
+
+
+def series_folder(root: Path, target: str, line: str | None = None) -> Path:
+    """The series folder of `target`'s line (default line when None) in the project at `root`."""
+    from patchkit.project import Project
+
+    return Project(root).series_dir(target, line)

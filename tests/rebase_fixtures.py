@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, git
+from helpers import ROOT, git, series_folder
 
 SGLANG_0510_SHA256 = "db78367f41a1f385f8624a10e9506b671e788f9943978df6a37a486867c1edc7"
 SYMM_MEM = "sm120-torch-symm-mem-allreduce.patch"
@@ -55,7 +55,7 @@ def cache_0510(sglang_0510, cache) -> Path:
 
 def set_series(project: Path, target: str, names: list[str]) -> None:
     """Keep only `names` (in this order) in a scratch project's series of `target`."""
-    directory = project / "patches" / target
+    directory = series_folder(project, target)
     for path in directory.glob("*.patch"):
         if path.name not in names:
             path.unlink()
@@ -73,7 +73,7 @@ def git_upstream(tmp_path_factory, upstream_remote) -> dict[str, object]:
     git(work.parent, "clone", "-q", str(upstream_remote), str(work))
     git(work, "checkout", "-q", "-B", "main", "v0.5.9")
     base = git(work, "rev-parse", "HEAD").strip()
-    patch = ROOT / "patches" / "sglang" / SYMM_MEM
+    patch = ROOT / "patches" / "sglang" / "0.5.9" / SYMM_MEM
     git(work, "apply", "--index", str(patch))
     git(work, "commit", "-qm", "Support SM120 in the torch symmetric-memory all-reduce")
     git(work, "tag", "v0.5.9.2")
@@ -121,7 +121,10 @@ def git_project(project, git_upstream, cache, monkeypatch) -> Path:
         "\n"
         f'git = "{git_upstream["path"]}"\n'
         'subdir = "python"\n'
-        'pin = "0.5.9.0"\n\n'
+        'default_line = "0.5.9"\n\n'
+        '[targets.sglang.lines."0.5.9"]\n'
+        'pin = "0.5.9.0"\n'
+        'series = "sglang/0.5.9"\n\n'
         "[[targets.sglang.releases]]\n"
         'version = "0.5.9.0"\n'
         'tag = "v0.5.9"\n'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from helpers import git
+from helpers import git, series_folder
 
 EXPORT = [
     "-c",
@@ -46,7 +46,7 @@ def make_patch(repo: Path, path: str, old: str, new: str, subject: str) -> bytes
 
 def write_series(project: Path, target: str, patches: dict[str, bytes]) -> None:
     """Replace a target's series in a scratch project with `patches` (in order)."""
-    directory = project / "patches" / target
+    directory = series_folder(project, target)
     for old in directory.glob("*.patch"):
         old.unlink()
     for name, raw in patches.items():

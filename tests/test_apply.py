@@ -317,8 +317,9 @@ def test_unresolvable_sha_names_sources_tried(tmp_path):
         "--allow-unpinned",
         env={"PATCHKIT_OFFLINE_GIT": "0"},
     )
-    assert result.returncode == 1
-    assert "tried" in result.stderr and "git:" in result.stderr and "sdist:" in result.stderr
+    assert result.returncode == 2  # cannot obtain the base
+    assert "tried" in result.stderr and "git:" in result.stderr and "index:" in result.stderr
+    assert "--upstream" in result.stderr
 
 
 def test_apply_real_series_all_targets(tmp_path, cache):

@@ -14,7 +14,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, patchkit
+from helpers import ROOT, patchkit, series_folder
 from unidiff import PatchSet
 
 from patchkit.errors import BuildError, ConfigError, UsageError
@@ -198,7 +198,7 @@ def test_flashinfer_builds_a_pure_python_wheel_with_its_version_and_patch(
 
 
 def test_an_empty_series_is_skipped_not_built(project, cache):
-    (project / "patches" / "flashinfer" / "series").write_text("# nothing\n")
+    (series_folder(project, "flashinfer") / "series").write_text("# nothing\n")
     result = patchkit("build", "--target", "flashinfer", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

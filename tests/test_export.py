@@ -4,7 +4,7 @@ ordinary git (commit --fixup + rebase --autosquash, new commits) export determin
 from __future__ import annotations
 
 import pytest
-from helpers import ROOT, git, patchkit, snapshot
+from helpers import ROOT, git, patchkit, series_folder, snapshot
 
 from patchkit.export import slug, split_mbox, strip_patch_trailer
 
@@ -19,7 +19,7 @@ def test_apply_then_export_reproduces_the_real_series(tmp_path, cache, target):
     out = tmp_path / "out"
     r = patchkit("export", str(tree), "--out", str(out))
     assert r.returncode == 0, r.stderr
-    series = ROOT / "patches" / target
+    series = series_folder(ROOT, target)
     names = [
         ln
         for ln in (series / "series").read_text().splitlines()
@@ -34,7 +34,7 @@ def test_apply_then_export_reproduces_the_real_series(tmp_path, cache, target):
 def test_fixup_edit_exports_only_that_patch(tmp_path, cache, project):
     tree = tmp_path / "tree"
     assert patchkit("apply", "--target", "sglang", "--into", str(tree)).returncode == 0
-    series_dir = project / "patches" / "sglang"
+    series_dir = series_folder(project, "sglang")
     before = snapshot(series_dir)
     path = tree / "python/sglang/srt/distributed/device_communicators/all_reduce_utils.py"
     path.write_text(path.read_text() + "# tuned later\n")
@@ -74,7 +74,7 @@ def test_new_commit_is_named_from_its_subject_and_appended(tmp_path, cache, proj
     r = patchkit("export", str(tree))
     assert r.returncode == 0, r.stderr
     assert "named from the subject" in r.stdout
-    names = (project / "patches/flashinfer/series").read_text().split("\n")
+    names = (series_folder(project, "flashinfer") / "series").read_text().split("\n")
     assert names[0].startswith("#")  # the comment block is kept
     assert [n for n in names if n and not n.startswith("#")][-1] == "add-a-note-module-sm120.patch"
 

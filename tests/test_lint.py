@@ -23,7 +23,7 @@ def series_dir(tmp_path) -> Path:
     dest = tmp_path / "sglang"
     dest.mkdir()
     for name in (SYMM, KIMI):
-        shutil.copy(ROOT / "patches" / "sglang" / name, dest / name)
+        shutil.copy(ROOT / "patches" / "sglang" / "0.5.9" / name, dest / name)
     (dest / "series").write_text(f"# two patches\n{SYMM}\n{KIMI}\n")
     return dest
 
@@ -44,7 +44,7 @@ def test_real_series_lints_clean_with_the_reexport(cache):
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)
     assert report["errors"] == 0 and report["warnings"] == 0
-    assert set(report["checked"]) == {"sglang", "flashinfer"}
+    assert set(report["checked"]) == {"sglang/0.5.9", "sglang/0.5.12", "flashinfer/0.6.3"}
 
 
 def test_copy_is_clean(series_dir):
@@ -147,12 +147,12 @@ def test_reexport_mismatch_is_an_error(series_dir):
 
 def test_reexport_against_the_pinned_upstream(cache, project):
     """A patch without index lines applies, but is not what the canonical export writes."""
-    path = project / "patches" / "sglang" / SYMM
+    path = project / "patches" / "sglang" / "0.5.9" / SYMM
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(ln for ln in lines if not ln.startswith("index ")))
     r = patchkit("lint", "--target", "sglang")
     assert r.returncode == 1
-    assert f"error: sglang/{SYMM}: [reexport]" in r.stdout
+    assert f"error: sglang/0.5.9/{SYMM}: [reexport]" in r.stdout
     assert patchkit("lint", "--target", "sglang", "--no-reexport").returncode == 0
 
 

@@ -140,11 +140,22 @@ def test_cli_dry_run_prints_tofu_and_leaves_patches_alone(project, cache_0510): 
     assert "evidence: definitions-present" in r.stdout
     assert snapshot(project / "patches") == before
     tree = project / "work" / "rebase" / "sglang"
+    assert not tree.exists() and "pass --conflict-tree" in r.stdout  # a preview leaves nothing
+    r = patchkit("rebase", "--target", "sglang@0.5.10", "--conflict-tree")
+    assert r.returncode == 1, r.stderr
     text = (tree / "python/sglang/srt/layers/layernorm.py").read_text()
     assert "<<<<<<< " in text and ">>>>>>> " in text
     assert f"cd {tree}" in r.stdout and "--continue" in r.stdout
-    again = patchkit("rebase", "--target", "sglang@0.5.10")
+    # A preview is never blocked by the stopped rebase; an untouched tree is replaced.
+    assert patchkit("rebase", "--target", "sglang@0.5.10").returncode == 1
+    again = patchkit("rebase", "--target", "sglang@0.5.10", "--conflict-tree")
+    assert again.returncode == 1 and "replaced the untouched conflict work tree" in again.stdout
+    # One the user has worked in is refused, and left as it is.
+    (tree / "python/sglang/srt/layers/layernorm.py").write_text(text.replace("<<<<<<< ", "", 1))
+    mine = snapshot(tree)
+    again = patchkit("rebase", "--target", "sglang@0.5.10", "--conflict-tree")
     assert again.returncode == 2 and "in progress" in again.stderr
+    assert "changed since it stopped" in again.stderr and snapshot(tree) == mine
     assert patchkit("rebase", "--abort").returncode == 0
     assert not tree.exists()
 
@@ -169,18 +180,18 @@ def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
     ]
     set_series(project, "sglang", keep)
     toml_before = (project / "patches/targets.toml").read_text()
-    symm_before = (project / "patches/sglang" / keep[0]).read_bytes()
+    symm_before = (project / "patches/sglang/0.5.9" / keep[0]).read_bytes()
     r = patchkit("rebase", "--target", "sglang@0.5.10", "--write")
     assert r.returncode == 0, r.stdout + r.stderr
-    series = (project / "patches/sglang/series").read_text().split()
+    series = (project / "patches/sglang/0.5.9/series").read_text().split()
     assert "kimi-k25-eagle3-delegation.patch" not in series
-    assert not (project / "patches/sglang/kimi-k25-eagle3-delegation.patch").exists()
-    assert (project / "patches/sglang" / keep[0]).read_bytes() == symm_before  # clean: same
+    assert not (project / "patches/sglang/0.5.9/kimi-k25-eagle3-delegation.patch").exists()
+    assert (project / "patches/sglang/0.5.9" / keep[0]).read_bytes() == symm_before  # clean: same
     assert "Applied-Upstream: sglang 0.5.10 (kimi-k25-eagle3-delegation.patch)" in r.stdout
     toml_text = (project / "patches/targets.toml").read_text()
     data = tomllib.loads(toml_text)
     assert data["series"]["version"] == "0.2.0"
-    assert data["targets"]["sglang"]["pin"] == "0.5.10"
+    assert data["targets"]["sglang"]["lines"]["0.5.9"]["pin"] == "0.5.10"
     release = data["targets"]["sglang"]["releases"][-1]
     assert release["sdist"] == "sglang==0.5.10"
     assert release["sdist_sha256"] == SGLANG_0510_SHA256
@@ -224,18 +235,18 @@ def test_git_upstream_conflict_then_continue_write(git_project, git_upstream):  
     r = patchkit("rebase", "--target", "sglang@v0.5.9.3", "--write")
     assert r.returncode == 1, r.stderr
     assert "CONFLICT  " + AUX_POST in r.stdout
-    assert (git_project / "patches/sglang" / SYMM_MEM).exists()  # nothing written yet
+    assert (git_project / "patches/sglang/0.5.9" / SYMM_MEM).exists()  # nothing written yet
     tree = git_project / "work/rebase/sglang"
     assert resolve_conflict_with_patch_side(tree) == ["python/sglang/srt/models/deepseek_v2.py"]
     r = patchkit("rebase", "--continue")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resolved" in r.stdout and "Applied-Upstream: sglang 0.5.9.3" in r.stdout
-    series = (git_project / "patches/sglang/series").read_text().split()
+    series = (git_project / "patches/sglang/0.5.9/series").read_text().split()
     assert series[-1:] == [AUX_POST] and SYMM_MEM not in series
-    refreshed = (git_project / "patches/sglang" / AUX_POST).read_text()
+    refreshed = (git_project / "patches/sglang/0.5.9" / AUX_POST).read_text()
     assert "i >= self.first_k_dense_replace" in refreshed
     data = tomllib.loads((git_project / "patches/targets.toml").read_text())
-    assert data["targets"]["sglang"]["pin"] == "0.5.9.3"
+    assert data["targets"]["sglang"]["lines"]["0.5.9"]["pin"] == "0.5.9.3"
     assert data["targets"]["sglang"]["releases"][-1]["commit"] == git_upstream["v0.5.9.3"]
     assert data["targets"]["sglang"]["releases"][-1]["tag"] == "v0.5.9.3"
     assert not tree.exists()
@@ -264,3 +275,16 @@ def test_render_targets_keeps_comments_and_validates():
     assert [r["version"] for r in data["targets"]["x"]["releases"]] == ["1.0", "1.1"]
     assert data["targets"]["y"]["pin"] == "2"
     assert out.index('version = "1.1"') < out.index("[targets.y]")
+
+
+@pytest.mark.slow
+def test_apply_allow_unpinned_takes_the_release_rebase_takes(project, cache_0510):  # noqa: F811
+    """One source chain: the unpinned 0.5.10 sdist that rebase classifies is a base for
+    `fetch`/`apply --allow-unpinned` too, and refused without it."""
+    r = patchkit("fetch", "--target", "sglang@0.5.10", "--allow-unpinned", "--json")
+    assert r.returncode == 0, r.stderr
+    (base,) = json.loads(r.stdout)["bases"]
+    assert base["source"] == "sdist" and "sglang==0.5.10" in base["stands_for"]
+    assert "not pinned" in r.stderr
+    r = patchkit("fetch", "--target", "sglang@0.5.10")
+    assert r.returncode == 1 and "not a pinned release" in r.stderr

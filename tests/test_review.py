@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from browser.cdp import Browser, find_chromium
-from helpers import ROOT, git, patchkit
+from helpers import ROOT, git, patchkit, series_folder
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401 - fixtures
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -20,7 +20,7 @@ AUX_POST = "eagle3-aux-capture-post-allreduce.patch"
 
 
 def series_names(root: Path, target: str) -> list[str]:
-    text = (root / "patches" / target / "series").read_text()
+    text = (series_folder(root, target) / "series").read_text()
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
@@ -31,7 +31,7 @@ def versioned_project(project, cache) -> Path:
     git(project, "init", "-q", "-b", "main")
     git(project, "add", "-A")
     git(project, "commit", "-qm", "series 0.1.0")
-    sg = project / "patches" / "sglang"
+    sg = series_folder(project, "sglang")
     text = (sg / KIMI).read_text()
     (sg / KIMI).write_text(
         text.replace(

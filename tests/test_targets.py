@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from patchkit.errors import ConfigError, UsageError
@@ -61,3 +63,110 @@ def test_bump_version():
     assert bump_version("0.1.0") == "0.2.0"
     assert bump_version("0.1.0", "patch") == "0.1.1"
     assert bump_version("1.2.3", "major") == "2.0.0"
+
+
+def test_real_lines(workspace):
+    sglang = workspace.target("sglang")
+    assert sglang.line_names == ["0.5.9", "0.5.12"]
+    assert (sglang.line, sglang.pin, sglang.default_line) == ("0.5.9", "0.5.9", "0.5.9")
+    new = sglang.on_line("0.5.12")
+    assert (new.line, new.pin, new.current_line.series) == ("0.5.12", "0.5.12", "sglang/0.5.12")
+    assert new.pinned.sdist is None and new.pinned.commit is None
+    assert {w.python_tag for w in new.pinned.wheels} == {"cp311", "cp312"}
+    assert all(w.platform_tag == "manylinux_2_34_x86_64" for w in new.pinned.wheels)
+    assert workspace.series("sglang").names  # the default line's series
+    assert workspace.project.series_dir("sglang", "0.5.12").name == "0.5.12"
+    with pytest.raises(UsageError, match="no line '0.6'.*lines: 0.5.9, 0.5.12"):
+        sglang.on_line("0.6")
+
+
+def test_pick_line_by_ref(workspace):
+    from patchkit.lines import pick_line
+
+    sglang = workspace.target("sglang")
+    assert pick_line(sglang, "v0.5.12", None).line == "0.5.12"
+    assert pick_line(sglang, "0.5.9", None).line == "0.5.9"
+    assert pick_line(sglang, PIN[:10], None).line == "0.5.9"
+    assert pick_line(sglang, None, None).line == "0.5.9"
+    assert pick_line(sglang, None, "0.5.12").line == "0.5.12"
+    with pytest.raises(UsageError, match="line 0.5.9 is pinned to 0.5.9"):
+        pick_line(sglang, "0.5.12", "0.5.9")
+    assert pick_line(sglang, "deadbeef" * 5, None).line == "0.5.9"  # unpinned: default line
+    moved = dataclasses.replace(sglang, lines=sglang.lines[:1])  # no line pinned to 0.5.12
+    with pytest.raises(UsageError, match=r"release 0.5.12, which no line.*lines: 0.5.9 \(pin"):
+        pick_line(moved, "0.5.12", None)
+
+
+HEAD = "[series]\nversion='1.0.0'\n"
+REL = "[[targets.a.releases]]\nversion='1'\ncommit='" + "a" * 40 + "'\n"
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("targets = 3\n" + HEAD, "'targets' must be a table"),
+        (HEAD + "[targets]\na = 1\n", "targets.a must be a table"),
+        (HEAD + '[targets."../.."]\ngit="u"\npin="1"\n', "target name '../..'"),
+        (HEAD + "[targets.a]\ngit=1\npin='1'\n" + REL, "git must be a string"),
+        (HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + REL, "release 1 is listed twice"),
+        (HEAD + "[targets.a]\ngit='u'\npin='1'\nreleases=3\n", "releases must be"),
+        (
+            HEAD + "[targets.a]\ngit='u'\n[targets.a.lines.'x/..']\npin='1'\n" + REL,
+            "line name 'x/..'",
+        ),
+        (
+            HEAD + "[targets.a]\ngit='u'\n[targets.a.lines.x]\npin='1'\nseries='../b'\n" + REL,
+            "must stay inside patches/",
+        ),
+        (
+            HEAD + "[targets.a]\ngit='u'\ndefault_line='y'\n[targets.a.lines.x]\npin='1'\n" + REL,
+            "default_line 'y' is not one of its lines",
+        ),
+        (
+            HEAD + "[targets.a]\ngit='u'\n[targets.a.lines.x]\npin='2'\n" + REL,
+            "line x of a: pin 2 has no",
+        ),
+        (
+            HEAD + "[targets.a]\ngit='u'\npin='1'\n[[targets.a.releases]]\nversion='1'\n"
+            "wheels=[{file='a-1-py3-none-any.whl', sha256='x'}]\n",
+            "bad sha256",
+        ),
+        (HEAD + "[targets.a]\ngit='--upload-pack=touch x'\npin='1'\n" + REL, "not a repository"),
+        (HEAD + "[targets.a]\ngit='ext::sh -c x'\npin='1'\n" + REL, "not a repository"),
+        (HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + "tag='-v1'\n", "not a plain git tag"),
+        (HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + "tag='a..b'\n", "not a plain git tag"),
+        (
+            HEAD + "[targets.a]\ngit='u'\npin='1'\n[[targets.a.releases]]\nversion='1'\n"
+            f"wheels=[{{file='a-2-py3-none-any.whl', sha256='{'0' * 64}'}}]\n",
+            "is version 2, not 1",
+        ),
+        (
+            HEAD + "[targets.a]\ngit='u'\npin='1'\n[[targets.a.releases]]\nversion='1'\n"
+            f"wheels=[{{file='../a-1-py3-none-any.whl', sha256='{'0' * 64}'}}]\n",
+            "bare file name",
+        ),
+    ],
+)
+def test_bad_targets_are_one_line_errors(tmp_path, text, words):
+    path = tmp_path / "targets.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace(".", r"\.")) as info:
+        load_targets(path)
+    assert "\n" not in info.value.message
+
+
+def test_quoted_line_names_and_wheel_only_release(tmp_path):
+    path = tmp_path / "targets.toml"
+    path.write_text(
+        HEAD
+        + "[targets.a]\ngit='u'\ndefault_line='1.0'\n"
+        + "[targets.a.lines.\"1.0\"]\npin='1.0'\n[targets.a.lines.'2.0']\npin='2.0'\n"
+        + "[[targets.a.releases]]\nversion='1.0'\ncommit='"
+        + "a" * 40
+        + "'\n[[targets.a.releases]]\nversion='2.0'\n"
+        + f"wheels=[{{file='a-2.0-cp312-cp312-linux_x86_64.whl', sha256='{'1' * 64}'}}]\n"
+    )
+    a = load_targets(path).get("a")
+    assert a.line_names == ["1.0", "2.0"]
+    assert a.on_line("2.0").current_line.series == "a/2.0"
+    assert a.on_line("2.0").pinned.base_wheel.python_tag == "cp312"

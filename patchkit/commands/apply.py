@@ -7,10 +7,11 @@ from pathlib import Path
 import click
 
 from patchkit.apply import ApplyOptions, ApplyReport, apply_series
-from patchkit.errors import ApplyError, NothingToDo, UsageError
+from patchkit.errors import ApplyError, NothingToDo, PatchkitError, UsageError
+from patchkit.lines import line_series, pick_line
 from patchkit.report import render_apply
 from patchkit.ui import Output
-from patchkit.upstream import Mirror, acquire
+from patchkit.upstream import Mirror, acquire, error_document
 from patchkit.workspace import Workspace
 
 EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
@@ -30,6 +31,10 @@ EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
     help="Directory to check out into (default: work/<target>; with several targets, "
     "DIR/<target>).",
 )
+@click.option(
+    "--line",
+    help="The series line to apply (default: the line whose pin REF names, else the default).",
+)
 @click.option("--upstream", help="A clone, bare repository or URL to fetch the base from first.")
 @click.option(
     "--fuzz",
@@ -44,17 +49,27 @@ EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
-def command(targets, into, upstream, fuzz, threeway, allow_unpinned, as_json, verbose) -> int:
+def command(targets, into, line, upstream, fuzz, threeway, allow_unpinned, as_json, verbose) -> int:
     """Apply the series of each --target onto its base, as one commit per patch."""
     out = Output(json_mode=as_json, verbose=verbose)
+    try:
+        return _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned)
+    except PatchkitError as exc:
+        if as_json:
+            out.document(error_document(exc))
+        raise
+
+
+def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> int:
+    as_json = out.json_mode
     ws = Workspace.load()
     specs = ws.expand(targets)
     if len(specs) > 1 and upstream:
         raise UsageError("--upstream names one repository; use it with a single --target")
     reports: list[ApplyReport] = []
     for spec in specs:
-        target = ws.target(spec.target)
-        series = ws.series(spec.target)
+        target = pick_line(ws.target(spec.target), spec.ref, line)
+        series = line_series(ws.project, target)
         if into is None:
             dest = ws.project.work_dir / spec.target
         else:

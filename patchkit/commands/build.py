@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
+from patchkit.errors import PatchkitError
 from patchkit.ui import Output
+from patchkit.upstream import error_document
 from patchkit.wheels import DEFAULT_PROFILE, BuildOptions, build_wheels, load_build_profile
 from patchkit.wheels.build import BuildReport
 from patchkit.workspace import Workspace
@@ -37,7 +39,7 @@ def render_build(report: BuildReport) -> str:
     multiple=True,
     default=("all",),
     show_default=True,
-    help="sglang, flashinfer or all (NAME@REF builds another pinned release).",
+    help="sglang, flashinfer or all (NAME@REF builds the line pinned to REF).",
 )
 @click.option(
     "--profile",
@@ -59,21 +61,51 @@ def render_build(report: BuildReport) -> str:
     help="Build in this environment (its build requirements must be installed) "
     "instead of a fresh isolated one.",
 )
+@click.option(
+    "--line",
+    help="Build this series line (default: the line whose pin the ref names, else the default).",
+)
+@click.option(
+    "--python-tag",
+    "python_tags",
+    multiple=True,
+    help="Wheel bases: repack only the pinned wheels for this python tag (e.g. cp312).",
+)
+@click.option(
+    "--platform",
+    "platforms",
+    multiple=True,
+    help="Wheel bases: repack only the pinned wheels for this platform tag.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
-def command(targets, profile_name, out, no_isolation, as_json, verbose) -> int:
-    """Apply the series into a clean tree and build each patched target's wheel."""
+def command(
+    targets, profile_name, out, no_isolation, line, python_tags, platforms, as_json, verbose
+) -> int:
+    """Apply the series into a clean tree and build each patched target's wheel(s)."""
     output = Output(json_mode=as_json, verbose=verbose)
-    ws = Workspace.load()
-    profile = load_build_profile(ws.project.build_dir / "profiles", profile_name)
-    options = BuildOptions(
-        out=(out or ws.project.root / "dist").absolute(),
-        work_root=ws.project.work_dir / "build",
-        isolation=not no_isolation,
-    )
-    report = build_wheels(
-        ws, ws.expand(targets), profile=profile, options=options, progress=output.progress
-    )
+    try:
+        ws = Workspace.load()
+        profile = load_build_profile(ws.project.build_dir / "profiles", profile_name)
+        options = BuildOptions(
+            out=(out or ws.project.root / "dist").absolute(),
+            work_root=ws.project.work_dir / "build",
+            isolation=not no_isolation,
+            python_tags=tuple(python_tags),
+            platforms=tuple(platforms),
+        )
+        report = build_wheels(
+            ws,
+            ws.expand(targets),
+            profile=profile,
+            options=options,
+            progress=output.progress,
+            line=line,
+        )
+    except PatchkitError as exc:
+        if as_json:
+            output.document(error_document(exc))
+        raise
     if as_json:
         output.document(report.to_json())
     else:

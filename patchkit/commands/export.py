@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from patchkit.export import export_worktree
+from patchkit.lines import checkout_line
 from patchkit.status import detect_target
 from patchkit.ui import Output
 from patchkit.workspace import Workspace
@@ -15,10 +16,11 @@ from patchkit.workspace import Workspace
 @click.command("export")
 @click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--target", help="Target name (default: the one DIRECTORY was made for).")
+@click.option("--line", help="Series line (default: the one DIRECTORY's base is pinned for).")
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Write the series here instead of patches/<target>/.",
+    help="Write the series here instead of the line's folder in patches/.",
 )
 @click.option(
     "--dry-run",
@@ -28,14 +30,14 @@ from patchkit.workspace import Workspace
     help="Write nothing; exit 1 when the patch files would change (a CI check).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def command(directory, target, out, dry_run, as_json) -> int:
+def command(directory, target, line, out, dry_run, as_json) -> int:
     """One .patch per commit of DIRECTORY (base..HEAD), in deterministic bytes."""
     output = Output(json_mode=as_json)
     name = target or detect_target(directory.absolute())
     if out is None:
         ws = Workspace.load()
-        ws.target(name)
-        out = ws.project.series_dir(name)
+        view = checkout_line(directory.absolute(), ws.target(name), line)
+        out = ws.project.patches_dir / view.current_line.series
     report = export_worktree(directory.absolute(), name, out, dry_run=dry_run)
     if as_json:
         output.document(report.to_json())

@@ -1,11 +1,12 @@
-"""`patchkit fetch`: fill the mirror cache for a target ref (git or the pinned sdist)."""
+"""`patchkit fetch`: fill the mirror cache for a target ref (git, the pinned sdist or wheel)."""
 
 from __future__ import annotations
 
 import click
 
+from patchkit.errors import PatchkitError
 from patchkit.ui import Output
-from patchkit.upstream import acquire
+from patchkit.upstream import acquire, error_document
 from patchkit.workspace import Workspace
 
 
@@ -18,8 +19,18 @@ from patchkit.workspace import Workspace
 @click.option("--json", "as_json", is_flag=True)
 def command(targets, upstream, allow_unpinned, as_json) -> int:
     """Resolve and cache the base of each target without touching any work tree."""
-    ws = Workspace.load()
     out = Output(json_mode=as_json, verbose=True)
+    try:
+        return _run(out, targets, upstream, allow_unpinned)
+    except PatchkitError as exc:
+        if as_json:
+            out.document(error_document(exc))
+        raise
+
+
+def _run(out: Output, targets, upstream, allow_unpinned) -> int:
+    as_json = out.json_mode
+    ws = Workspace.load()
     docs = []
     for spec in ws.expand(targets):
         base = acquire(

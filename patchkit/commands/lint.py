@@ -6,7 +6,9 @@ import click
 
 from patchkit.apply import ApplyOptions, build_series
 from patchkit.export import export_commits
+from patchkit.lines import line_series
 from patchkit.lint import LintReport, lint_target
+from patchkit.targets import Target
 from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
@@ -14,6 +16,7 @@ from patchkit.workspace import Workspace
 
 @click.command("lint")
 @click.option("--target", "targets", multiple=True, help="Lint only these targets (default: all).")
+@click.option("--line", "line_names", multiple=True, help="Lint only these lines (default: all).")
 @click.option(
     "--no-reexport",
     is_flag=True,
@@ -21,31 +24,39 @@ from patchkit.workspace import Workspace
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
-def command(targets, no_reexport, as_json, verbose) -> int:
-    """Check the series of every target; exit 1 on any error."""
+def command(targets, line_names, no_reexport, as_json, verbose) -> int:
+    """Check the series of every line of every target; exit 1 on any error."""
     out = Output(json_mode=as_json, verbose=verbose)
     ws = Workspace.load()
     names = list(targets) or list(ws.targets.targets)
 
-    def reexport(name: str) -> dict[str, bytes]:
-        target = ws.target(name)
-        base = acquire(target, None, progress=out.progress)
-        mirror = Mirror(target).path
-        tip, _ = build_series(mirror, base.commit, ws.series(name), ApplyOptions(), bare=True)
-        return {p.name: p.raw for p in export_commits(mirror, base.commit, tip, bare=True)}
+    def reexporter(target: Target):
+        def reexport(_label: str) -> dict[str, bytes]:
+            base = acquire(target, None, progress=out.progress)
+            mirror = Mirror(target).path
+            series = line_series(ws.project, target)
+            tip, _ = build_series(mirror, base.commit, series, ApplyOptions(), bare=True)
+            return {p.name: p.raw for p in export_commits(mirror, base.commit, tip, bare=True)}
+
+        return reexport
 
     report = LintReport()
     for name in names:
-        target = ws.target(name)
-        out.progress(f"linting {name}")
-        one = lint_target(
-            name,
-            ws.project.series_dir(name),
-            target.subdir,
-            reexport=None if no_reexport else reexport,
-        )
-        report.findings += one.findings
-        report.checked.update(one.checked)
+        whole = ws.target(name)
+        for line in whole.line_names:
+            if line_names and line not in line_names:
+                continue
+            target = whole.on_line(line)
+            label = target.current_line.series  # the folder under patches/, e.g. sglang/0.5.9
+            out.progress(f"linting {label}")
+            one = lint_target(
+                label,
+                ws.project.patches_dir / label,
+                target.subdir,
+                reexport=None if no_reexport else reexporter(target),
+            )
+            report.findings += one.findings
+            report.checked.update(one.checked)
     if as_json:
         out.document(report.to_json())
     else:
@@ -54,7 +65,7 @@ def command(targets, no_reexport, as_json, verbose) -> int:
             out.echo(f"{f.severity}: {where}: [{f.rule}] {f.message}")
         total = sum(len(v) for v in report.checked.values())
         out.echo(
-            f"lint: {total} patch(es) in {len(report.checked)} target(s): "
+            f"lint: {total} patch(es) in {len(report.checked)} line(s): "
             f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)"
         )
     return 1 if report.errors else 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.errors import UsageError
+from patchkit.errors import PatchkitError, UsageError
+from patchkit.lines import line_series
 from patchkit.rebase import (
     RebaseReport,
     abort_rebase,
@@ -12,12 +13,13 @@ from patchkit.rebase import (
     continue_rebase,
     leave_conflict_tree,
     rebase_dir,
-    resolve_new_base,
+    replace_untouched,
+    stopped_line,
     write_rebase,
 )
-from patchkit.targets import parse_target_spec
+from patchkit.targets import NAME_RE, parse_target_spec
 from patchkit.ui import Output
-from patchkit.upstream import Mirror, acquire
+from patchkit.upstream import Mirror, acquire, error_document, resolve_new_base
 from patchkit.workspace import Workspace
 
 MARK = {
@@ -33,10 +35,28 @@ MARK = {
 @click.command("rebase")
 @click.option("--target", "spec", help="NAME@REF: a release version, tag or commit of NAME.")
 @click.option(
+    "--line", "line", help="The line whose series is carried (default: the default line)."
+)
+@click.option(
     "--write",
     is_flag=True,
-    help="Refresh patches/, drop upstreamed patches, move the pin, bump the series "
+    help="Refresh patches/, drop upstreamed patches, move the line's pin, bump the series "
     "version (only when no patch is in conflict).",
+)
+@click.option(
+    "--new-line",
+    "new_line",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[NAME]",
+    help="With --write: start a new line NAME (default: the new version) from the carried "
+    "series instead of moving the line's pin.",
+)
+@click.option(
+    "--conflict-tree",
+    is_flag=True,
+    help="Leave a scratch work tree stopped at the first conflict (always with --write).",
 )
 @click.option(
     "--continue",
@@ -48,33 +68,50 @@ MARK = {
 @click.option("--upstream", help="A clone, bare repository or URL to fetch git refs from.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
-def command(spec, write, cont, abort, upstream, as_json, verbose) -> int:
+def command(
+    spec, line, write, new_line, conflict_tree, cont, abort, upstream, as_json, verbose
+) -> int:
     """Classify each patch on the new base: clean, offset, merged, conflict or upstreamed."""
     out = Output(json_mode=as_json, verbose=verbose)
+    try:
+        return _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
+    except PatchkitError as exc:
+        if as_json:
+            out.document(error_document(exc))
+        raise
+
+
+def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream) -> int:
+    as_json = out.json_mode
     ws = Workspace.load()
+    if new_line is not None and not write:
+        raise UsageError("--new-line starts a line in patches/: it needs --write")
     if cont or abort:
         name = parse_target_spec(spec).target if spec else _only_rebase_in_progress(ws)
-        target, dest = ws.target(name), rebase_dir(ws.project.work_dir, name)
+        dest = rebase_dir(ws.project.work_dir, name)
         if abort:
             removed = abort_rebase(dest)
             out.echo(f"{name}: removed {dest}" if removed else f"{name}: no rebase in progress")
             return 0
-        report, wanted = continue_rebase(dest, target, ws.series(name), progress=out.progress)
+        target = ws.targets.get(name, stopped_line(dest) or line)
+        report, wanted = continue_rebase(
+            dest, target, line_series(ws.project, target), progress=out.progress
+        )
         if not report.conflicted and (write or wanted):
-            write_rebase(report, ws.project.series_dir(name), ws.project.targets_file)
+            _write(ws, target, report, report.new_line if new_line is None else new_line)
             abort_rebase(dest)
             report.next_steps = [f"removed the scratch work tree {dest}"]
         return _finish(out, report, as_json)
     if not spec or "@" not in spec:
         raise UsageError("--target NAME@REF is required (e.g. --target sglang@0.5.10)")
     parsed = parse_target_spec(spec)
-    target, series = ws.target(parsed.target), ws.series(parsed.target)
+    target = ws.targets.get(parsed.target, line)
+    series = line_series(ws.project, target)
     dest = rebase_dir(ws.project.work_dir, target.name)
-    if dest.exists():
-        raise UsageError(
-            f"a rebase of {target.name} is in progress in {dest}",
-            hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
-        )
+    keep_tree = conflict_tree or write
+    replaced = False
+    if keep_tree and dest.exists():
+        replaced = replace_untouched(dest)  # refuses a tree holding someone's work
     old = acquire(target, None, progress=out.progress)
     new, pin = resolve_new_base(target, parsed.ref, upstream=upstream, progress=out.progress)
     report = classify_rebase(
@@ -88,13 +125,47 @@ def command(spec, write, cont, abort, upstream, as_json, verbose) -> int:
         pin=pin,
         progress=out.progress,
     )
-    if report.conflicted:
+    report.line = target.line
+    report.new_line = _new_line_name(new_line, report)
+    if report.conflicted and keep_tree:
         leave_conflict_tree(
             report, Mirror(target).path, series, dest, write=write, progress=out.progress
         )
+        if replaced:
+            report.next_steps.insert(0, f"replaced the untouched conflict work tree in {dest}")
+    elif report.conflicted:
+        report.next_steps.append(
+            "no work tree was left (a preview); pass --conflict-tree to get one stopped at the "
+            "first conflict"
+        )
+        if dest.exists():
+            report.next_steps.append(f"an earlier rebase's work tree is still in {dest}")
     elif write:
-        write_rebase(report, ws.project.series_dir(target.name), ws.project.targets_file)
+        _write(ws, target, report, report.new_line)
     return _finish(out, report, as_json)
+
+
+def _new_line_name(new_line: str | None, report: RebaseReport) -> str | None:
+    if new_line is None:
+        return None
+    name = new_line or (report.pin.version if report.pin else report.ref.removeprefix("v"))
+    if not NAME_RE.match(name):
+        raise UsageError(
+            f"--new-line {name!r}: a line name is letters, digits and . _ + - (it names a "
+            "folder under patches/)"
+        )
+    return name
+
+
+def _write(ws: Workspace, target, report: RebaseReport, new_line: str | None) -> None:
+    write_rebase(
+        report,
+        ws.project.patches_dir / target.current_line.series,
+        ws.project.targets_file,
+        target.line,
+        new_line=new_line,
+        lock=ws.project.lock_path,
+    )
 
 
 def _only_rebase_in_progress(ws: Workspace) -> str:
@@ -123,6 +194,12 @@ def render_rebase(report: RebaseReport) -> str:
         f"{report.target}: rebase {old.stands_for} ({old.commit[:12]})",
         f"  onto {report.ref}: {new.stands_for} ({new.commit[:12]})",
     ]
+    if report.line:
+        lines.insert(1, f"  line {report.line}")
+    if new.source == "wheel":
+        lines.append(f"  wheel: {new.wheel} (sha256 {new.wheel_sha256})")
+    if new.source == "wheel" and not new.pinned:
+        lines.append("  not pinned yet: trust on first use of what the package index serves")
     if new.source == "sdist" and not new.pinned:
         lines.append(f"  sdist sha256: {new.sdist_sha256}")
         lines.append(
@@ -182,8 +259,9 @@ def render_rebase(report: RebaseReport) -> str:
         lines.append("  nothing to write: the series already sits on this ref unchanged")
     else:
         lines.append(
-            f"  dry run: nothing written (--write refreshes patches/, moves the pin, "
-            f"series {report.series_version} -> {report.next_series_version})"
+            f"  dry run: nothing written (--write refreshes patches/, moves the line's pin, "
+            f"or with --new-line starts a line; series {report.series_version} -> "
+            f"{report.next_series_version})"
         )
     if report.next_steps:
         lines.append("  next:")

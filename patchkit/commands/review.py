@@ -16,6 +16,7 @@ from patchkit.workspace import Workspace
 
 @click.command("review")
 @click.option("--target", "targets", multiple=True, help="Review only these targets.")
+@click.option("--line", help="Review this series line of each target (default: default lines).")
 @click.option(
     "--against",
     "against",
@@ -35,7 +36,7 @@ from patchkit.workspace import Workspace
 @click.option("--no-diff", is_flag=True, help="Terminal: leave out the full combined diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
-def command(targets, against, since, html_file, no_diff, as_json, verbose) -> int:
+def command(targets, line, against, since, html_file, no_diff, as_json, verbose) -> int:
     """Patch table, upstream status, combined delta and changes between series versions."""
     out = Output(json_mode=as_json, verbose=verbose)
     ws = Workspace.load()
@@ -49,7 +50,11 @@ def command(targets, against, since, html_file, no_diff, as_json, verbose) -> in
     names = list(targets) or None
     for name in names or []:
         ws.target(name)
-    review = build_review(ws, targets=names, against=refs, since=since, progress=out.progress)
+    if line is not None and not any(line in t.line_names for t in ws.targets.targets.values()):
+        raise UsageError(f"--line {line}: no target has that line")
+    review = build_review(
+        ws, targets=names, against=refs, since=since, progress=out.progress, line=line
+    )
     if html_file is not None:
         html_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = html_file.with_name(f".{html_file.name}.tmp")

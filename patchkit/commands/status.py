@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from patchkit.lines import checkout_line, line_series
 from patchkit.report import render_status
 from patchkit.status import detect_target, status
 from patchkit.ui import Output
@@ -15,8 +16,9 @@ from patchkit.workspace import Workspace
 @click.command("status")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
 @click.option("--target", help="Target name (default: the one the directory was made for).")
+@click.option("--line", help="Series line (default: the one the directory's base is pinned for).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def command(directory, target, as_json) -> int:
+def command(directory, target, line, as_json) -> int:
     """Show what DIRECTORY (default: work/<target>) carries versus the series."""
     ws = Workspace.load()
     out = Output(json_mode=as_json)
@@ -28,13 +30,18 @@ def command(directory, target, as_json) -> int:
     else:
         dirs = [directory]
     reports = []
+    lines = []
     for d in dirs:
         name = target or detect_target(d)
+        view = checkout_line(d.absolute(), ws.target(name), line)
+        lines.append(view.line)
         reports.append(
-            status(d.absolute(), ws.target(name), ws.series(name), ws.targets.series_version)
+            status(d.absolute(), view, line_series(ws.project, view), ws.targets.series_version)
         )
     if as_json:
-        out.document({"status": [r.to_json() for r in reports]})
+        out.document(
+            {"status": [{**r.to_json(), "line": ln} for r, ln in zip(reports, lines, strict=True)]}
+        )
     else:
         out.echo("\n".join(render_status(r) for r in reports))
     return 0 if all(r.clean for r in reports) else 1

@@ -14,6 +14,7 @@ from pathlib import Path
 from patchkit import gitops
 from patchkit.apply import ApplyOptions, build_series
 from patchkit.errors import PatchkitError, UsageError
+from patchkit.lines import line_series
 from patchkit.rebase import RebaseReport, classify_rebase, resolve_new_base
 from patchkit.series import Patch, Series, parse_patch
 from patchkit.upstream import Mirror, acquire
@@ -81,10 +82,12 @@ class TargetReview:
     against: str | None = None
     against_base: str | None = None
     error: str | None = None
+    line: str = ""
 
     def to_json(self) -> dict:
         return {
             "name": self.name,
+            "line": self.line,
             "base": self.base,
             "base_commit": self.base_commit,
             "series_hash": self.series_hash,
@@ -206,12 +209,16 @@ def target_review(
     against: str | None = None,
     with_delta: bool = True,
     progress: Progress = _quiet,
+    line: str | None = None,
 ) -> TargetReview:
-    """One target: its patch table, the combined delta and (with `against`) classifications."""
-    target, series = ws.target(name), ws.series(name)
+    """One target's line (default: its default line): its patch table, the combined delta
+    and (with `against`) classifications."""
+    target = ws.targets.get(name, line)
+    series = line_series(ws.project, target)
     review = TargetReview(
         name, target.pin, None, series.hash(), [patch_row(p) for p in series.patches]
     )
+    review.line = target.line
     try:
         base = acquire(target, None, progress=progress)
         review.base = base.stands_for
@@ -264,10 +271,14 @@ def build_review(
     since: str | None = None,
     with_delta: bool = True,
     progress: Progress = _quiet,
+    line: str | None = None,
 ) -> Review:
-    """The whole review: every target (or `targets`), `against` = {target: ref}."""
+    """The whole review: every target (or `targets`), `against` = {target: ref}; with
+    `line`, that line of each target that has one."""
     review = Review(ws.targets.series_version)
     for name in targets or list(ws.targets.targets):
+        if line is not None and line not in ws.target(name).line_names:
+            continue
         review.targets.append(
             target_review(
                 ws,
@@ -275,6 +286,7 @@ def build_review(
                 against=(against or {}).get(name),
                 with_delta=with_delta,
                 progress=progress,
+                line=line,
             )
         )
     if since:
@@ -295,9 +307,14 @@ def _series_names(raw: bytes) -> list[str]:
     return names
 
 
-def _series_at(root: Path, rev: str, target: str) -> dict[str, bytes]:
-    directory = f"patches/{target}"
+def _series_at(root: Path, rev: str, target: str, folder: str) -> dict[str, bytes]:
+    """The series of `target` at `rev`: in `folder` (its line's folder now), else in the
+    one-folder-per-target layout of projects before series lines."""
+    directory = folder
     raw = gitops.project_file_at(root, rev, f"{directory}/series")
+    if raw is None:
+        directory = f"patches/{target}"
+        raw = gitops.project_file_at(root, rev, f"{directory}/series")
     out = {}
     for name in _series_names(raw or b""):
         data = gitops.project_file_at(root, rev, f"{directory}/{name}")
@@ -348,7 +365,8 @@ def compare_series(ws: Workspace, since: str, targets: list[str]) -> SeriesCompa
     since_version = _series_version_at(root, commit)
     comparison = SeriesComparison(since, commit, since_version, ws.targets.series_version)
     for name in targets:
-        old = _series_at(root, commit, name)
+        folder = ws.project.series_dir(name).relative_to(root).as_posix()
+        old = _series_at(root, commit, name, folder)
         new = {p.name: p.raw for p in ws.series(name).patches}
         old_by_subject = {_subject(raw): n for n, raw in old.items() if n not in new}
         paired: set[str] = set()

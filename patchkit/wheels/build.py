@@ -6,6 +6,7 @@ The core returns `BuildReport`s and never prints; progress goes through the `pro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -29,13 +30,16 @@ from packaging.version import Version
 import build as pypa_build
 from patchkit import __version__, gitops
 from patchkit.apply import apply_series
-from patchkit.errors import BuildError, ConfigError, PinError
+from patchkit.errors import BuildError, ConfigError, PinError, UsageError
+from patchkit.lines import line_series, pick_line
 from patchkit.locks import locked
 from patchkit.series import Series
-from patchkit.targets import RefSpec, Target
-from patchkit.upstream import Base, Mirror, acquire, file_sha256
+from patchkit.targets import RefSpec, Release, Target, WheelPin
+from patchkit.upstream import Base, Mirror, acquire, download_wheel, file_sha256
+from patchkit.upstream.wheel import wheel_layout
 from patchkit.wheels.profile import BuildProfile
 from patchkit.wheels.provenance import PROVENANCE_FILE, Provenance, make_provenance
+from patchkit.wheels.repack import check_same_sources, check_series_paths, repack, tree_changes
 from patchkit.wheels.reproducible import dist_info_dir, normalize_wheel
 from patchkit.wheels.sbom import SBOM_DIR, SBOM_FILE, make_sbom
 
@@ -136,6 +140,9 @@ class BuildOptions:
     out: Path
     work_root: Path
     isolation: bool = True
+    # Wheel bases: which pinned wheels to repack (empty: every pinned wheel of the release).
+    python_tags: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
 
 
 # --- the version a backend gives the wheel -----------------------------------------------------
@@ -550,30 +557,36 @@ def build_wheels(
     options: BuildOptions,
     cache: Path | None = None,
     progress: Progress = _quiet,
+    line: str | None = None,
 ) -> BuildReport:
-    """Build the patched wheel of every target in `specs` (targets with no patches are skipped)."""
+    """Build the patched wheel(s) of every target in `specs` (empty series are skipped).
+
+    Each spec builds one line: `--line`, else the line whose pin is the spec's ref, else the
+    default line.  A line on an sdist or git base is built by the PyPA frontend; a line on a
+    wheel base by repacking its pinned wheels.
+    """
     report = BuildReport(profile=profile, isolation=options.isolation)
     for spec in specs:
-        target = workspace.target(spec.target)
-        series = workspace.series(spec.target)
+        whole = workspace.target(spec.target)
+        if line is not None and line not in whole.line_names and len(specs) > 1:
+            continue  # `--target all --line L`: the targets that have a line L
+        target = pick_line(whole, spec.ref, line)
+        series = line_series(workspace.project, target)
+        label = f"{spec.target} line {target.line}" if len(whole.lines) > 1 else spec.target
         if not series.patches:
             report.skipped.append(
                 SkippedTarget(
-                    spec.target, "its series is empty; upstream's own wheel is the one to install"
+                    label, "its series is empty; upstream's own wheel is the one to install"
                 )
             )
             continue
         release = target.release(spec.ref) if spec.ref else target.pinned
         # A pinned sdist is the build's preferred base: hash-checked, the same on every
-        # machine, and it carries the submodules and generated files a git checkout lacks.
+        # machine, and it carries the submodules and generated files a git checkout lacks;
+        # a release with pinned wheels only is its own base.
+        offline = True if release and (release.sdist or release.wheels) else None
         try:
-            base = acquire(
-                target,
-                spec.ref,
-                progress=progress,
-                cache=cache,
-                offline_git=True if release and release.sdist else None,
-            )
+            base = acquire(target, spec.ref, progress=progress, cache=cache, offline_git=offline)
         except PinError as exc:
             if exc.hint and "--allow-unpinned" in exc.hint:
                 raise PinError(
@@ -585,16 +598,125 @@ def build_wheels(
             raise
         if not base.pinned:
             raise ConfigError(f"{target.name}@{spec.ref}: not a pinned base")
-        report.wheels.append(
-            build_target(
-                target,
-                series,
-                base,
-                series_version=workspace.targets.series_version,
-                profile=profile,
-                options=options,
-                cache=cache,
-                progress=progress,
-            )
+        common = dict(
+            series_version=workspace.targets.series_version,
+            profile=profile,
+            options=options,
+            cache=cache,
+            progress=progress,
         )
+        if base.source == "wheel":
+            report.wheels.extend(repack_target(target, series, base, **common))
+        else:
+            report.wheels.append(build_target(target, series, base, **common))
+    if line is not None and not report.wheels and not report.skipped:
+        raise UsageError(f"no target has a line '{line}'")
     return report
+
+
+def select_wheels(release: Release, options: BuildOptions) -> list[WheelPin]:
+    """The release's pinned wheels that --python-tag / --platform choose (all by default)."""
+    chosen = [
+        w
+        for w in release.wheels
+        if (not options.python_tags or w.python_tag in options.python_tags)
+        and (not options.platforms or w.platform_tag in options.platforms)
+    ]
+    if not chosen:
+        pinned = ", ".join(f"{w.python_tag}/{w.platform_tag}" for w in release.wheels)
+        raise UsageError(
+            f"no pinned {release.version} wheel matches --python-tag/--platform (pinned: {pinned})"
+        )
+    return chosen
+
+
+def repack_target(
+    target: Target,
+    series: Series,
+    base: Base,
+    *,
+    series_version: str,
+    profile: BuildProfile,
+    options: BuildOptions,
+    cache: Path | None = None,
+    progress: Progress = _quiet,
+) -> list[WheelBuild]:
+    """Apply `series` onto a wheel base and repack each chosen pinned wheel with the result."""
+    started = time.monotonic()
+    release = base.release
+    assert release is not None and release.base_wheel is not None
+    pins = select_wheels(release, options)
+    version = wheel_version(release.version, profile.variant, series.hash())
+    mirror = Mirror(target, cache) if cache else Mirror(target)
+    base_wheel = download_wheel(release.base_wheel, mirror.root, progress)
+    work = options.work_root / f"{target.name}-{target.line}"
+    builds: list[WheelBuild] = []
+    with (
+        locked(
+            options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
+        ),
+        zipfile.ZipFile(base_wheel) as zbase,
+    ):
+        layout = wheel_layout(zbase, release.base_wheel.filename)
+        check_series_paths(series, target.subdir, layout)
+        _move_aside(work)
+        work.mkdir(parents=True)
+        tree = work / "tree"
+        applied = apply_series(
+            mirror.path, base, series, tree, series_version=series_version, progress=progress
+        )
+        sweeper = _sweep(work)
+        changes = tree_changes(tree, target.subdir, layout, zbase)
+        epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
+        name = BytesHeaderParser().parsebytes(zbase.read(f"{layout.dist_info}/METADATA"))["Name"]
+        log = work / "build.log"
+        for pin in pins:
+            one = time.monotonic()
+            path = download_wheel(pin, mirror.root, progress)
+            if pin != release.base_wheel:
+                with zipfile.ZipFile(path) as zother:
+                    check_same_sources(zbase, zother, pin.filename)
+            progress(f"repacking {pin.filename} as {name} {version}")
+            prov = make_provenance(
+                distribution=name,
+                version=version,
+                base=dataclasses.replace(base, wheel=pin.filename, wheel_sha256=pin.sha256),
+                upstream_git=target.git,
+                series=series,
+                series_version=series_version,
+                result_commit=applied.result or "",
+                profile=profile.to_json(),
+                tools={"patchkit": __version__, "repack": "patchkit.wheels.repack"},
+                source_date_epoch=epoch,
+                line=target.line,
+            )
+            sbom = make_sbom(prov, series)
+            dest, dist_info = repack(
+                path,
+                pin,
+                changes,
+                version=version,
+                epoch=epoch,
+                out_dir=options.out,
+                extra_dist_info={PROVENANCE_FILE: prov.dumps(), f"{SBOM_DIR}/{SBOM_FILE}": sbom},
+            )
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(
+                    f"repacked {pin.filename} -> {dest.name}: {len(changes.changed)} file(s) "
+                    f"changed, {len(changes.removed)} removed\n"
+                )
+            builds.append(
+                WheelBuild(
+                    target.name,
+                    dest,
+                    file_sha256(dest),
+                    prov,
+                    time.monotonic() - (one if builds else started),
+                    tree,
+                    log,
+                    f"{dist_info}/{PROVENANCE_FILE}",
+                    f"{dist_info}/{SBOM_DIR}/{SBOM_FILE}",
+                )
+            )
+        sweeper.join()
+    return builds

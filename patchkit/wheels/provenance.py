@@ -80,10 +80,14 @@ class Provenance:
     source_date_epoch: int
     schema: int = SCHEMA
     extra: dict = field(default_factory=dict)
+    line: str = ""  # the series line the wheel carries
+    wheel: str | None = None  # a wheel base: the pinned upstream wheel repacked
+    wheel_sha256: str | None = None
 
     @property
     def series_label(self) -> str:
-        return f"{self.target} series {self.series_version} ({self.series_hash[:12]})"
+        line = f" line {self.line}" if self.line else ""
+        return f"{self.target}{line} series {self.series_version} ({self.series_hash[:12]})"
 
     def to_json(self) -> dict:
         return {
@@ -99,8 +103,11 @@ class Provenance:
                 "source": self.base_source,
                 "sdist": self.sdist,
                 "sdist_sha256": self.sdist_sha256,
+                "wheel": self.wheel,
+                "wheel_sha256": self.wheel_sha256,
             },
             "series": {
+                "line": self.line,
                 "version": self.series_version,
                 "hash": self.series_hash,
                 "result_commit": self.result_commit,
@@ -148,6 +155,9 @@ class Provenance:
             tools=data.get("tools", {}),
             source_date_epoch=int(data.get("source_date_epoch", 0)),
             schema=int(data.get("schema", 0)),
+            line=series.get("line") or "",
+            wheel=up.get("wheel"),
+            wheel_sha256=up.get("wheel_sha256"),
         )
 
 
@@ -163,6 +173,7 @@ def make_provenance(
     profile: dict,
     tools: dict[str, str],
     source_date_epoch: int,
+    line: str = "",
 ) -> Provenance:
     """The provenance of one wheel build."""
     release = base.release
@@ -184,4 +195,7 @@ def make_provenance(
         profile=profile,
         tools=tools,
         source_date_epoch=source_date_epoch,
+        line=line,
+        wheel=base.wheel,
+        wheel_sha256=base.wheel_sha256,
     )

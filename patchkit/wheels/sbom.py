@@ -56,8 +56,8 @@ def make_sbom(prov: Provenance, series: Series) -> bytes:
         version=prov.upstream_version,
         bom_ref=f"upstream:{prov.distribution}@{prov.upstream_version}",
         purl=_purl(prov.distribution, prov.upstream_version),
-        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=prov.sdist_sha256)]
-        if prov.sdist_sha256
+        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=prov.sdist_sha256 or prov.wheel_sha256)]
+        if prov.sdist_sha256 or prov.wheel_sha256
         else None,
         external_references=[
             ExternalReference(

@@ -1,0 +1,177 @@
+"""The package index: finding a release's files and downloading them hash-checked.
+
+Downloads go through the index's simple API (PEP 691 JSON, or PEP 503 HTML as static mirrors
+serve it) at $PATCHKIT_INDEX_URL (else pip's $PIP_INDEX_URL, else PyPI), written beside their
+destination and renamed into place only once their sha256 matches, so a mismatch leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html.parser
+import json
+import os
+import re
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from patchkit.errors import FetchError, PinError
+
+MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def index_url() -> str:
+    """The package index: $PATCHKIT_INDEX_URL, else the one pip is told to use, else PyPI."""
+    url = os.environ.get("PATCHKIT_INDEX_URL") or os.environ.get("PIP_INDEX_URL")
+    return (url or "https://pypi.org/simple").rstrip("/")
+
+
+def normalize_name(name: str) -> str:
+    """A distribution name as wheel and sdist file names spell it (`flashinfer_python`)."""
+    return re.sub(r"[-_.]+", "_", name.strip()).lower()
+
+
+def project_name(name: str) -> str:
+    """A distribution name as the simple API spells it (`flashinfer-python`)."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def urlopen(url: str, accept: str | None = None):
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        return urllib.request.urlopen(request, timeout=120)
+    except (urllib.error.URLError, OSError) as exc:
+        raise FetchError(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from None
+
+
+def project_files(name: str) -> list[dict]:
+    """The `files` of a project's simple-API page: PEP 691 JSON, or the PEP 503 HTML page
+    that static mirrors (an air-gapped index on a file server) serve."""
+    url = f"{index_url()}/{project_name(name)}/"
+    if url.startswith("file:"):
+        url += "index.html"  # a mirror on disk: no server to pick the page
+    with urlopen(url, f"{SIMPLE_JSON}, text/html;q=0.1") as response:
+        kind = response.headers.get("Content-Type", "") if response.headers else ""
+        body = response.read(64 << 20)
+    if "json" in kind or body.lstrip()[:1] == b"{":
+        try:
+            listing = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise FetchError(f"{url}: the index's JSON page is not valid JSON") from None
+        files = listing.get("files", []) if isinstance(listing, dict) else []
+    else:
+        files = _html_files(body.decode("utf-8", "replace"), url)
+    return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = []
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def _html_files(text: str, page: str) -> list[dict]:
+    """PEP 503 anchors -> the JSON API's file entries (filename, url, hashes)."""
+    parser = _Anchors()
+    parser.feed(text)
+    files = []
+    for href, label in parser.links:
+        link, _, fragment = href.partition("#")
+        algo, _, digest = fragment.partition("=")
+        filename = label or urllib.parse.unquote(link.rsplit("/", 1)[-1])
+        files.append(
+            {
+                "filename": filename,
+                "url": urllib.parse.urljoin(page, link),
+                "hashes": {algo: digest} if algo == "sha256" and digest else {},
+            }
+        )
+    return files
+
+
+def find_file(name: str, filenames: set[str], what: str) -> tuple[str, str | None]:
+    """(url, index sha256) of the first of `filenames` the index lists for `name`."""
+    for entry in project_files(name):
+        if entry["filename"] in filenames and isinstance(entry.get("url"), str):
+            url = entry["url"]
+            if not url.startswith(("https://", "http://", "file://")):
+                url = urllib.parse.urljoin(f"{index_url()}/{project_name(name)}/", url)
+            return url, (entry.get("hashes") or {}).get("sha256")
+    raise FetchError(f"{what}: not on {index_url()}")
+
+
+def download(
+    url: str,
+    dest: Path,
+    *,
+    expected_sha256: str | None,
+    label: str,
+    progress: Progress = _quiet,
+) -> Path:
+    """Download `url` to `dest` (write-then-rename); refuse a sha256 other than expected."""
+    progress(f"downloading {url.rsplit('/', 1)[-1]}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.download-")
+    try:
+        digest = hashlib.sha256()
+        size = 0
+        with os.fdopen(fd, "wb") as out, urlopen(url) as response:
+            while chunk := response.read(1 << 20):
+                size += len(chunk)
+                if size > MAX_DOWNLOAD_BYTES:
+                    raise FetchError(f"{url}: larger than {MAX_DOWNLOAD_BYTES >> 20} MiB; refusing")
+                digest.update(chunk)
+                out.write(chunk)
+        check_sha256(label, digest.hexdigest(), expected_sha256)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
+
+
+def check_sha256(label: str, got: str, expected: str | None) -> None:
+    """Refuse a download whose sha256 differs from the pin (nothing is kept)."""
+    if expected and got != expected:
+        raise PinError(
+            f"{label}: sha256 {got} does not match the pin {expected}; refusing "
+            "(nothing was written)",
+            hint="if upstream re-published on purpose, re-pin with `patchkit rebase --write`",
+        )

@@ -1,0 +1,132 @@
+"""Per-target bare mirrors in the cache: creation, sweeping and object integrity."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit import gitops
+from patchkit.errors import PinError
+from patchkit.project import cache_root
+from patchkit.targets import Target
+
+
+@dataclass
+class Mirror:
+    """A per-target bare repository in the cache."""
+
+    target: Target
+    root: Path = field(default_factory=cache_root)
+
+    @property
+    def path(self) -> Path:
+        return self.root / "mirrors" / f"{self.target.name}.git"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "locks" / f"mirror-{self.target.name}.lock"
+
+    def ensure(self) -> Path:
+        """Create the mirror (atomically: init off to the side, then rename) if it is missing."""
+        if not (self.path / "HEAD").is_file():
+            scratch = self.root / "tmp"
+            scratch.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=scratch, prefix=f"init-{self.target.name}-"))
+            try:
+                gitops.init_bare(tmp / "repo")
+                shutil.rmtree(self.path, ignore_errors=True)  # no HEAD: a torn pre-rename init
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp / "repo", self.path)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return self.path
+
+    def sweep(self) -> None:
+        """Remove what a killed holder of the mirror lock left: scratch dirs, partial downloads
+        and git's own lock files (only holders of the mirror lock write there)."""
+        scratch = self.root / "tmp"
+        for prefix in (f"import-{self.target.name}-", f"init-{self.target.name}-"):
+            for stale in scratch.glob(f"{prefix}*") if scratch.is_dir() else ():
+                shutil.rmtree(stale, ignore_errors=True)
+        for folder in (self.root / "sdists", self.root / "wheels"):
+            for stale in folder.glob(".*.download-*") if folder.is_dir() else ():
+                stale.unlink(missing_ok=True)
+        if self.path.is_dir():
+            for lock in gitops.stale_lock_files(self.path):
+                lock.unlink(missing_ok=True)
+
+    def _objects_signature(self, commit: str) -> str:
+        """Identity of the files holding `commit`'s objects: every pack (git never rewrites a
+        pack in place) and those of the base's objects that are loose; any replacement or
+        rewrite of one of them changes it."""
+        digest = hashlib.sha256()
+        objects = self.path / "objects"
+        files = sorted((objects / "pack").glob("pack-*"))
+        loose = {
+            f"{entry.name}{name}"
+            for entry in os.scandir(objects)
+            if len(entry.name) == 2 and entry.is_dir()
+            for name in _names(entry.path)
+        }
+        if loose:
+            wanted = loose.intersection(gitops.object_ids(self.path, commit, bare=True))
+            files += [objects / oid[:2] / oid[2:] for oid in sorted(wanted)]
+        for path in files:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            # not ctime: hard-linked clones of the mirror change it without touching a byte
+            digest.update(
+                f"{path.relative_to(objects)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode()
+            )
+        return digest.hexdigest()
+
+    def check_objects(self, commit: str) -> None:
+        """Refuse a base whose objects in the mirror no longer hash to their ids.
+
+        The full re-hash runs once per state of the object files; while no object file has
+        changed since the last clean check, the recorded verdict stands.
+        """
+        stamp = self.root / "verified" / f"{self.target.name}-{commit}"
+        signature = self._objects_signature(commit)
+        try:
+            if stamp.read_text() == signature:
+                return
+        except OSError:
+            pass
+        try:
+            bad = gitops.corrupt_objects(self.path, commit, bare=True)
+        except gitops.GitError as exc:
+            bad = [first_line(str(exc))]
+        if bad:
+            raise PinError(
+                f"the {self.target.name} mirror is damaged or tampered: {len(bad)} object(s) of "
+                f"{commit[:12]} do not match their hash (first: {bad[0][:40]}); refusing",
+                hint=f"remove {self.path} and run again to fetch or import it afresh",
+            )
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
+        tmp.write_text(signature)
+        os.replace(tmp, stamp)
+
+
+def _names(directory: str) -> list[str]:
+    """Entries of a loose-object directory; one that vanished (packed and pruned by a git
+    process still running, e.g. orphaned by a killed patchkit) holds none."""
+    try:
+        return [e.name for e in os.scandir(directory)]
+    except FileNotFoundError:
+        return []
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line.removeprefix("fatal: ")
+    return text.strip()
