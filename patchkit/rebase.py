@@ -23,7 +23,6 @@ Nothing here prints; `patchkit.commands.rebase` renders the report.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 import re
@@ -33,8 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomlkit
-import tomlkit.items
 from unidiff import PatchSet
 
 from patchkit import gitops
@@ -49,12 +46,14 @@ from patchkit.apply import (
 from patchkit.errors import ApplyError, UsageError
 from patchkit.export import ExportedPatch, export_commits, write_series
 from patchkit.locks import locked
+from patchkit.pins import check_targets, render_targets, write_targets
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
 from patchkit.targets import Release, Target, WheelPin, bump_version, load_targets
 from patchkit.upstream import Base, NewPin, resolve_new_base
 
 IMPORTS = ("sdist", "wheel")  # bases imported from the index: no upstream git history
-__all__ = ["NewPin", "resolve_new_base"]  # the new-base finding lives in patchkit.upstream
+# The new-base finding lives in patchkit.upstream, targets.toml edits in patchkit.pins.
+__all__ = ["NewPin", "render_targets", "resolve_new_base"]
 
 LABELS = ("clean", "offset", "merged", "conflict", "upstreamed", "resolved")
 STRONG_SIGNALS = ("patch-id", "reverse-apply", "empty-after-3way")
@@ -822,6 +821,16 @@ def _write_rebase(
         for o in report.outcomes
         if o.label != "upstreamed" and o.refreshed is not None
     ]
+    if new_line is None and report.pin is not None and line is not None:
+        whole = load_targets(targets_file).get(report.target)
+        taken = [ln.name for ln in whole.lines if ln.name != line and ln.pin == report.pin.version]
+        if taken:
+            raise UsageError(
+                f"line {taken[0]} of {report.target} is already pinned to {report.pin.version}; "
+                f"moving line {line} there too would leave two lines on one pin; nothing was "
+                "written",
+                hint=f"start a line instead (--write --new-line NAME), or rebase line {taken[0]}",
+            )
     new_series = None
     if new_line is not None:
         new_series = f"{report.target}/{new_line}"
@@ -841,7 +850,7 @@ def _write_rebase(
         new_series=new_series,
         version=report.pin.version if report.pin else report.ref.removeprefix("v"),
     )
-    _check_targets(new_toml, targets_file)
+    check_targets(new_toml)
     if new_series is not None:
         old_series = series_dir / "series"
         series_dir = targets_file.parent / new_series
@@ -854,93 +863,9 @@ def _write_rebase(
     report.written += [f"{where}/{n} (removed)" for n in export.removed]
     if export.series_changed or new_series is not None:
         report.written.append(f"{where}/series")
-    tmp = targets_file.with_name(f".{targets_file.name}.tmp")
-    tmp.write_text(new_toml, encoding="utf-8")
-    tmp.replace(targets_file)
+    write_targets(targets_file, new_toml)
     report.written.append(targets_file.name)
     report.commit_message = commit_message(report)
-
-
-def _check_targets(text: str, targets_file: Path) -> None:
-    with tempfile.TemporaryDirectory(prefix="patchkit-targets-") as tmp:
-        path = Path(tmp) / "targets.toml"
-        path.write_text(text, encoding="utf-8")
-        load_targets(path)
-
-
-def render_targets(
-    text: str,
-    target: str,
-    pin: NewPin | None,
-    series_version: str,
-    *,
-    line: str | None = None,
-    new_line: str | None = None,
-    new_series: str | None = None,
-    version: str | None = None,
-) -> str:
-    """targets.toml with the series version bumped, the line's pin moved (or a new line
-    added) and, for a new release, its [[targets.<name>.releases]] entry added.  Edited with
-    tomlkit, so comments, order and quoting stay as they were."""
-    doc = tomlkit.parse(text)
-    doc["series"]["version"] = series_version
-    table = doc["targets"][target]
-    pinned = pin.version if pin is not None else version
-    if new_line is not None:
-        if "lines" not in table:
-            raise UsageError(
-                f"--new-line: [targets.{target}] declares no lines; declare its line in "
-                "targets.toml first (see README: series lines)"
-            )
-        entry = tomlkit.table()
-        entry["pin"] = pinned
-        entry["series"] = new_series or f"{target}/{new_line}"
-        entry.add(tomlkit.nl())
-        table["lines"][new_line] = entry
-    elif pin is not None:
-        if "lines" in table and line is not None:
-            table["lines"][line]["pin"] = pin.version
-        else:
-            table["pin"] = pin.version
-    if pin is not None and pin.new:
-        table["releases"].append(_release_table(pin))
-    return tomlkit.dumps(doc)
-
-
-def _release_table(pin: NewPin) -> tomlkit.items.Table:
-    entry = tomlkit.table()
-    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
-    source = "git commit"
-    if pin.sdist:
-        source = "trust on first use of the index's sdist"
-    elif pin.wheels:
-        source = "trust on first use of the index's wheels"
-    entry.add(tomlkit.comment(f"Pinned by `patchkit rebase --write` on {today}: {source}."))
-    if (pin.sdist or pin.wheels) and not pin.recorded_commit:
-        what = "sdist" if pin.sdist else "wheels"
-        entry.add(
-            tomlkit.comment(
-                f"No upstream commit recorded in the {what}: the sha256 is its only identity."
-            )
-        )
-    entry["version"] = pin.version
-    if pin.tag:
-        entry["tag"] = pin.tag
-    if pin.commit:
-        entry["commit"] = pin.commit
-    if pin.sdist:
-        entry["sdist"] = pin.sdist
-    if pin.sdist_sha256:
-        entry["sdist_sha256"] = pin.sdist_sha256
-    if pin.wheels:
-        wheels = tomlkit.array()
-        for wheel in pin.wheels:
-            item = tomlkit.inline_table()
-            item.update({"file": wheel["file"], "sha256": wheel["sha256"]})
-            wheels.append(item)
-        entry["wheels"] = wheels.multiline(True)
-    entry.add(tomlkit.nl())
-    return entry
 
 
 def commit_message(report: RebaseReport) -> str:

@@ -28,6 +28,7 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # Target and line names become file and directory names in the cache and under patches/.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}$")
 REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 
 
@@ -80,17 +81,6 @@ class Release:
         """The wheel whose files stand for the release's source tree (the first listed)."""
         return self.wheels[0] if self.wheels else None
 
-    def wheel_for(
-        self, python_tag: str | None = None, platform: str | None = None
-    ) -> list[WheelPin]:
-        """The pinned wheels matching a python tag and/or platform tag (all when both None)."""
-        return [
-            w
-            for w in self.wheels
-            if (python_tag is None or w.python_tag == python_tag)
-            and (platform is None or w.platform_tag == platform)
-        ]
-
 
 @dataclass(frozen=True)
 class Line:
@@ -99,9 +89,6 @@ class Line:
     name: str
     pin: str
     series: str  # folder relative to patches/
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "pin": self.pin, "series": f"patches/{self.series}"}
 
 
 @dataclass(frozen=True)
@@ -274,10 +261,13 @@ def _load_release(path: Path, name: str, entry: object, index: int) -> Release:
         raise ConfigError(
             f"{path}: [{name}] release {version}: needs a commit, an sdist_sha256 or pinned wheels"
         )
+    tag = _str(path, where, entry, "tag")
+    if tag is not None and (not TAG_RE.match(tag) or ".." in tag or tag.endswith((".lock", "/"))):
+        raise ConfigError(f"{path}: [{where}] tag {tag!r} is not a plain git tag name")
     return Release(
         version=version,
         commit=commit,
-        tag=_str(path, where, entry, "tag"),
+        tag=tag,
         sdist=sdist,
         sdist_sha256=sha256,
         wheels=wheels,
@@ -364,6 +354,7 @@ def _load_target(path: Path, name: str, table: dict) -> Target:
             raise ConfigError(f"{path}: [targets.{name}] release {release.version} is listed twice")
         seen.add(Version(release.version))
     git = _str(path, f"targets.{name}", table, "git", required=True) or ""
+    check_git_source(git, f"{path}: [targets.{name}] git")
     subdir = (_str(path, f"targets.{name}", table, "subdir") or "").strip("/")
     if subdir.startswith(".") or ".." in subdir.split("/") or "\\" in subdir:
         raise ConfigError(
@@ -394,6 +385,17 @@ def _load_target(path: Path, name: str, table: dict) -> Target:
                 f"{path}: {where}: pin {line.pin} has no [[releases]] entry"
             ) from None
     return target.on_line(default)
+
+
+def check_git_source(source: str, where: str) -> None:
+    """Refuse a git URL or path that git would read as an option or a command transport."""
+    if (
+        not source
+        or source.startswith("-")
+        or any(c.isspace() or ord(c) < 32 for c in source)
+        or "::" in source.split("/", 1)[0]  # ext::cmd, fd::... run or reach beyond git
+    ):
+        raise ConfigError(f"{where} {source!r} is not a repository URL or path")
 
 
 def bump_version(version: str, part: str = "minor") -> str:

@@ -131,6 +131,10 @@ REL = "[[targets.a.releases]]\nversion='1'\ncommit='" + "a" * 40 + "'\n"
             "wheels=[{file='a-1-py3-none-any.whl', sha256='x'}]\n",
             "bad sha256",
         ),
+        (HEAD + "[targets.a]\ngit='--upload-pack=touch x'\npin='1'\n" + REL, "not a repository"),
+        (HEAD + "[targets.a]\ngit='ext::sh -c x'\npin='1'\n" + REL, "not a repository"),
+        (HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + "tag='-v1'\n", "not a plain git tag"),
+        (HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + "tag='a..b'\n", "not a plain git tag"),
         (
             HEAD + "[targets.a]\ngit='u'\npin='1'\n[[targets.a.releases]]\nversion='1'\n"
             f"wheels=[{{file='a-2-py3-none-any.whl', sha256='{'0' * 64}'}}]\n",

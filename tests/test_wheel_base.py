@@ -24,6 +24,8 @@ import pytest
 from helpers import ROOT, error_of, git, patchkit, result_of, snapshot
 from series_fixtures import EXPORT
 
+from patchkit.wheels.sbom import validate_sbom
+
 TOY_TOML = """\
 [series]
 version = "1.0.0"
@@ -165,6 +167,9 @@ def test_apply_picks_the_line_whose_pin_matches(toy, tmp_path):
     assert "return 41" in (tmp_path / "b/python/toy/core.py").read_text()
     r = patchkit("status", str(tmp_path / "b"), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["status"][0]["line"] == "2.0"  # from the checkout's base
+    r = patchkit("status", str(tmp_path / "a"), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["status"][0]["line"] == "1.0"
     # --line against another pin is refused, naming both
     r = patchkit("apply", "--target", "toy@2.0", "--line", "1.0", "--into", str(tmp_path / "c"))
     assert r.returncode == 2 and "line 1.0 is pinned to 1.0" in r.stderr
@@ -215,6 +220,11 @@ def test_lint_checks_every_line(toy):
 
 
 def test_rebase_write_new_line_keeps_the_old_line(toy):
+    before = snapshot(toy["project"] / "patches")
+    # moving line 1.0 onto 2.0, which line 2.0 is pinned to, is refused
+    r = patchkit("rebase", "--target", "toy@2.0", "--line", "1.0", "--write")
+    assert r.returncode == 2 and "already pinned to 2.0" in r.stderr, r.stdout + r.stderr
+    assert snapshot(toy["project"] / "patches") == before
     before = snapshot(toy["project"] / "patches/toy/1.0")
     # carry the 1.0 line onto 2.0 as a new line "2.0-next"
     r = patchkit(
@@ -341,6 +351,15 @@ def test_repack_real_wheels_install_inspect_reproducible(
             assert zf.read(so) == orig.read(so)  # compiled member carried unchanged
             info = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             assert f"Version: {path.name.split('-')[1]}" in zf.read(info).decode()
+            dist_info = info.rsplit("/", 1)[0]
+            prov = json.loads(zf.read(f"{dist_info}/patchkit.json"))
+            assert prov["upstream"]["wheel"] == sglang_wheels[tag].name
+            assert (
+                prov["upstream"]["wheel_sha256"]
+                == hashlib.sha256(sglang_wheels[tag].read_bytes()).hexdigest()
+            )
+            assert prov["series"]["line"] == "0.5.12"
+            assert validate_sbom(zf.read(f"{dist_info}/sboms/patchkit.cdx.json")) is None
     first = {t: p.read_bytes() for t, p in wheels.items()}
     r = patchkit(
         "build",
@@ -385,6 +404,45 @@ def test_repack_real_wheels_install_inspect_reproducible(
     edited.write_text(edited.read_text() + "# edited after install\n")
     installed = patchkit("inspect", "--installed", "sglang", "--path", str(site))
     assert installed.returncode == 1 and "sglang/version.py" in installed.stdout
+
+
+DEPS_ENV = "PATCHKIT_SGLANG_0512_DEPS"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get(DEPS_ENV),
+    reason=f"{DEPS_ENV} (a site-packages with sglang 0.5.12's dependencies) is not set",
+)
+def test_repacked_wheel_imports_with_its_dependencies(
+    project, wheel_cache, sglang_wheels, tmp_path
+):
+    """With sglang's dependencies at hand (torch etc., not installed by --no-deps), the
+    installed repacked wheel imports as a package: `sglang` and its server arguments."""
+    line = project / "patches/sglang/0.5.12"
+    (line / "mark.patch").write_bytes(_sglang_patch(tmp_path, sglang_wheels["cp311"]))
+    (line / "series").write_text("mark.patch\n")
+    out = tmp_path / "dist"
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    r = patchkit("build", "--target", "sglang@0.5.12", "--python-tag", tag, "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = out.glob("*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True
+    )
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "zz-sglang-deps.pth").write_text(os.environ[DEPS_ENV] + "\n")  # after our sglang
+    check = (
+        "import sglang, sglang.version as v, sglang.srt.server_args as a;"
+        f"print(sglang.__file__.startswith({str(site)!r}), v.PATCHKIT_MARK, "
+        "a.ServerArgs.__name__)"
+    )
+    run = subprocess.run([str(py), "-c", check], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["True", "pk", "ServerArgs"]
 
 
 class _Index(http.server.BaseHTTPRequestHandler):
@@ -553,3 +611,42 @@ def test_rebase_onto_an_unpinned_wheel_release_pins_its_wheels(toy, tmp_path, mo
     r = patchkit("build", "--target", "toy@3.0", "--out", str(tmp_path / "dist"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert list((tmp_path / "dist").glob("toy-3.0+*-py3-none-any.whl"))
+
+
+@pytest.mark.parametrize(
+    "member, words",
+    [("../evil.py", "escapes"), ("/abs.py", "absolute"), ("toy/.git/config", "not a plain path")],
+)
+def test_hostile_wheel_is_refused_before_import(toy, tmp_path, member, words):
+    wheel = toy["wheels"]["2.0"]
+    make_wheel(wheel.parent, "2.0", {**toy_sources("2.0"), member: b"x = 1\n"})
+    text = (toy["project"] / "patches/targets.toml").read_text()
+    old_sha = next(ln for ln in text.splitlines() if "toy-2.0" in ln).split('sha256 = "')[1][:64]
+    new_sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (toy["project"] / "patches/targets.toml").write_text(text.replace(old_sha, new_sha))
+    r = patchkit("apply", "--target", "toy@2.0", "--into", str(tmp_path / "t"))
+    assert r.returncode == 1 and words in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "t").exists()
+    mirror = toy["cache"] / "mirrors" / "toy.git"
+    assert not (mirror / "refs/patchkit/wheel/2.0").exists()
+    assert not list(tmp_path.glob("**/evil.py"))
+
+
+def test_repack_adds_and_removes_files_as_the_series_does(toy, tmp_path):
+    line = toy["project"] / "patches/toy/1.0"
+    after_first = toy_sources("1.0")
+    after_first["toy/core.py"] = after_first["toy/core.py"].replace(b"return 41", b"return 42")
+    added = make_patch(after_first, "python/toy/extra.py", b"", b"EXTRA = 1\n", "Add extra")
+    (line / "add-extra.patch").write_bytes(added)
+    (line / "series").write_text("answer-42.patch\nadd-extra.patch\n")
+    out = tmp_path / "dist"
+    r = patchkit("build", "--target", "toy", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        record = zf.read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
+        assert zf.read("toy/extra.py") == b"EXTRA = 1\n"
+    assert "toy/extra.py,sha256=" in record and "toy/__init__.py,sha256=" in record
+    assert not [n for n in names if n.startswith("toy-1.0.dist-info/")]  # renamed, not kept
+    assert patchkit("inspect", str(wheel)).returncode == 0

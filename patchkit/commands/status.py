@@ -30,14 +30,18 @@ def command(directory, target, line, as_json) -> int:
     else:
         dirs = [directory]
     reports = []
+    lines = []
     for d in dirs:
         name = target or detect_target(d)
         view = checkout_line(d.absolute(), ws.target(name), line)
+        lines.append(view.line)
         reports.append(
             status(d.absolute(), view, line_series(ws.project, view), ws.targets.series_version)
         )
     if as_json:
-        out.document({"status": [r.to_json() for r in reports]})
+        out.document(
+            {"status": [{**r.to_json(), "line": ln} for r, ln in zip(reports, lines, strict=True)]}
+        )
     else:
         out.echo("\n".join(render_status(r) for r in reports))
     return 0 if all(r.clean for r in reports) else 1

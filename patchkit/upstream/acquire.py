@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import gitops
-from patchkit.errors import FetchError, PatchkitError, PinError, UsageError
+from patchkit.errors import ConfigError, FetchError, PatchkitError, PinError, UsageError
 from patchkit.locks import locked
 from patchkit.project import cache_root
-from patchkit.targets import HEX_RE, Release, Target
+from patchkit.targets import HEX_RE, Release, Target, check_git_source
 from patchkit.upstream.mirror import Mirror, first_line
 from patchkit.upstream.newbase import NewPin, from_index_unpinned, index_name, version_of
 from patchkit.upstream.sdist import SDIST_REF, download_sdist, import_fields, import_sdist
@@ -149,7 +149,11 @@ def acquire(
     pinned wheel.  Imports already in the mirror are reused.  Raises BaseUnavailable, listing
     every source tried, when none gives the base.
     """
-    if upstream:
+    if upstream is not None:
+        try:
+            check_git_source(upstream, "--upstream")
+        except ConfigError as exc:
+            raise UsageError(exc.message) from None
         _check_upstream_path(upstream)
     mirror = Mirror(target, cache or cache_root())
     ref = ref or target.pin

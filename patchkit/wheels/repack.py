@@ -185,8 +185,8 @@ def repack(
             top, _, rest = info.filename.partition("/")
             if top == old_info:
                 name = f"{new_info}/{rest}"
-                if rest == "RECORD":
-                    continue
+                if rest in ("RECORD", "RECORD.jws", "RECORD.p7s"):
+                    continue  # regenerated; a signature of the old RECORD would not hold
                 data = None
                 if rest == "METADATA":
                     data = set_metadata_version(zin.read(info), version)

@@ -98,22 +98,23 @@ def prepare_tree(target: str, patched: bool, line: str | None = None) -> Path:
     """Return the root of the pinned ``target`` tree, laid out like the upstream repository.
 
     Made by patchkit's own `apply` code: the base is acquired as `patchkit apply` does (the
-    pinned sdist from the package index, sha256-checked, imported into the mirror) and, with
-    ``patched``, every patch of ``line`` (None: the default line;
-    ``patches/<target>/<line>/series``) is applied at zero fuzz as one commit.  Trees are
-    cached under ``$PATCHKIT_CACHE/payload``, keyed by the series hash; a tree appears only
-    complete (apply publishes by rename).
+    pinned sdist or wheel from the package index, sha256-checked, imported into the mirror)
+    and, with ``patched``, every patch of the line (``patches/<target>/<line>/series``; the
+    default line when ``line`` is None) is applied at zero fuzz as one commit.  Trees are
+    cached under ``$PATCHKIT_CACHE/payload``, keyed by the pin and the series hash; a tree
+    appears only complete (apply publishes by rename).
     """
     from patchkit.apply import apply_series
     from patchkit.errors import NothingToDo
-    from patchkit.series import Series, load_series
+    from patchkit.lines import line_series
+    from patchkit.series import Series
     from patchkit.upstream import Mirror, acquire
     from patchkit.workspace import Workspace
 
     ws = Workspace.load(REPO)
-    spec = ws.targets.get(target, line)
-    folder = ws.project.patches_dir / spec.current_line.series
-    series = load_series(folder, target) if patched else Series(target, folder)
+    spec = ws.targets.get(target, line)  # `line` None: the target's default line
+    empty = Series(target, ws.project.series_dir(target, line))
+    series = line_series(ws.project, spec) if patched else empty
     base = acquire(spec, None, offline_git=True)
     kind = "patched" if patched else "base"
     tree = _cache_root() / "trees" / f"{target}-{spec.pin}-{kind}-{series.hash()[:16]}"

@@ -149,6 +149,14 @@ def use_line_tree(line: str) -> Path | None:
     return root
 
 
+def spec_tree(request, line: str) -> Path | None:
+    """The line's tree for a test (see ``use_line_tree``); requests the payload conftest's
+    ``sglang_tree`` for 0.5.9 unless ``PATCHKIT_SPEC_TREE`` names a tree."""
+    if line not in LINE_WHEELS and not os.environ.get(SPEC_TREE_ENV):
+        request.getfixturevalue("sglang_tree")
+    return use_line_tree(line)
+
+
 def default_server_args(server_args_module):
     """A real default ``ServerArgs`` (``__post_init__`` skipped: it probes GPUs and model
     files), installed as SGLang's global server args."""

@@ -16,13 +16,12 @@ dense recomputation, so a wrong slot, position or missing draft extend is caught
 from __future__ import annotations
 
 import logging
-import os
 import re
 import types
 
 import pytest
 import torch
-from spec_fixtures import SPEC_TREE_ENV, default_server_args, running_line, use_line_tree
+from spec_fixtures import default_server_args, running_line, spec_tree
 
 pytestmark = pytest.mark.payload
 
@@ -43,9 +42,7 @@ WAVES = {
 @pytest.fixture(scope="module")
 def rt(request):
     """The line's patched tree on ``sys.path`` and the stand-in runtime module."""
-    if LINE == "0.5.9" and not os.environ.get(SPEC_TREE_ENV):
-        request.getfixturevalue("sglang_tree")  # patchkit's own apply of the 0.5.9 series
-    use_line_tree(LINE)
+    spec_tree(request, LINE)
     import spec_runtime
 
     spec_runtime.N = spec_runtime.names()

@@ -13,6 +13,7 @@ import json
 import logging
 
 import pytest
+from spec_fixtures import spec_tree
 
 pytestmark = pytest.mark.payload
 
@@ -35,6 +36,12 @@ EAGLE3_TOPK1 = [
     "--speculative-num-draft-tokens", "3",
 ]  # fmt: skip
 THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
+
+
+@pytest.fixture(scope="module")
+def tree(request):
+    """The 0.5.9 tree (patchkit's apply of the series, or ``PATCHKIT_SPEC_TREE``)."""
+    return spec_tree(request, "0.5.9")
 
 
 @pytest.fixture
@@ -65,7 +72,7 @@ def _parse(model_dir, argv):
 
 
 @pytest.fixture
-def resolve(sglang_tree, model_dir, monkeypatch):
+def resolve(tree, model_dir, monkeypatch):
     """Parse a command line and run the speculative-decoding handling of ServerArgs."""
     monkeypatch.delenv("SGLANG_ENABLE_SPEC_V2", raising=False)
 
@@ -146,7 +153,7 @@ def test_spec_v2_topk_one_accepted(resolve):
     assert args.speculative_disable_batch_threshold == 8
 
 
-def test_pd_disaggregated_decode_refused(resolve, sglang_tree):
+def test_pd_disaggregated_decode_refused(resolve, tree):
     from sglang.srt.server_args import ServerArgs
 
     args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
@@ -182,7 +189,7 @@ def test_memory_for_steps_without_drafts_reserved_before_the_kv_pool(resolve, mo
         ("--enable-pdmux", "enable_pdmux", "--enable-pdmux"),
     ],
 )
-def test_incompatible_modes_refused(resolve, flag, field, words, sglang_tree):
+def test_incompatible_modes_refused(resolve, flag, field, words, tree):
     from sglang.srt.server_args import ServerArgs
 
     argv = [*EAGLE3_TOPK1, THRESHOLD_FLAG, "8"]

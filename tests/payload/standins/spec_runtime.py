@@ -539,10 +539,13 @@ class StandInModelRunner:
         )
 
     def sample(self, logits_output, forward_batch):
-        raise AssertionError(
-            "ModelRunner.sample called on a speculative decode step: its sampling differs "
-            "from the verify step's"
-        )
+        """``ModelRunner.sample`` for greedy batches: the plain sampler's logits processing
+        (the batch's real ``SamplingBatchInfo.apply_logits_bias``: penalties, logit bias,
+        vocab mask), then argmax."""
+        sampling_info = forward_batch.sampling_info
+        assert sampling_info.is_all_greedy
+        sampling_info.apply_logits_bias(logits_output.next_token_logits)
+        return torch.argmax(logits_output.next_token_logits, dim=-1)
 
 
 # --------------------------------------------------------------------------------------
