@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from patchkit.archives import special_file_problem
 from patchkit.errors import ConfigError, PatchFormatError
 
 FROM_LINE_RE = re.compile(rb"^From [0-9a-f]{40} ", re.M)
@@ -137,6 +138,7 @@ def read_series_file(path: Path) -> list[SeriesEntry]:
 
 def load_series(directory: Path, target: str) -> Series:
     """Load and validate the series of one target; every error names the file."""
+    refuse_special_files(directory)
     entries = read_series_file(directory / "series")
     seen: dict[str, int] = {}
     for entry in entries:
@@ -436,3 +438,16 @@ def touched_paths(patch: Patch) -> list[str]:
         if change.source:
             paths.add(change.source)
     return sorted(paths)
+
+
+def refuse_special_files(directory: Path) -> None:
+    """A FIFO or device in a series directory would block (or feed) the reader: refuse it."""
+    if not directory.is_dir():
+        return
+    for entry in sorted(directory.iterdir()):
+        problem = special_file_problem(entry) if not entry.is_dir() else None
+        if problem:
+            raise ConfigError(
+                f"{problem}; a series directory holds regular files only; nothing was read",
+                hint=f"replace {entry.name} with the file it stands for",
+            )

@@ -395,7 +395,7 @@ def check_git_source(source: str, where: str) -> None:
         or any(c.isspace() or ord(c) < 32 for c in source)
         or "::" in source.split("/", 1)[0]  # ext::cmd, fd::... run or reach beyond git
     ):
-        raise ConfigError(f"{where} {source!r} is not a repository URL or path")
+        raise ConfigError(f"{where} {source!r} is not allowed: not a repository URL or path")
 
 
 def bump_version(version: str, part: str = "minor") -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.archives import special_file_problem
-from patchkit.errors import ConfigError
 from patchkit.project import Project, find_project
 from patchkit.series import Series, load_series
 from patchkit.targets import RefSpec, Target, Targets, load_targets, parse_target_spec
@@ -27,9 +25,7 @@ class Workspace:
 
     def series(self, name: str) -> Series:
         self.targets.get(name)
-        directory = self.project.series_dir(name)
-        refuse_special_files(directory)
-        return load_series(directory, name)
+        return load_series(self.project.series_dir(name), name)
 
     def expand(self, specs: tuple[str, ...] | list[str]) -> list[RefSpec]:
         """`all` (optionally `all@<ref>` is refused) -> one RefSpec per target, in file order."""
@@ -42,16 +38,3 @@ class Workspace:
                 self.targets.get(parsed.target)
                 out.append(parsed)
         return out
-
-
-def refuse_special_files(directory: Path) -> None:
-    """A FIFO or device in a series directory would block (or feed) the reader: refuse it."""
-    if not directory.is_dir():
-        return
-    for entry in sorted(directory.iterdir()):
-        problem = special_file_problem(entry) if not entry.is_dir() else None
-        if problem:
-            raise ConfigError(
-                f"{problem}; a series directory holds regular files only; nothing was read",
-                hint=f"replace {entry.name} with the file it stands for",
-            )

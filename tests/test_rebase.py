@@ -54,9 +54,11 @@ EXPECTED_0510 = {
     # change is adjacent to upstream's edit, so the merge conflicts (and the patch's message
     # about sgl-kernel 0.3.21 needs a human anyway).
     "cu130-packaging-pins.patch": "conflict",
-    # server_args.py changed a lot but the three insertion points merge cleanly; 0.5.10 has
-    # no speculative_disable_batch_threshold.
-    "speculative-disable-batch-threshold-arg.patch": "merged",
+    # server_args.py changed a lot; the second design's argument patch also edits the memory
+    # sizing (room for the DECODE graphs before the KV pool) and the refusals, and a 3-way
+    # merge of those hunks with 0.5.10's rework conflicts; 0.5.10 has no
+    # speculative_disable_batch_threshold.
+    "speculative-disable-batch-threshold-arg.patch": "conflict",
     # 0.5.10 moved managers/scheduler_metrics_mixin.py to observability/: with an sdist base
     # there is no rename history, so the patch cannot be carried (3-way impossible).
     "speculative-dynamic-disable.patch": "conflict",

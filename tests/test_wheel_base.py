@@ -167,9 +167,9 @@ def test_apply_picks_the_line_whose_pin_matches(toy, tmp_path):
     assert "return 41" in (tmp_path / "b/python/toy/core.py").read_text()
     r = patchkit("status", str(tmp_path / "b"), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert json.loads(r.stdout)["status"][0]["line"] == "2.0"  # from the checkout's base
+    assert result_of(r.stdout)["status"][0]["line"] == "2.0"  # from the checkout's base
     r = patchkit("status", str(tmp_path / "a"), "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["status"][0]["line"] == "1.0"
+    assert r.returncode == 0 and result_of(r.stdout)["status"][0]["line"] == "1.0"
     # --line against another pin is refused, naming both
     r = patchkit("apply", "--target", "toy@2.0", "--line", "1.0", "--into", str(tmp_path / "c"))
     assert r.returncode == 2 and "line 1.0 is pinned to 1.0" in r.stderr

@@ -15,7 +15,7 @@ import logging
 import pytest
 from spec_fixtures import spec_tree
 
-pytestmark = pytest.mark.payload
+pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.9")]
 
 LLAMA_CONFIG = {
     "architectures": ["LlamaForCausalLM"],

@@ -17,7 +17,7 @@ import logging
 import pytest
 from spec_fixtures import use_line_tree
 
-pytestmark = pytest.mark.payload
+pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.12")]
 
 LLAMA_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
