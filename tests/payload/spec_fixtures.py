@@ -139,8 +139,8 @@ def use_line_tree(line: str) -> Path | None:
     if not torch.__version__.startswith(LINE_TORCH[line]):
         pytest.skip(f"the {line} line runs under torch {LINE_TORCH[line]}x")
     _put_first_on_path(STANDINS)
-    if line not in LINE_WHEELS and not os.environ.get(SPEC_TREE_ENV):
-        return None
+    if not os.environ.get(SPEC_TREE_ENV):
+        return None  # the payload conftest's tree (patchkit's own apply of the line) is in use
     loaded = sys.modules.get("sglang")
     root = line_tree(line, _payload_tree_kind() == "patched")
     if loaded is not None and not str(loaded.__file__).startswith(str(root)):
@@ -150,9 +150,13 @@ def use_line_tree(line: str) -> Path | None:
 
 
 def spec_tree(request, line: str) -> Path | None:
-    """The line's tree for a test (see ``use_line_tree``); requests the payload conftest's
-    ``sglang_tree`` for 0.5.9 unless ``PATCHKIT_SPEC_TREE`` names a tree."""
-    if line not in LINE_WHEELS and not os.environ.get(SPEC_TREE_ENV):
+    """The line's tree for a test (see ``use_line_tree``): the payload conftest's
+    ``sglang_tree`` of the line under test, unless ``PATCHKIT_SPEC_TREE`` names a tree."""
+    if not os.environ.get(SPEC_TREE_ENV):
+        from conftest import payload_line
+
+        if (payload_line() or "0.5.9") != line:
+            pytest.skip(f"the payload tier runs line {payload_line() or 'default'}, not {line}")
         request.getfixturevalue("sglang_tree")
     return use_line_tree(line)
 

@@ -15,7 +15,7 @@ import json
 import logging
 
 import pytest
-from spec_fixtures import use_line_tree
+from spec_fixtures import spec_tree
 
 pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.12")]
 
@@ -41,8 +41,8 @@ THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
 
 
 @pytest.fixture(scope="module")
-def tree():
-    return use_line_tree("0.5.12")
+def tree(request):
+    return spec_tree(request, "0.5.12")
 
 
 @pytest.fixture
