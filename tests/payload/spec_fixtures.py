@@ -153,10 +153,9 @@ def spec_tree(request, line: str) -> Path | None:
     """The line's tree for a test (see ``use_line_tree``): the payload conftest's
     ``sglang_tree`` of the line under test, unless ``PATCHKIT_SPEC_TREE`` names a tree."""
     if not os.environ.get(SPEC_TREE_ENV):
-        from conftest import payload_line
-
-        if (payload_line() or "0.5.9") != line:
-            pytest.skip(f"the payload tier runs line {payload_line() or 'default'}, not {line}")
+        under_test = os.environ.get("PATCHKIT_PAYLOAD_LINE") or "0.5.9"  # conftest's LINE_ENV
+        if under_test != line:
+            pytest.skip(f"the payload tier runs line {under_test}, not {line}")
         request.getfixturevalue("sglang_tree")
     return use_line_tree(line)
 
