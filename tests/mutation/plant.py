@@ -48,12 +48,8 @@ def load(line: str) -> dict:
 
 
 def patched_tree(line: str) -> Path:
-    """The line's patched tree as the tier builds it: 0.5.12 from its wheel base, 0.5.9 by
-    patchkit's own apply of the series (the payload conftest's ``prepare_tree``)."""
-    from spec_fixtures import LINE_WHEELS, line_tree
-
-    if line in LINE_WHEELS:
-        return line_tree(line, patched=True)
+    """The line's patched tree as the tier builds it: patchkit's own acquisition of the line's
+    pinned base and apply of its series (the payload conftest's ``prepare_tree``)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -61,7 +57,7 @@ def patched_tree(line: str) -> Path:
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.prepare_tree("sglang", patched=True)
+    return module.prepare_tree("sglang", patched=True, line=line)
 
 
 def run_tier(tree: Path, tests: list[str], timeout: int) -> tuple[int, str]:

@@ -21,19 +21,6 @@ PATCHES = Path(__file__).resolve().parents[2] / "patches"
 STANDINS = Path(__file__).resolve().parent / "standins"
 
 
-def _cache_root() -> Path:
-    base = os.environ.get("PATCHKIT_CACHE")
-    default = Path(__file__).resolve().parents[2] / ".cache" / "test-default"
-    return (Path(base) if base else default) / "payload"
-
-
-def _payload_tree_kind() -> str:
-    kind = os.environ.get("PATCHKIT_PAYLOAD_TREE", "patched")
-    if kind not in ("patched", "base"):
-        raise pytest.UsageError(f"PATCHKIT_PAYLOAD_TREE must be 'patched' or 'base', not {kind!r}")
-    return kind
-
-
 def _put_first_on_path(directory: Path) -> None:
     path = str(directory)
     if path in sys.path:
@@ -41,12 +28,6 @@ def _put_first_on_path(directory: Path) -> None:
     sys.path.insert(0, path)
 
 
-LINE_WHEELS = {
-    "0.5.12": (
-        "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl",
-        "4ed786a38655851fd055ef57380c34d29b87753b53f63457309f51e5bf48c2e6",
-    ),
-}
 LINE_TORCH = {"0.5.12": "2.11.", "0.5.9": "2.9."}
 
 
@@ -62,73 +43,9 @@ def running_line() -> str:
     return "0.5.9"
 
 
-def _line_wheel(line: str) -> Path:
-    """The line's pinned sglang wheel from the package index, sha256-checked (cached)."""
-    import hashlib
-    import subprocess
-
-    name, sha256 = LINE_WHEELS[line]
-    wheels = _cache_root() / "wheels"
-    wheel = wheels / name
-    if not wheel.exists():
-        wheels.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.11", "--implementation", "cp",
-             "--platform", "manylinux_2_34_x86_64", f"sglang=={line}", "-d", str(wheels)],
-            check=True, capture_output=True,
-        )  # fmt: skip
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != sha256:
-        raise RuntimeError(f"{wheel}: sha256 {digest} is not the pinned {sha256}")
-    return wheel
-
-
-def line_series(line: str) -> list[Path]:
-    series_dir = PATCHES / "sglang" / line
-    names = [
-        s.strip()
-        for s in (series_dir / "series").read_text().splitlines()
-        if s.strip() and not s.strip().startswith("#")
-    ]
-    return [series_dir / n for n in names]
-
-
-def line_tree(line: str, patched: bool) -> Path:
-    """Root (``<root>/python/sglang``) of the line's wheel base, with the line's series
-    applied at zero fuzz when ``patched``; ``PATCHKIT_SPEC_TREE`` names a ready tree instead
-    (the mutation check's planted copies). Cached under ``$PATCHKIT_CACHE/payload``."""
-    import hashlib
-    import shutil
-    import subprocess
-    import zipfile
-
-    override = os.environ.get(SPEC_TREE_ENV)
-    if override:
-        return Path(override)
-    patches = line_series(line) if patched else []
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in patches)).hexdigest()[:16]
-    kind = "patched" if patched else "base"
-    tree = _cache_root() / "trees" / f"sglang-{line}-wheel-{kind}-{digest}"
-    if tree.exists():
-        return tree
-    wheel = _line_wheel(line)
-    tmp = tree.with_name(f"{tree.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "python").mkdir(parents=True)
-    with zipfile.ZipFile(wheel) as zf:
-        members = [m for m in zf.namelist() if m.startswith("sglang/")]
-        zf.extractall(tmp / "python", members)
-    for patch in patches:
-        run = subprocess.run(
-            ["git", "apply", "--whitespace=nowarn", str(patch)],
-            cwd=tmp, capture_output=True, text=True,
-        )  # fmt: skip
-        if run.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise RuntimeError(f"{patch.name} does not apply to the {line} wheel: {run.stderr}")
-    os.replace(tmp, tree)
-    return tree
+def line_tree() -> Path:
+    """The tree ``PATCHKIT_SPEC_TREE`` names (the mutation check's planted copies)."""
+    return Path(os.environ[SPEC_TREE_ENV])
 
 
 def use_line_tree(line: str) -> Path | None:
@@ -142,7 +59,7 @@ def use_line_tree(line: str) -> Path | None:
     if not os.environ.get(SPEC_TREE_ENV):
         return None  # the payload conftest's tree (patchkit's own apply of the line) is in use
     loaded = sys.modules.get("sglang")
-    root = line_tree(line, _payload_tree_kind() == "patched")
+    root = line_tree()
     if loaded is not None and not str(loaded.__file__).startswith(str(root)):
         pytest.skip(f"another sglang tree is already imported: {loaded.__file__}")
     _put_first_on_path(root / "python")
