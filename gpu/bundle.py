@@ -89,20 +89,37 @@ def pins(manifest: dict) -> list[Pin]:
     return out
 
 
+def _tag_options(file: str, platforms: list[str]) -> list[str]:
+    """pip options that select exactly the pinned file among a release's wheels: its own
+    implementation, ABI and (for a pure wheel) platform, so that a release with both a pure
+    and a compiled wheel (wcwidth 0.9.4) yields the one pinned."""
+    python_tag, abi, platform = file[: -len(".whl")].split("-")[-3:]
+    implementation = "py" if python_tag.startswith("py") else "cp"
+    options = ["--implementation", implementation, "--abi", abi]
+    for tag in ["any"] if platform == "any" else platforms:
+        options += ["--platform", tag]
+    return options
+
+
 def fetch(pin: Pin, cache: Path, platforms: list[str], python: str) -> Path:
     """The pinned wheel from the cache, downloaded once; its sha256 checked every time."""
     path = cache / "wheels" / pin.file
     if not path.exists():
         cache.joinpath("wheels").mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-               "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+               "--only-binary=:all:", "--python-version", python,
                "-d", str(cache / "wheels"), f"{pin.name}=={pin.version}"]  # fmt: skip
-        for platform in platforms:
-            cmd += ["--platform", platform]
+        cmd += _tag_options(pin.file, platforms)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not path.exists():
-            last = (proc.stderr.strip().splitlines() or ["no such file"])[-1]
-            raise BundleError(f"cannot download {pin.file}: {last}")
+            errors = [
+                line for line in proc.stderr.splitlines()
+                if line.strip() and not line.startswith("WARNING")
+            ]  # fmt: skip
+            stem = f"{pin.name.replace('-', '_')}-{pin.version}-*"
+            got = sorted(p.name for p in cache.joinpath("wheels").glob(stem))
+            why = errors[-1] if errors else f"pip chose {', '.join(got) or 'nothing'}"
+            raise BundleError(f"cannot download {pin.file}: {why}")
     digest = sha256_of(path)
     if digest != pin.sha256:
         raise BundleError(f"{path}: sha256 {digest} is not the pinned {pin.sha256}")

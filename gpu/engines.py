@@ -71,6 +71,8 @@ class EngineConfig:
             # tensor parallelism for the multi-GPU runs (the tiny models split 2 or 4 ways)
             "--tp-size", os.environ.get("PATCHKIT_GPU_TP", "1"),
         ]  # fmt: skip
+        if not any((models / "target").glob("*.safetensors")):
+            args += ["--load-format", "dummy"]  # gpu/large_models.py: configurations only
         if _piecewise_by_default():
             args.append("--disable-piecewise-cuda-graph")  # its compile adds a minute per start
         if self.spec:

@@ -3,7 +3,8 @@
 # checkout that carries the bundle in .gpu-stage (make gpu-bundle); results go to $OUT.
 #   stage1  install bundle stage 1 into /tmp/site (what one call carries is limited)
 #   tests   install stage 2, train the models, start the servers (left running), GPU tests
-#   bench   the throughput benchmark against the running servers, then stop them
+#   bench   the throughput benchmark and profiles against the running servers, then stop them
+#   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py)
 # The machine keeps /tmp and the servers for 30 s after a call: run the steps back to back.
 set -u
 SITE=/tmp/site
@@ -12,12 +13,16 @@ B=.gpu-stage
 OUT=${OUT:-$S/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SITE
-collect() {
+collect() {  # collect SESSION_DIR PREFIX
     for f in session.log pytest.log bench.md bench.json; do
-        [ -f "$S/$f" ] && cp "$S/$f" "$OUT/"
+        [ -f "$1/$f" ] && cp "$1/$f" "$OUT/$2$f"
     done
-    tar czf "$OUT/logs.tgz" --exclude='target/model.safetensors' -C "$S" logs models 2>/dev/null
+    for f in "$1"/profile-*.txt; do
+        [ -f "$f" ] && cp "$f" "$OUT/$2${f##*/}"
+    done
+    tar czf "$OUT/${2}logs.tgz" --exclude='target/model.safetensors' -C "$1" logs models 2>/dev/null
 }
+PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold
 case ${1:-} in
 stage1)
     sh $B/install.sh $B/stage1 $SITE ;;
@@ -26,16 +31,27 @@ tests)
     sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
     (cd $B/repo && timeout 570 python3 gpu/session.py --out $S --budget-s 555 --no-bench --keep-servers)
     rc=$?
-    collect
+    collect $S ""
     tail -45 "$S/pytest.log" 2>/dev/null
     exit $rc ;;
 bench)
-    (cd $B/repo && timeout 540 python3 gpu/session.py --out $S --attach --no-tests --stop --budget-s 520 --bench-runs 3)
+    (cd $B/repo && timeout 570 python3 gpu/session.py --out $S --attach --no-tests --stop \
+        --budget-s 550 --bench-runs 3 --profile $PROFILED)
     rc=$?
-    collect
+    collect $S ""
     cat "$S/bench.md" 2>/dev/null
     exit $rc ;;
+large)
+    test -d $SITE/sglang || { echo "h200.sh: the bundle is not installed: run stage1, tests first"; exit 8; }
+    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=0.6 timeout 570 python3 gpu/session.py \
+        --out $S-large --large --no-tests --stop --budget-s 550 --bench-runs 3 \
+        --bench-concurrency 16,32,64,128 --profile $PROFILED \
+        --labels baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold)
+    rc=$?
+    collect $S-large large-
+    cat "$S-large/bench.md" 2>/dev/null
+    exit $rc ;;
 *)
-    echo "usage: h200.sh stage1|tests|bench" >&2
+    echo "usage: h200.sh stage1|tests|bench|large" >&2
     exit 2 ;;
 esac

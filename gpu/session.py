@@ -25,6 +25,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,11 +34,50 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import engines  # noqa: E402
 
+
 HAS_FLAG = (
     "import dataclasses, sys; from sglang.srt.server_args import ServerArgs; "
     "sys.exit(0 if 'speculative_disable_batch_threshold' in "
     "{f.name for f in dataclasses.fields(ServerArgs)} else 3)"
 )
+
+
+def profile(
+    server: engines.Server, dest: Path, prompts: list[list[int]], steps: int = 200,
+    concurrency: int = 128,
+) -> str:  # fmt: skip
+    """Step times and a cProfile of the server's scheduler thread under a closed-loop load
+    of ``concurrency`` requests (``gpu/probe/sitecustomize.py``): ``steps`` target forwards
+    of batch size >= 90% of ``concurrency`` timed, then ``steps`` profiled."""
+    if server.probe is None:
+        return "no probe"
+    before = set(server.probe.glob("*.prof.txt"))
+    stop = threading.Event()
+
+    def worker(i: int) -> None:
+        while not stop.is_set():
+            try:
+                server.generate(prompts[i % len(prompts)], 140, timeout=120)
+            except OSError:
+                return
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    (server.probe / "profile").write_text(f"{steps} {int(0.9 * concurrency)}\n")
+    deadline = time.time() + 90
+    found = None
+    while time.time() < deadline and found is None:
+        time.sleep(0.5)
+        found = next(iter(set(server.probe.glob("*.prof.txt")) - before), None)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=130)
+    if found is None:
+        return "no profile within 90 s"
+    time.sleep(0.5)
+    dest.write_text(found.read_text())
+    return dest.read_text().splitlines()[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attention-backend", default="triton")
     parser.add_argument("--keep-servers", action="store_true")
     parser.add_argument("--attach", action="store_true", help="use DIR/servers.json")
+    parser.add_argument(
+        "--large", action="store_true",
+        help="the larger dummy-weight models of gpu/large_models.py instead of the tiny ones",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", default="", help="labels to profile at C=128 after the benchmark"
+    )
     parser.add_argument("--stop", action="store_true", help="with --attach: stop them at the end")
     args = parser.parse_args(argv)
     t0 = time.time()
@@ -75,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
             log(f"attached servers not healthy: {down}")
             return 3
     else:
-        if not (models / "target" / "model.safetensors").exists():
+        if args.large:
+            import large_models
+
+            large_models.write(models)
+            log(f"large model configurations (dummy weights) in {models}")
+        elif not (models / "target" / "model.safetensors").exists():
             log("training the tiny models")
             train = subprocess.run(
                 [sys.executable, str(ROOT / "gpu" / "train_models.py"), "--out", str(models)],
@@ -151,6 +203,17 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"bench exit {bench.returncode}")
             except subprocess.TimeoutExpired:
                 log("bench ran out of time (the runs done so far are in bench.json)")
+        from language import ChainLanguage
+
+        if args.profile:
+            lang = ChainLanguage.load(models / "language.json")
+            prompts = [lang.prompt(seed, 16) for seed in range(128)]
+        for label in [label for label in args.profile.split(",") if label in servers]:
+            if left() < 60:
+                log(f"no time left to profile {label}")
+                break
+            dest = args.out / f"profile-{label}.txt"
+            log(f"profile {label}: {profile(servers[label], dest, prompts)}")
     finally:
         if args.stop or not (args.keep_servers or args.attach):
             for server in servers.values():

@@ -11,11 +11,20 @@ arguments or results:
 
 Lines go to ``<dir>/<pid>.rec``, written every 0.2 s by a daemon thread; while
 ``<dir>/off`` exists nothing is recorded (the benchmark runs with the probe off).
+
+Profiling (``gpu/session.py --profile``): when ``<dir>/profile`` appears, holding ``N MINBS``,
+the wall time between target forwards of batch size >= MINBS is measured over N of them
+without the profiler, then the scheduler's thread runs N more such forwards under
+``cProfile``; both go to ``<dir>/<pid>.prof.txt`` (statistics by own and by cumulative
+time). The request file is removed once taken.
 """
 
+import cProfile
 import importlib.abc
 import importlib.machinery
+import io
 import os
+import pstats
 import sys
 import threading
 import time
@@ -23,7 +32,8 @@ import time
 _DIR = os.environ.get("PATCHKIT_GPU_PROBE")
 _lines = []
 _lock = threading.Lock()
-_state = {"on": True}
+_state = {"on": True, "profile": 0, "min_bs": 1}
+_profile = {"phase": "idle", "left": 0, "n": 0, "stamps": [], "bs": [], "prof": None}
 
 
 def _record(line):
@@ -37,6 +47,16 @@ def _flusher():
     while True:
         time.sleep(0.2)
         _state["on"] = not os.path.exists(os.path.join(_DIR, "off"))
+        request = os.path.join(_DIR, "profile")
+        if os.path.exists(request):
+            try:
+                with open(request) as f:
+                    n, min_bs = (int(x) for x in f.read().split())
+                _state["profile"], _state["min_bs"] = n, min_bs
+            except (OSError, ValueError):
+                pass
+            finally:
+                os.remove(request)
         with _lock:
             chunk = "".join(_lines)
             _lines.clear()
@@ -50,6 +70,8 @@ def _wrap_model_runner(module):
     original = cls.forward
 
     def forward(self, forward_batch, *args, **kwargs):
+        if not self.is_draft_worker:
+            _profile_step(forward_batch.batch_size)
         out = original(self, forward_batch, *args, **kwargs)
         _record(
             f"F {int(bool(self.is_draft_worker))} {forward_batch.forward_mode.name} "
@@ -58,6 +80,49 @@ def _wrap_model_runner(module):
         return out
 
     cls.forward = forward
+
+
+def _profile_step(batch_size):
+    """Called at every target forward, in the scheduler's thread: N forwards timed without
+    the profiler, then N under cProfile, then the report."""
+    phase = _profile["phase"]
+    if batch_size < _state["min_bs"]:
+        return
+    if phase == "idle":
+        if not _state["profile"]:
+            return
+        _profile.update(phase="timing", left=_state["profile"], n=_state["profile"])
+        _profile.update(stamps=[], bs=[])
+        _state["profile"] = 0
+        phase = "timing"
+    _profile["left"] -= 1
+    if phase == "timing":
+        _profile["stamps"].append(time.perf_counter())
+        _profile["bs"].append(batch_size)
+        if _profile["left"] == 0:
+            _profile.update(phase="profiling", left=_profile["n"], prof=cProfile.Profile())
+            _profile["prof"].enable()
+    elif _profile["left"] == 0:
+        _profile["prof"].disable()
+        _write_profile(_profile["prof"])
+        _profile.update(phase="idle", prof=None)
+
+
+def _write_profile(prof):
+    stamps, sizes = _profile["stamps"], _profile["bs"]
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    out = io.StringIO()
+    if gaps:
+        out.write(
+            f"target forwards timed without the profiler: {len(gaps)}, batch sizes "
+            f"{min(sizes)}-{max(sizes)}, median {1e3 * gaps[len(gaps) // 2]:.3f} ms, "
+            f"p10 {1e3 * gaps[len(gaps) // 10]:.3f} ms, p90 {1e3 * gaps[9 * len(gaps) // 10]:.3f} ms\n\n"
+        )
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(45)
+    stats.sort_stats("cumulative").print_stats(70)
+    with open(os.path.join(_DIR, f"{os.getpid()}.prof.txt"), "w") as f:
+        f.write(out.getvalue())
 
 
 def _wrap_metrics(module):

@@ -1,0 +1,109 @@
+"""Configurations of a larger target and draft, loaded with dummy weights, for the benchmark.
+
+    python gpu/large_models.py --out DIR
+
+Writes ``DIR/target/config.json`` (a ``DeepseekV3ForCausalLM``: 16 layers, hidden 2048, MLA,
+64 routed experts top-6 + 1 shared expert, about 13 GB in bf16), ``DIR/draft/config.json`` (a
+``LlamaForCausalLMEagle3`` draft of the same width) and ``DIR/language.json`` (prompt ids
+for the benchmark). No weights: ``gpu/engines.py`` starts a model folder without weights with
+``--load-format dummy``.
+
+The trained tiny models of ``gpu/train_models.py`` decide correctness and acceptance; their
+decode step is bound by launch and scheduler overhead (a forward of 8 layers at hidden 256
+takes less GPU time than SGLang's Python around it). This target's decode step is bound by
+the GPU (at batch 16 and more a step reads nearly every expert, 12 GB), as Kimi-K2.5's is on
+the target box, so the benchmark on it says what the fixed per-step cost of a step without
+drafts weighs where the forward dominates. Acceptance is meaningless with dummy weights: only
+batches above the threshold, where no draft is verified, are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from language import BOS, EOS, VOCAB, ChainLanguage  # noqa: E402
+
+HIDDEN = 2048
+TARGET_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": HIDDEN,
+    "intermediate_size": 8192,
+    "moe_intermediate_size": 1024,
+    "num_hidden_layers": 16,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "n_routed_experts": 64,
+    "num_experts_per_tok": 6,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.0,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": None,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000,
+    "rope_scaling": None,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "bos_token_id": BOS,
+    "eos_token_id": EOS,
+    "attention_bias": False,
+    "ep_size": 1,
+    "torch_dtype": "bfloat16",
+}
+DRAFT_CONFIG = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": HIDDEN,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "vocab_size": VOCAB,
+    "draft_vocab_size": VOCAB,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "bos_token_id": BOS,
+    "eos_token_id": EOS,
+    "torch_dtype": "bfloat16",
+}
+
+
+def write(out: Path, seed: int = 0) -> None:
+    for name, config in (("target", TARGET_CONFIG), ("draft", DRAFT_CONFIG)):
+        (out / name).mkdir(parents=True, exist_ok=True)
+        (out / name / "config.json").write_text(json.dumps(config, indent=1))
+    (out / "target" / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    ChainLanguage.make(seed).save(out / "language.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    write(args.out)
+    print(f"large model configurations in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The GPU probe's profiling trigger (gpu/probe/sitecustomize.py), run on the CPU: a request
+file ``N MINBS`` times N target forwards of batch size >= MINBS, profiles N more, writes one
+report and removes the request; smaller batches are not counted."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_probe(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_GPU_PROBE", str(tmp_path))
+    spec = importlib.util.spec_from_file_location(
+        "probe_sitecustomize", ROOT / "gpu" / "probe" / "sitecustomize.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.meta_path.remove(next(f for f in sys.meta_path if type(f).__name__ == "_Finder"))
+    return module
+
+
+def test_profile_request_times_then_profiles_counted_forwards(tmp_path, monkeypatch):
+    probe = _load_probe(tmp_path, monkeypatch)
+    (tmp_path / "profile").write_text("5 100\n")
+    deadline = time.time() + 5
+    while (tmp_path / "profile").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert not (tmp_path / "profile").exists()
+    for bs in [128, 4, 127, 128, 128, 128]:  # 4 is below MINBS: not counted
+        probe._profile_step(bs)
+    assert probe._profile["phase"] == "profiling"
+    assert probe._profile["bs"] == [128, 127, 128, 128, 128]
+    for _ in range(4):
+        probe._profile_step(120)
+    assert not list(tmp_path.glob("*.prof.txt"))
+    probe._profile_step(120)
+    (report,) = tmp_path.glob("*.prof.txt")
+    text = report.read_text()
+    assert text.startswith("target forwards timed without the profiler: 4, batch sizes 127-128")
+    assert "_profile_step" in text
+    assert probe._profile["phase"] == "idle"
