@@ -42,7 +42,8 @@ bench)
     cat "$S/bench.md" 2>/dev/null
     exit $rc ;;
 large)
-    test -d $SITE/sglang || { echo "h200.sh: the bundle is not installed: run stage1, tests first"; exit 8; }
+    test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
+    sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
     (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=0.6 timeout 570 python3 gpu/session.py \
         --out $S-large --large --no-tests --stop --budget-s 550 --bench-runs 3 \
         --bench-concurrency 16,32,64,128 --profile $PROFILED \

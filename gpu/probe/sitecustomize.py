@@ -32,7 +32,7 @@ import time
 _DIR = os.environ.get("PATCHKIT_GPU_PROBE")
 _lines = []
 _lock = threading.Lock()
-_state = {"on": True, "profile": 0, "min_bs": 1}
+_state = {"on": True, "profile": 0, "min_bs": 1, "runs_models": False}
 _profile = {"phase": "idle", "left": 0, "n": 0, "stamps": [], "bs": [], "prof": None}
 
 
@@ -48,7 +48,9 @@ def _flusher():
         time.sleep(0.2)
         _state["on"] = not os.path.exists(os.path.join(_DIR, "off"))
         request = os.path.join(_DIR, "profile")
-        if os.path.exists(request):
+        # only a process that runs models takes the request (the server's HTTP and
+        # detokenizer processes import this module too)
+        if _state["runs_models"] and os.path.exists(request):
             try:
                 with open(request) as f:
                     n, min_bs = (int(x) for x in f.read().split())
@@ -68,6 +70,7 @@ def _flusher():
 def _wrap_model_runner(module):
     cls = module.ModelRunner
     original = cls.forward
+    _state["runs_models"] = True
 
     def forward(self, forward_batch, *args, **kwargs):
         if not self.is_draft_worker:

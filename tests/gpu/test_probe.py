@@ -23,8 +23,18 @@ def _load_probe(tmp_path, monkeypatch):
     return module
 
 
+def test_a_process_without_models_leaves_the_request_to_the_scheduler(tmp_path, monkeypatch):
+    """Every process of a server imports the probe; the first to see the request used to
+    take it, and the HTTP process never runs a forward."""
+    _load_probe(tmp_path, monkeypatch)
+    (tmp_path / "profile").write_text("5 100\n")
+    time.sleep(0.6)
+    assert (tmp_path / "profile").exists()
+
+
 def test_profile_request_times_then_profiles_counted_forwards(tmp_path, monkeypatch):
     probe = _load_probe(tmp_path, monkeypatch)
+    probe._state["runs_models"] = True  # as after ModelRunner's module is wrapped
     (tmp_path / "profile").write_text("5 100\n")
     deadline = time.time() + 5
     while (tmp_path / "profile").exists() and time.time() < deadline:
