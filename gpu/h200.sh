@@ -5,6 +5,7 @@
 #   tests   install stage 2, train the models, start the servers (left running), GPU tests
 #   bench   the throughput benchmark and profiles against the running servers, then stop them
 #   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py)
+#   profile install stage 2, train, start baseline and EAGLE-3 v2 (+ threshold), profile, stop
 # The machine keeps /tmp and the servers for 30 s after a call: run the steps back to back.
 set -u
 SITE=/tmp/site
@@ -17,8 +18,8 @@ collect() {  # collect SESSION_DIR PREFIX
     for f in session.log pytest.log bench.md bench.json; do
         [ -f "$1/$f" ] && cp "$1/$f" "$OUT/$2$f"
     done
-    for f in "$1"/profile-*.txt; do
-        [ -f "$f" ] && cp "$f" "$OUT/$2${f##*/}"
+    for f in "$1"/profile-*.txt; do  # '+' is not carried back in file names
+        [ -f "$f" ] && cp "$f" "$OUT/$2$(basename "$f" | tr + _)"
     done
     tar czf "$OUT/${2}logs.tgz" --exclude='target/model.safetensors' -C "$1" logs models 2>/dev/null
 }
@@ -52,7 +53,17 @@ large)
     collect $S-large large-
     cat "$S-large/bench.md" 2>/dev/null
     exit $rc ;;
+profile)
+    test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
+    sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
+    (cd $B/repo && timeout 570 python3 gpu/session.py --out $S-profile --no-tests --no-bench \
+        --budget-s 550 --labels baseline,eagle3-v2,eagle3-v2+threshold \
+        --profile baseline,eagle3-v2,eagle3-v2+threshold)
+    rc=$?
+    collect $S-profile profile-
+    grep -h "profile" "$S-profile/session.log"
+    exit $rc ;;
 *)
-    echo "usage: h200.sh stage1|tests|bench|large" >&2
+    echo "usage: h200.sh stage1|tests|bench|large|profile" >&2
     exit 2 ;;
 esac
