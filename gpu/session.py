@@ -34,7 +34,6 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import engines  # noqa: E402
 
-
 HAS_FLAG = (
     "import dataclasses, sys; from sglang.srt.server_args import ServerArgs; "
     "sys.exit(0 if 'speculative_disable_batch_threshold' in "

@@ -116,12 +116,17 @@ def test_the_manifest_pins_each_wheel_once_by_name_version_and_sha256():
     assert all(d["why"] for d in manifest["kernel"]["drop"])
 
 
+PURE = ["--implementation", "py", "--abi", "none", "--platform", "any"]
+
+
 @pytest.mark.parametrize(
     "file, expected",
     [
-        ("wcwidth-0.9.4-py3-none-any.whl", ["--implementation", "py", "--abi", "none", "--platform", "any"]),
-        ("pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl", ["--implementation", "cp", "--abi", "abi3", "--platform", "P"]),
-        ("orjson-3.13.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", ["--implementation", "cp", "--abi", "cp312", "--platform", "P"]),
+        ("wcwidth-0.9.4-py3-none-any.whl", PURE),
+        ("pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl",
+         ["--implementation", "cp", "--abi", "abi3", "--platform", "P"]),
+        ("orjson-3.13.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+         ["--implementation", "cp", "--abi", "cp312", "--platform", "P"]),
     ],
 )  # fmt: skip
 def test_download_options_select_the_pinned_file_among_a_releases_wheels(file, expected):
