@@ -37,8 +37,10 @@ def _console_script() -> Path:
 
 def _env(root: Path, warm: Path) -> dict[str, str]:
     project = scratch_project(root / "project")
+    # as in a user's shell: a backend's stdout on a pipe is block-buffered unless patchkit says
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     return {
-        **os.environ,
+        **env,
         "PATCHKIT_PROJECT": str(project),
         "PATCHKIT_CACHE": str(private_cache(warm, root / "cache")),
         "PATCHKIT_OFFLINE_GIT": "1",
