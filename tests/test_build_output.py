@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -61,9 +62,9 @@ def _build(env: dict[str, str], *args: str) -> subprocess.Popen:
     )
 
 
-def _plant_failing_backend(project: Path, warm: Path, scratch: Path) -> None:
-    """Add a patch (git format-patch, as the series holds) that makes build_wheel print a
-    line, wait, then raise."""
+def _plant_failing_backend(project: Path, warm: Path, scratch: Path, body: str = PLANTED) -> None:
+    """Add a patch (git format-patch, as the series holds) that puts `body` first in the
+    backend's build_wheel (by default: print a line, wait, then raise)."""
     mirror = warm / "mirrors" / "flashinfer.git"
     base = git(mirror, "log", "--all", "--format=%H", "--grep=flashinfer-python==0.6.3").split()
     original = subprocess.run(
@@ -79,7 +80,7 @@ def _plant_failing_backend(project: Path, warm: Path, scratch: Path) -> None:
     (repo / "build_backend.py").write_text(original)
     git(repo, "add", "build_backend.py")
     git(repo, "commit", "-q", "-m", "base")
-    (repo / "build_backend.py").write_text(original.replace(head, head + PLANTED))
+    (repo / "build_backend.py").write_text(original.replace(head, head + body))
     git(repo, "commit", "-q", "-am", "Make the build backend fail")
     patch = git(
         repo,
@@ -156,3 +157,31 @@ def test_a_failing_backend_streams_live_under_verbose_and_is_quoted_in_one_line_
     [hint] = [ln for ln in err.splitlines() if ln.startswith("patchkit: next:")]
     log = Path(hint.split("the full log is ", 1)[1].strip())
     assert "planted: the backend starts" in log.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_an_interrupt_under_verbose_stops_the_streaming_backend(warm_mirrors, tmp_path):
+    """SIGTERM while -v streams a backend that would run for a minute: patchkit exits 130 in
+    seconds and the backend process is gone (killed, not waited for)."""
+    env = _env(tmp_path, warm_mirrors)
+    hang = (
+        "    print('planted: the backend starts', __import__('os').getpid())\n"
+        "    __import__('time').sleep(120)\n"
+    )
+    _plant_failing_backend(Path(env["PATCHKIT_PROJECT"]), warm_mirrors, tmp_path, hang)
+    proc = _build(env, "--out", str(tmp_path / "dist"), "-v")
+    assert proc.stderr is not None
+    backend_pid = None
+    for line in proc.stderr:
+        if line.startswith(f"{STREAMED}planted: the backend starts "):
+            backend_pid = int(line.split()[-1])
+            break
+    assert backend_pid is not None
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=30) == 130, rest
+    assert time.monotonic() - sent < 30, "patchkit waited for the backend to finish"
+    assert "patchkit: interrupted" in rest
+    with pytest.raises(ProcessLookupError):
+        os.kill(backend_pid, 0)

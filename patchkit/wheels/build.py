@@ -234,10 +234,14 @@ def _runner(log: Path, extra_env: Mapping[str, str], echo: BackendOutput | None 
                 cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             ) as proc:
                 assert proc.stdout is not None
-                for raw in proc.stdout:
-                    fh.write(raw)
-                    fh.flush()
-                    echo(raw.decode(errors="replace").rstrip("\r\n"))
+                try:
+                    for raw in proc.stdout:
+                        fh.write(raw)
+                        fh.flush()
+                        echo(raw.decode(errors="replace").rstrip("\r\n"))
+                except BaseException:  # interrupted: stop the backend, as subprocess.run does
+                    proc.kill()
+                    raise
             if proc.returncode:
                 raise subprocess.CalledProcessError(proc.returncode, list(cmd))
 
