@@ -14,6 +14,7 @@ LINE      ?=
 .PHONY: wheels test test-fast test-reliability gpu-test gpu-bundle verify review lint bench clean install
 
 $(BVENV)/.stamp: pyproject.toml
+	@echo "creating $(BVENV) with patchkit and its dependencies (once: about 20 s)"
 	$(PYTHON) -m venv $(BVENV)
 	$(BVENV)/bin/pip install $(PIP_FLAGS) -e .
 	touch $@
