@@ -14,6 +14,7 @@ LINE      ?=
 .PHONY: wheels test test-fast test-reliability gpu-test gpu-bundle verify review lint bench clean install
 
 $(BVENV)/.stamp: pyproject.toml
+	@echo "creating $(BVENV) with patchkit and its dependencies (once: about 20 s)"
 	$(PYTHON) -m venv $(BVENV)
 	$(BVENV)/bin/pip install $(PIP_FLAGS) -e .
 	touch $@
@@ -24,12 +25,14 @@ $(VENV)/.stamp-core: pyproject.toml
 	touch $@
 
 $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
+	@echo "installing torch 2.9.1 and the payload test stack into $(VENV) (once: about 7 GB, minutes)"
 	$(VENV)/bin/pip install $(PIP_FLAGS) -r build/constraints/payload-test.txt
 	touch $@
 
 # Its wheels (2.7 GB, torch 2.11.0) are kept in .cache/: a later build installs from there.
 $(PVENV_0512)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
 	test -x $(PVENV_0512)/bin/python || $(PYTHON) -m venv $(PVENV_0512)
+	@echo "installing torch 2.11.0 and the 0.5.12 payload stack into $(PVENV_0512) (once: 2.7 GB of wheels, minutes)"
 	$(PVENV_0512)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_0512) setuptools wheel \
 	    -r build/constraints/payload-test-0.5.12.txt '.[test]'
 	$(PVENV_0512)/bin/pip install $(PIP_FLAGS) --no-index --find-links $(PWHEELS_0512) \
@@ -49,11 +52,14 @@ wheels: $(BVENV)/.stamp
 ## install: `patchkit` on PATH: its own venv under $(PREFIX)/share/patchkit, a link in $(PREFIX)/bin
 PREFIX ?= $(HOME)/.local
 install:
+	@echo "installing patchkit into $(PREFIX)/share/patchkit/venv (about 20 s)"
 	$(PYTHON) -m venv $(PREFIX)/share/patchkit/venv
 	$(PREFIX)/share/patchkit/venv/bin/pip install $(PIP_FLAGS) --upgrade .
 	mkdir -p $(PREFIX)/bin
 	ln -sf $(PREFIX)/share/patchkit/venv/bin/patchkit $(PREFIX)/bin/patchkit
 	@echo "installed: $(PREFIX)/bin/patchkit (run it inside a checkout of the series, or -C DIR)"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "note: $(PREFIX)/bin is not on PATH;" \
+	    "add it: export PATH=\"$(PREFIX)/bin:\$$PATH\" (e.g. in ~/.profile)";; esac
 
 ## test: the CPU tier (manager tests and the payload tests of every patched path, both lines)
 test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp

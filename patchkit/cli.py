@@ -54,6 +54,7 @@ ENVIRONMENT = (
     ("PATCHKIT_PROFILE", "the build / verify profile (default: cu130-sm120)"),
     ("PATCHKIT_DEBUG", "1: show tracebacks (as --debug)"),
     ("NO_COLOR / FORCE_COLOR", "turn colour off / on whatever the terminal"),
+    ("VIRTUAL_ENV", "inspect --installed looks in this virtualenv first"),
 )
 
 # The same meaning in every verb.

@@ -51,6 +51,12 @@ class Output:
             self._last_plain = elapsed
             click.echo(f"  [{elapsed:5.1f}s] {message}", err=True)
 
+    def backend_line(self, line: str) -> None:
+        """One line of a subprocess's output (the build backend under `-v`), indented, on
+        stderr: stdout keeps only the result, so `--json` stays one document."""
+        self.done()
+        click.echo(f"    | {line}", err=True)
+
     def _live(self, text: str) -> None:
         if self._status is None:
             from rich.console import Console  # imported only when a terminal shows progress

@@ -302,3 +302,29 @@ def test_fifo_in_an_installed_distribution_is_reported(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert _one_clear_line(result) and "is a FIFO" in result.stderr, result.stderr
+
+
+def test_installed_console_script_finds_the_distribution_in_the_active_virtualenv(sglang_site):
+    """patchkit runs from its own venv (`make install`); the README's `patchkit inspect
+    --installed sglang` after `pip install` into the user's activated venv must look there."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    script = Path(sys.executable).parent / "patchkit"
+    if not script.exists():
+        pytest.skip(f"no installed patchkit console script beside {sys.executable}")
+    venv = sglang_site.parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PYTHONPATH"] = str(ROOT)
+    cmd = [str(script), "inspect", "--installed", "sglang"]
+    active = subprocess.run(
+        cmd, env={**env, "VIRTUAL_ENV": str(venv)}, capture_output=True, text=True, cwd=ROOT
+    )
+    assert active.returncode == 0, active.stderr
+    assert f"(installed: {sglang_site})" in active.stdout
+    inactive = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert inactive.returncode == 2
+    assert "--path SITE_PACKAGES" in inactive.stderr

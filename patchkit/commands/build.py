@@ -76,7 +76,12 @@ def render_build(report: BuildReport) -> str:
     help="Wheel bases: repack only the pinned wheels for this platform tag.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Stream the build backend's output (to stderr, as it comes) and every progress line.",
+)
 def command(
     targets, profile_name, out, no_isolation, line, python_tags, platforms, as_json, verbose
 ) -> int:
@@ -90,6 +95,7 @@ def command(
         isolation=not no_isolation,
         python_tags=tuple(python_tags),
         platforms=tuple(platforms),
+        backend_output=output.backend_line if verbose else None,
     )
     report = build_wheels(
         ws,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -44,6 +46,14 @@ def render_inspection(report: Inspection) -> str:
     return "\n".join(lines)
 
 
+def _default_paths() -> list[str] | None:
+    """The active virtualenv's site-packages, then this interpreter's sys.path (patchkit
+    often runs from its own venv, not the one sglang was installed into); None without one."""
+    venv = os.environ.get("VIRTUAL_ENV")
+    found = sorted(str(p) for p in Path(venv).glob("lib/python*/site-packages")) if venv else []
+    return [*found, *sys.path] if found else None
+
+
 @click.command("inspect")
 @click.argument("wheel", required=False, type=click.Path(path_type=Path))
 @click.option(
@@ -58,7 +68,7 @@ def render_inspection(report: Inspection) -> str:
     multiple=True,
     type=click.Path(path_type=Path),
     help="site-packages directory to look in for --installed (repeatable; default: "
-    "this interpreter's sys.path).",
+    "the active virtualenv's, then this interpreter's sys.path).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def command(wheel, dist, paths, as_json) -> int:
@@ -75,7 +85,7 @@ def command(wheel, dist, paths, as_json) -> int:
     if wheel is not None:
         report = inspect_wheel(wheel)
     else:
-        report = inspect_installed(dist, [str(p) for p in paths] if paths else None)
+        report = inspect_installed(dist, [str(p) for p in paths] if paths else _default_paths())
     if as_json:
         output.document(report.to_json())
     else:

@@ -49,6 +49,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 Progress = Callable[[str], None]
+BackendOutput = Callable[[str], None]
+BACKEND_TAIL_LINES = 3  # lines of the backend's output a failure's one-line error quotes
 ATTR_VERSION_RE = re.compile(r"""^__version__\s*=\s*['"][^'"]*['"][ \t]*$""", re.M)
 
 
@@ -143,6 +145,8 @@ class BuildOptions:
     # Wheel bases: which pinned wheels to repack (empty: every pinned wheel of the release).
     python_tags: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ()
+    # Each line of the build backend's output as it comes (`-v`); None: only the build log.
+    backend_output: BackendOutput | None = None
 
 
 # --- the version a backend gives the wheel -----------------------------------------------------
@@ -209,7 +213,10 @@ def pin_version(project_dir: Path, version: str, upstream_commit: str | None) ->
 # --- running the PyPA build frontend ---------------------------------------------------------
 
 
-def _runner(log: Path, extra_env: Mapping[str, str]):
+def _runner(log: Path, extra_env: Mapping[str, str], echo: BackendOutput | None = None):
+    """A pyproject-hooks runner: the backend's stdout and stderr, merged, go line by line to
+    the build log and, as they arrive, to `echo` (as pypa/build's `-v` does)."""
+
     def run(
         cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None
     ) -> None:
@@ -217,7 +224,26 @@ def _runner(log: Path, extra_env: Mapping[str, str]):
         with log.open("ab") as fh:
             fh.write(f"$ {' '.join(cmd)}\n".encode())
             fh.flush()
-            subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=True)
+            if echo is None:
+                subprocess.run(
+                    cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=True
+                )
+                return
+            env["PYTHONUNBUFFERED"] = "1"  # a backend's print reaches the pipe as it is made
+            with subprocess.Popen(
+                cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            ) as proc:
+                assert proc.stdout is not None
+                try:
+                    for raw in proc.stdout:
+                        fh.write(raw)
+                        fh.flush()
+                        echo(raw.decode(errors="replace").rstrip("\r\n"))
+                except BaseException:  # interrupted: stop the backend, as subprocess.run does
+                    proc.kill()
+                    raise
+            if proc.returncode:
+                raise subprocess.CalledProcessError(proc.returncode, list(cmd))
 
     return run
 
@@ -253,15 +279,15 @@ def _tool_versions(python: str, requirements: Sequence[str]) -> dict[str, str]:
     return versions
 
 
-def _last_line(log: Path) -> str:
+def _last_lines(log: Path, count: int = BACKEND_TAIL_LINES) -> str:
+    """The last `count` lines of the backend's output in the log, joined with ' | ' (banners,
+    separators and the logged commands left out)."""
     try:
         lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    for line in reversed(lines):
-        if not line.startswith(("!!", "****", "$ ")):
-            return line
-    return ""
+    kept = [ln for ln in lines if not ln.startswith(("!!", "****", "$ "))]
+    return " | ".join(line[:200] for line in kept[-count:])
 
 
 class IsolatedEnvironment:
@@ -320,12 +346,15 @@ def run_backend(
     env: Mapping[str, str],
     log: Path,
     isolated: IsolatedEnvironment | None,
+    echo: BackendOutput | None = None,
 ) -> tuple[Path, dict[str, str]]:
     """Build the wheel of `project_dir` with the PyPA frontend; returns it and tool versions.
 
     `isolated` is the environment to build in; None builds in this interpreter's environment.
+    The backend's output goes to `log` and, line by line as it comes, to `echo`; a failure's
+    error quotes its last lines.
     """
-    runner = _runner(log, env)
+    runner = _runner(log, env, echo)
     outdir.mkdir(parents=True, exist_ok=True)
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -339,7 +368,7 @@ def run_backend(
         pypa_build.BuildBackendException,
         subprocess.CalledProcessError,
     ) as exc:
-        cause = _last_line(log) or str(exc).splitlines()[0]
+        cause = _last_lines(log) or str(exc).splitlines()[0]
         raise BuildError(
             f"the build backend failed for {project_dir}: {cause}", hint=f"the full log is {log}"
         ) from None
@@ -503,7 +532,14 @@ def build_target(
                 f"building the {target.name} {version} wheel "
                 f"({'isolated environment' if isolated else 'this environment'})"
             )
-            raw, tools = run_backend(project_dir, work / "raw", env=env, log=log, isolated=isolated)
+            raw, tools = run_backend(
+                project_dir,
+                work / "raw",
+                env=env,
+                log=log,
+                isolated=isolated,
+                echo=options.backend_output,
+            )
         finally:
             if isolated is not None:
                 isolated.close()
