@@ -294,8 +294,10 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
         zf.close()
         return
     st = os.stat(path)
+    real = os.path.realpath(path)
     m = _WHEEL_NAME.match(wheel)
     metadata = None
+    fd = os.open(path, os.O_RDONLY)
     for info in infos:
         name = info.filename
         if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
@@ -304,11 +306,11 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
             tree.texts[name] = zf.read(info).decode("utf-8", "replace")
         elif not info.is_dir() and info.file_size >= 20 and _maybe_code(name.rsplit("/", 1)[-1]):
             try:
-                with zf.open(info) as src:
-                    head = src.read(HEAD_BYTES)
+                head = _head(fd, info, HEAD_BYTES)
             except Exception as exc:  # zipfile/zlib errors on a corrupt member
                 tree.invalid.append((wheel, f"invalid archive: {name}: {exc}"))
                 zf.close()
+                os.close(fd)
                 return
             kind = classify(head, name)
             if kind is None:
@@ -319,13 +321,14 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
                 size=info.file_size,
                 mtime=st.st_mtime_ns ^ info.CRC,
                 origin=f"{wheel}!{name}",
-                cache_key=f"{os.path.realpath(path)}!{name}",
+                cache_key=f"{real}!{name}",
                 wheel=path,
                 scratch=scratch,
                 kind=kind,
             )
             tree.dirs.add(os.path.dirname(name))
     zf.close()
+    os.close(fd)
     if metadata is None:
         tree.invalid.append((wheel, "invalid archive: no *.dist-info/METADATA"))
         return
@@ -387,26 +390,51 @@ def inflate_backend():
     return _BACKEND[0]
 
 
-def _data_range(fd: int, member: Member, info: zipfile.ZipInfo) -> int:
+def _data_range(fd: int, info: zipfile.ZipInfo, file_size: int | None = None) -> int:
     """Where the member's stored bytes start, after its local header (checked as zipfile
     checks it: signature, not encrypted, the same name as the central directory's)."""
-    head = os.pread(fd, _LOCAL_HEADER.size, info.header_offset)
+    what = f"member {info.filename!r}"
+    head = os.pread(fd, _LOCAL_HEADER.size + 512, info.header_offset)
     if len(head) < _LOCAL_HEADER.size:
-        raise ValueError(f"member {member.relpath!r}: truncated local header")
-    fields = _LOCAL_HEADER.unpack(head)
+        raise ValueError(f"{what}: truncated local header")
+    fields = _LOCAL_HEADER.unpack_from(head)
     if fields[0] != b"PK\x03\x04":
-        raise ValueError(f"member {member.relpath!r}: bad local header signature")
+        raise ValueError(f"{what}: bad local header signature")
     if info.flag_bits & 0x1:
-        raise ValueError(f"member {member.relpath!r} is encrypted")
+        raise ValueError(f"{what} is encrypted")
     name_len, extra_len = fields[10], fields[11]
-    name = os.pread(fd, name_len, info.header_offset + _LOCAL_HEADER.size)
+    name = head[_LOCAL_HEADER.size : _LOCAL_HEADER.size + name_len]
+    if len(name) < name_len:
+        name = os.pread(fd, name_len, info.header_offset + _LOCAL_HEADER.size)
     want = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
     if name != want:
-        raise ValueError(f"member {member.relpath!r}: local header names {name!r}")
+        raise ValueError(f"{what}: local header names {name!r}")
     start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
-    if start + info.compress_size > os.fstat(fd).st_size:
-        raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
+    size = os.fstat(fd).st_size if file_size is None else file_size
+    if start + info.compress_size > size:
+        raise ValueError(f"{what} runs past the end of the wheel")
     return start
+
+
+def _head(fd: int, info: zipfile.ZipInfo, n: int) -> bytes:
+    """A member's first ``n`` bytes (its local header checked; inflated only that far)."""
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        with zipfile.ZipFile(os.fdopen(os.dup(fd), "rb")) as zf, zf.open(info) as src:
+            return src.read(n)
+    start = _data_range(fd, info)
+    if info.compress_type == zipfile.ZIP_STORED:
+        return os.pread(fd, min(n, info.compress_size), start)
+    inflate = zlib.decompressobj(-15)
+    out, pos, end = b"", start, start + info.compress_size
+    while len(out) < n and pos < end and not inflate.eof:
+        chunk = os.pread(fd, min(4096, end - pos), pos)
+        if not chunk:
+            break
+        pos += len(chunk)
+        out += inflate.decompress(chunk, n - len(out))
+        while len(out) < n and inflate.unconsumed_tail:
+            out += inflate.decompress(inflate.unconsumed_tail, n - len(out))
+    return out
 
 
 def _pieces(member: Member, check_crc: bool = True):
@@ -423,7 +451,7 @@ def _pieces(member: Member, check_crc: bool = True):
     z = inflate_backend()
     fd = os.open(member.wheel, os.O_RDONLY)
     try:
-        start = _data_range(fd, member, info)
+        start = _data_range(fd, info)
         try:
             os.posix_fadvise(fd, start, info.compress_size, os.POSIX_FADV_WILLNEED)
         except (AttributeError, OSError):
