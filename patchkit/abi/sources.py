@@ -449,47 +449,55 @@ def _pieces(member: Member, check_crc: bool = True):
                 yield chunk
         return
     z = inflate_backend()
-    fd = os.open(member.wheel, os.O_RDONLY)
-    try:
-        start = _data_range(fd, info)
+    zf = _zip(member.wheel)
+    fd = zf.fp.fileno()  # pread only: the ZipFile's own file position is never moved
+    start = _data_range(fd, info, zf.__dict__.setdefault("_pk_size", os.fstat(fd).st_size))
+    if info.compress_size > INFLATE_STEP:
         try:
             os.posix_fadvise(fd, start, info.compress_size, os.POSIX_FADV_WILLNEED)
         except (AttributeError, OSError):
             pass
-        inflate = z.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
-        pos, left, produced, crc = start, info.compress_size, 0, 0
-        while left:
-            chunk = os.pread(fd, min(INFLATE_STEP, left), pos)
-            if not chunk:
-                raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
-            pos += len(chunk)
-            left -= len(chunk)
-            # Never produce more than one byte past the declared size: a lying header gains
-            # nothing (the rest of the input stays unconsumed and the member is refused).
-            piece = inflate.decompress(chunk, info.file_size - produced + 1) if inflate else chunk
-            produced += len(piece)
-            if produced > info.file_size:
-                raise ValueError(f"member {member.relpath!r} is larger than its header says")
-            if check_crc:
-                crc = z.crc32(piece, crc)
-            yield piece
-        if inflate is not None and not inflate.eof:
-            raise ValueError(f"member {member.relpath!r}: deflate stream is truncated")
-        if produced != info.file_size:
-            raise ValueError(f"member {member.relpath!r} is smaller than its header says")
-        if check_crc and crc != info.CRC:
-            raise ValueError(f"Bad CRC-32 for member {member.relpath!r}")
-    finally:
-        os.close(fd)
+    inflate = z.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
+    pos, left, produced, crc = start, info.compress_size, 0, 0
+    while left:
+        chunk = os.pread(fd, min(INFLATE_STEP, left), pos)
+        if not chunk:
+            raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
+        pos += len(chunk)
+        left -= len(chunk)
+        # Never produce more than one byte past the declared size: a lying header gains
+        # nothing (the rest of the input stays unconsumed and the member is refused).
+        piece = inflate.decompress(chunk, info.file_size - produced + 1) if inflate else chunk
+        produced += len(piece)
+        if produced > info.file_size:
+            raise ValueError(f"member {member.relpath!r} is larger than its header says")
+        if check_crc:
+            crc = z.crc32(piece, crc)
+        yield piece
+    if inflate is not None and not inflate.eof:
+        raise ValueError(f"member {member.relpath!r}: deflate stream is truncated")
+    if produced != info.file_size:
+        raise ValueError(f"member {member.relpath!r} is smaller than its header says")
+    if check_crc and crc != info.CRC:
+        raise ValueError(f"Bad CRC-32 for member {member.relpath!r}")
 
 
 def read_member(member: Member) -> bytes | bytearray:
     """A wheel member's bytes (size and CRC-32 checked), inflated into one buffer."""
     assert member.wheel is not None
+    pieces = _pieces(member)
+    first = next(pieces, b"")
+    if len(first) == member.size:  # the usual small member: one step, no copy
+        for _ in pieces:  # the checks at the end (and nothing more may come)
+            raise ValueError(f"member {member.relpath!r} is larger than its header says")
+        return first
+    if len(first) > member.size:
+        raise ValueError(f"member {member.relpath!r} is larger than its header says")
     out = bytearray(member.size)
     view = memoryview(out)
-    pos = 0
-    for piece in _pieces(member):
+    view[: len(first)] = first
+    pos = len(first)
+    for piece in pieces:
         if pos + len(piece) > len(out):
             raise ValueError(f"member {member.relpath!r} is larger than its header says")
         view[pos : pos + len(piece)] = piece
