@@ -66,6 +66,8 @@ class Member:
     wheel: str | None = None  # the wheel this member is read from
     scratch: str | None = None  # where it may be extracted
     kind: str = "elf"  # scan.classify: elf | cubin | fatbin | ptx
+    # the member's central-directory entry, so a worker reads it without parsing the directory
+    zinfo: zipfile.ZipInfo | None = None
 
 
 @dataclass
@@ -323,6 +325,7 @@ def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
                 origin=f"{wheel}!{name}",
                 cache_key=f"{real}!{name}",
                 wheel=path,
+                zinfo=info,
                 scratch=scratch,
                 kind=kind,
             )
@@ -362,9 +365,23 @@ def _zip(path: str) -> zipfile.ZipFile:
     return zf
 
 
+_FDS: dict[str, tuple[int, int]] = {}
+
+
+def _fd(path: str) -> tuple[int, int]:
+    """A descriptor of the wheel (read with pread only, so one per process serves every
+    member) and the wheel's size."""
+    got = _FDS.get(path)
+    if got is None:
+        fd = os.open(path, os.O_RDONLY)
+        got = _FDS[path] = (fd, os.fstat(fd).st_size)
+    return got
+
+
 def forget_open() -> None:
     """In a forked worker: drop the parent's open wheels (their file offsets are shared)."""
     _OPEN.clear()
+    _FDS.clear()
 
 
 # Compressed bytes read per step: the kernel is asked for the whole member up front
@@ -437,21 +454,20 @@ def _head(fd: int, info: zipfile.ZipInfo, n: int) -> bytes:
     return out
 
 
-def _pieces(member: Member, check_crc: bool = True):
+def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
     """A deflated or stored member's bytes, inflated step by step (no zipfile object, no copy
     of the compressed bytes in memory); ends with the size and CRC-32 checked against the
     central directory. Other compression methods go through zipfile."""
     assert member.wheel is not None
-    info = _zip(member.wheel).getinfo(member.relpath)
+    info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         with _zip(member.wheel).open(info) as src:
-            while chunk := src.read(INFLATE_STEP):
+            while chunk := src.read(step or INFLATE_STEP):
                 yield chunk
         return
     z = inflate_backend()
-    zf = _zip(member.wheel)
-    fd = zf.fp.fileno()  # pread only: the ZipFile's own file position is never moved
-    start = _data_range(fd, info, zf.__dict__.setdefault("_pk_size", os.fstat(fd).st_size))
+    fd, wheel_size = _fd(member.wheel)
+    start = _data_range(fd, info, wheel_size)
     if info.compress_size > INFLATE_STEP:
         try:
             os.posix_fadvise(fd, start, info.compress_size, os.POSIX_FADV_WILLNEED)
@@ -460,7 +476,7 @@ def _pieces(member: Member, check_crc: bool = True):
     inflate = z.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
     pos, left, produced, crc = start, info.compress_size, 0, 0
     while left:
-        chunk = os.pread(fd, min(INFLATE_STEP, left), pos)
+        chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos)
         if not chunk:
             raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
         pos += len(chunk)
@@ -509,18 +525,25 @@ def read_member(member: Member) -> bytes | bytearray:
 
 
 def read_member_head(member: Member, limit: int, until: bytes) -> bytes:
-    """A wheel member's first bytes, inflated in steps until ``until`` appears (or ``limit``)."""
+    """A wheel member's first bytes, inflated in steps until ``until`` appears (or ``limit``);
+    the member is not read to its end, so neither its size nor its CRC-32 is checked."""
     assert member.wheel is not None
     out = b""
-    with _zip(member.wheel).open(member.relpath) as src:
-        while len(out) < limit:
-            chunk = src.read(16384)
-            if not chunk:
-                break
+    step = 16384
+    pieces = _pieces(member, check_crc=False, step=step)
+    for piece in pieces:
+        while piece:
+            chunk, piece = piece[:step], piece[step:]
             out += chunk
             if until in out[-len(chunk) - len(until) :]:
-                out += src.read(4096)  # the rest of the note
-                break
+                rest = piece[:4096]  # the rest of the note
+                if len(rest) < 4096:
+                    rest += next(pieces, b"")[: 4096 - len(rest)]
+                pieces.close()
+                return out + rest
+            if len(out) >= limit:
+                pieces.close()
+                return out
     return out
 
 
