@@ -365,17 +365,31 @@ def _zip(path: str) -> zipfile.ZipFile:
     return zf
 
 
-_FDS: dict[str, tuple[int, int]] = {}
+_FDS: dict[str, tuple[int, int, tuple]] = {}
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _fd(path: str) -> tuple[int, int]:
     """A descriptor of the wheel (read with pread only, so one per process serves every
-    member) and the wheel's size."""
+    member) and the wheel's size; reopened when the file at ``path`` is another one now."""
+    st = os.stat(path)
     got = _FDS.get(path)
-    if got is None:
-        fd = os.open(path, os.O_RDONLY)
-        got = _FDS[path] = (fd, os.fstat(fd).st_size)
-    return got
+    if got is not None and got[2] == _identity(st):
+        return got[0], got[1]
+    if got is not None:
+        os.close(got[0])
+        del _FDS[path]
+    if len(_FDS) > 64:
+        for old in _FDS.values():
+            os.close(old[0])
+        _FDS.clear()
+    fd = os.open(path, os.O_RDONLY)
+    st = os.fstat(fd)
+    _FDS[path] = (fd, st.st_size, _identity(st))
+    return fd, st.st_size
 
 
 def forget_open() -> None:
