@@ -1,0 +1,167 @@
+"""Wheel members read by verify's own inflater (sources._pieces): real gcc/nvcc-built objects,
+zipped stored and deflated, give the same report as the extracted file; a corrupt or lying
+member is an ``invalid archive`` error, never a wrong report."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+import zipfile
+import zlib
+
+import pytest
+
+from patchkit.abi import scan, sources
+from patchkit.abi.scan import analyze_file
+from tests.abi import builders
+
+METHODS = {"stored": zipfile.ZIP_STORED, "deflated": zipfile.ZIP_DEFLATED}
+# Read through zipfile (the member reader handles stored and deflated only).
+OTHER_METHODS = {"bzip2": zipfile.ZIP_BZIP2, "lzma": zipfile.ZIP_LZMA}
+
+
+def _backends():
+    out = [pytest.param(zlib, id="zlib")]
+    for name in ("zlib_ng.zlib_ng", "isal.isal_zlib"):
+        try:
+            out.append(pytest.param(importlib.import_module(name), id=name.split(".")[0]))
+        except ImportError:
+            out.append(pytest.param(None, id=name.split(".")[0], marks=pytest.mark.skip(
+                reason=f"{name} not installed")))  # fmt: skip
+    return out
+
+
+def _objects() -> dict[str, str]:
+    """Installed path -> a real object built here (gcc always; nvcc where present)."""
+    try:
+        cudart = builders.stub_library("libcudart.so.13", ("cudaLaunchKernel",))
+        objs = {
+            "demo/libcudart.so.13": cudart,
+            "demo/libuse.so": builders.linking("use", [cudart], call="cudaLaunchKernel"),
+            "demo/liblogf.so": builders.logf_library(),
+        }
+    except FileNotFoundError:
+        pytest.skip("gcc not installed")
+    if builders.nvcc():
+        objs["demo/libkern.so"] = builders.cuda_object("sm_120a")
+        objs["demo/kern.cubin"] = builders.device_code("cubin", "sm_120a")
+        objs["demo/kern.fatbin"] = builders.device_code("fatbin", "sm_90")
+        objs["demo/kern.ptx"] = builders.device_code("ptx", "sm_120")
+    return objs
+
+
+def _wheel(path, objs: dict[str, str], method: int) -> str:
+    with zipfile.ZipFile(path, "w", method) as zf:
+        zf.writestr(
+            "demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n\n"
+        )
+        for arc, src in objs.items():
+            zf.write(src, arc)
+        zf.writestr("demo-1.0.dist-info/RECORD", "")
+    return str(path)
+
+
+def _same(report) -> dict:
+    d = report.to_json()
+    if d["elf"]:
+        d["elf"]["defined"] = sorted(report.elf.defined)
+        d["elf"]["path"] = None
+    return d
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("method", list(METHODS) + list(OTHER_METHODS))
+def test_member_reports_equal_extracted_file(tmp_path, monkeypatch, method, backend):
+    if method in OTHER_METHODS and backend is not zlib:
+        pytest.skip("zipfile's own decompressor: the inflate backend plays no part")
+    monkeypatch.setattr(sources, "_BACKEND", [backend])
+    monkeypatch.setattr(sources, "INFLATE_STEP", 4096)  # many steps per member
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    _wheel(house / "demo-1.0-py3-none-any.whl", objs, {**METHODS, **OTHER_METHODS}[method])
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    assert set(tree.members) == set(objs)
+    for rel, src in objs.items():
+        member = tree.members[rel]
+        got = scan._analyze_member(member)
+        want = analyze_file(src, rel, member.origin, member.kind)
+        assert got.error is None, got.error
+        if member.kind == "elf":
+            # Over an mmap the fatbin images stay closed until a check needs them; bytes in
+            # memory (a member) have them opened at once: compare like with like, and the
+            # facts both give.
+            with open(src, "rb") as fh:
+                in_memory = scan.analyze_buffer(fh.read(), rel, member.origin)
+            assert _same(got) == _same(in_memory), rel
+            assert _same(got)["elf"] == _same(want)["elf"], rel
+            assert [f.archs for f in got.fatbins] == [f.archs for f in want.fatbins], rel
+        else:
+            assert _same(got) == _same(want), rel
+        # the whole member, byte for byte, as stored
+        with open(src, "rb") as fh:
+            assert bytes(sources.read_member(member)) == fh.read()
+    # the extraction path (members too large for memory) inflates the same way
+    monkeypatch.setattr(scan, "IN_MEMORY_BYTES", 0)
+    member = tree.members["demo/libuse.so"]
+    assert _same(scan._analyze_member(member)) == _same(  # a plain library: no fatbin
+        analyze_file(objs["demo/libuse.so"], "demo/libuse.so", member.origin)
+    )
+    assert not os.listdir(tmp_path / "scratch" / "demo")  # the scratch copy is gone
+
+
+def _data_offset(path: str, name: str) -> tuple[int, zipfile.ZipInfo]:
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(name)
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset)
+        head = fh.read(30)
+    n, e = struct.unpack("<HH", head[26:30])
+    return info.header_offset + 30 + n + e, info
+
+
+def _patch(path: str, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+
+
+def _central_entry(path: str, name: str) -> int:
+    """Offset of ``name``'s central-directory entry."""
+    raw = open(path, "rb").read()
+    pos = raw.index(b"PK\x01\x02")
+    while True:
+        n = struct.unpack_from("<H", raw, pos + 28)[0]
+        if raw[pos + 46 : pos + 46 + n] == name.encode():
+            return pos
+        pos = raw.index(b"PK\x01\x02", pos + 4)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("damage", ["flipped byte", "size understated", "renamed header"])
+def test_damaged_member_is_invalid_archive(tmp_path, method, damage):
+    objs = {"demo/libuse.so": _objects()["demo/libuse.so"]}
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _wheel(house / "demo-1.0-py3-none-any.whl", objs, METHODS[method])
+    start, info = _data_offset(wheel, "demo/libuse.so")
+    if damage == "flipped byte":
+        # a byte in the middle of the member's stored data (past the 64-byte head verify
+        # classifies by, so the member is still taken for an ELF object)
+        at = start + info.compress_size // 2
+        _patch(wheel, at, bytes([open(wheel, "rb").read()[at] ^ 0x55]))
+    elif damage == "size understated":
+        cd = _central_entry(wheel, "demo/libuse.so")
+        _patch(wheel, cd + 24, struct.pack("<I", info.file_size - 100))
+    else:
+        _patch(wheel, info.header_offset + 30, b"d" + b"X")  # "dXmo/libuse.so"
+    sources.forget_open()
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    if damage == "renamed header":  # refused where the member's head is read
+        assert tree.invalid and "local header names" in tree.invalid[0][1]
+        assert not tree.members
+        return
+    report = scan._analyze_member(tree.members["demo/libuse.so"])
+    assert report.error and report.error.startswith("invalid archive"), report.error
+    assert report.elf is None
