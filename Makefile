@@ -21,7 +21,7 @@ $(BVENV)/.stamp: pyproject.toml
 
 $(VENV)/.stamp-core: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[test,compression]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[test,compression,fast-inflate]'
 	touch $@
 
 $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
