@@ -15,6 +15,8 @@ from browser.cdp import Browser, find_chromium
 from helpers import ROOT, git, patchkit, result_of, series_folder
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401 - fixtures
 
+from patchkit.targets import load_targets
+
 ARTIFACTS = ROOT / "tests" / "artifacts"
 KIMI = "kimi-k25-eagle3-delegation.patch"
 SYMM = "sm120-torch-symm-mem-allreduce.patch"
@@ -32,7 +34,7 @@ def versioned_project(project, cache) -> Path:
     KIMI's description edited, SYMM dropped, AUX_POST renamed, one patch added."""
     git(project, "init", "-q", "-b", "main")
     git(project, "add", "-A")
-    git(project, "commit", "-qm", "series 0.1.0")
+    git(project, "commit", "-qm", "the series as released")
     sg = series_folder(project, "sglang")
     text = (sg / KIMI).read_text()
     (sg / KIMI).write_text(
@@ -90,7 +92,9 @@ def test_since_compares_two_versions_of_the_series(versioned_project):
     assert entries["cu130-packaging-pins.patch"]["state"] == "unchanged"
     assert entries["sm120-trtllm-comm.patch"]["state"] == "unchanged"
     text = patchkit("review", "--since", "HEAD", "--no-diff").stdout
-    assert re.search(r"series changes since HEAD \([0-9a-f]{12}, series 0\.1\.0 -> ", text)
+    targets = load_targets(versioned_project / "patches" / "targets.toml")
+    version = re.escape(targets.series_version)
+    assert re.search(rf"series changes since HEAD \([0-9a-f]{{12}}, series {version} -> ", text)
 
 
 def test_since_needs_a_commit(project, cache):
