@@ -212,20 +212,30 @@ def filter_overrides(work_tree: Path) -> list[str]:
     git would run their clean/smudge programs on checkout and status (attributes, including
     .git/info/attributes, cannot be overridden), and a tree must hold the series' bytes."""
     try:
-        raw = _checkout_config(work_tree / ".git")
+        config, raw = _checkout_config(work_tree / ".git")
     except (OSError, ValueError):
         return []
-    if b"filter" not in raw.lower():
+    lowered = raw.lower()
+    if b"filter" not in lowered and b"include" not in lowered:
         return []
+    names = {
+        re.sub(rb"\\(.)", rb"\1", m.group(1)).decode("utf-8", "replace")
+        for m in _FILTER_RE.finditer(raw)
+    }
+    if b"include" in lowered:  # included files may define more: ask git for every key
+        keys = Repo(_NOWHERE, bare=True).run(
+            "config", "--file", str(config), "--includes", "--name-only", "--get-regexp",
+            r"^filter\.", check=False,
+        )  # fmt: skip
+        names |= {k.split(".", 1)[1].rsplit(".", 1)[0] for k in str(keys).split() if "." in k}
     args = []
-    for match in _FILTER_RE.finditer(raw):
-        name = re.sub(rb"\\(.)", rb"\1", match.group(1)).decode("utf-8", "replace")
+    for name in sorted(names):
         for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
             args += ["-c", f"filter.{name}.{key}={value}"]
     return args
 
 
-def _checkout_config(dot_git: Path) -> bytes:
+def _checkout_config(dot_git: Path) -> tuple[Path, bytes]:
     """The config file of a checkout, also of a linked worktree or submodule (`.git` a file
     naming the git directory; its `commondir` holds the config)."""
     if dot_git.is_file():
@@ -236,7 +246,7 @@ def _checkout_config(dot_git: Path) -> bytes:
         common = dot_git / "commondir"
         if common.is_file():
             dot_git = (dot_git / common.read_text(encoding="utf-8").strip()).resolve()
-    return (dot_git / "config").read_bytes()
+    return dot_git / "config", (dot_git / "config").read_bytes()
 
 
 def sealed_env(extra: dict[str, str] | None = None) -> dict[str, str]:

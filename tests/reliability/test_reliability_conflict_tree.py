@@ -175,3 +175,28 @@ def test_kill_before_the_state_file_leaves_no_tree(tmp_path):
         "SIGKILL before the state file: no tree left; the next run made it whole and "
         "--continue finished it after the resolution",
     )
+
+
+def test_two_conflict_tree_runs_at_once_make_one_tree(tmp_path):
+    """Two `rebase --conflict-tree` at once: one makes the tree, the other waits for it and
+    then refuses in one line (the tree is there: --continue or --abort); no scratch is left."""
+    toy = toy_with_conflicting_release(tmp_path / "toy")
+    tree = toy.project / "work" / "rebase" / "toy"
+    assert cli("fetch", "--target", "toy", env=toy.env).returncode == 0
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "patchkit", *ARGS], cwd=ROOT,
+                         env={**os.environ, **toy.env}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    codes = sorted(p.wait(timeout=120) for p in procs)
+    errs = [p.stderr.read() for p in procs]
+    # [1, 1] only when the second started after the first had finished: it then replaced
+    # the untouched tree, as documented
+    assert codes in ([1, 2], [1, 1]), (codes, errs)
+    for proc, err in zip(procs, errs, strict=True):
+        if proc.returncode == 2:
+            assert "already holds a rebase in progress" in err and one_or_two_lines(err), err
+    assert (tree / ".git" / "patchkit-rebase.json").is_file()
+    assert not list(tree.parent.glob(".toy.patchkit-*"))
+    record(SECTION, f"two conflict-tree runs at once: exit codes {codes}, one complete tree")

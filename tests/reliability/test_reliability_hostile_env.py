@@ -74,6 +74,17 @@ def test_checkout_filter_drivers_never_run(toy, tmp_path):
     plain = tmp_path / "plain"
     assert cli("apply", "--target", "toy", "--into", str(plain), env=toy.env).returncode == 0
     assert work_files(into) == work_files(plain)
+    # a filter that only an included file defines
+    (h / "more.config").write_text(f'[filter "z"]\n\tsmudge = {marker_script(h / "z", marker)}\n')
+    with (into / ".git" / "config").open("a") as fh:
+        fh.write(f"[include]\n\tpath = {h / 'more.config'}\n")
+    (into / ".git" / "info" / "attributes").write_text("* filter=z\n")
+    git(into, "checkout", "-q", "--detach", toy.base)
+    marker.unlink(missing_ok=True)
+    done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists(), marker.read_text()
+    assert work_files(into) == work_files(plain)
     # a linked worktree of the checkout: .git is a file; the filters live in the common config
     linked = tmp_path / "linked"
     git(into, "worktree", "add", "-q", "--detach", str(linked), toy.base)
@@ -83,9 +94,9 @@ def test_checkout_filter_drivers_never_run(toy, tmp_path):
     assert not marker.exists(), marker.read_text()
     record(
         SECTION,
-        "filter drivers (clean, smudge, process; required) in a checkout's config and a linked "
-        "worktree's common config: apply, status, export ran 0 of them; same bytes as a plain "
-        "checkout",
+        "filter drivers (clean, smudge, process; required) in a checkout's config, in a file "
+        "it includes and in a linked worktree's common config: apply, status, export ran 0 of "
+        "them; same bytes as a plain checkout",
     )
 
 
