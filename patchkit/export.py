@@ -7,6 +7,7 @@ The bytes are those of `git format-patch --keep-subject --no-stat --no-signature
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -16,6 +17,8 @@ from pathlib import Path
 from patchkit import gitops
 from patchkit.apply import BASE_REF
 from patchkit.errors import Interrupted, UsageError
+from patchkit.locks import locked
+from patchkit.project import cache_root
 from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, read_series_file
 
 # format-patch --zero-commit starts every message with this line.
@@ -170,6 +173,22 @@ def write_series(
     series file keeps its comments when the order is the same, its leading comment block
     otherwise. Interrupted (SIGINT, SIGTERM), every file is put back as it was.
     """
+    if dry_run:
+        return _write_series(directory, target, patches, dry_run=True)
+    with locked(_folder_lock(directory), f"the series folder {directory}"):
+        return _write_series(directory, target, patches, dry_run=False)
+
+
+def _folder_lock(directory: Path) -> Path:
+    """The lock of one series folder, kept in the cache so the folder gains no file: two
+    exports (or an export and a `rebase --write`) into one folder never interleave."""
+    key = hashlib.sha256(str(directory.absolute().resolve()).encode()).hexdigest()[:20]
+    return cache_root() / "locks" / f"series-{key}.lock"
+
+
+def _write_series(
+    directory: Path, target: str, patches: list[ExportedPatch], *, dry_run: bool
+) -> ExportReport:
     report = ExportReport(target, directory, list(patches), dry_run=dry_run)
     if not dry_run and directory.is_dir():
         for leftover in directory.glob(f".*{TMP_MARK}*"):  # temp files of a killed write

@@ -204,6 +204,51 @@ def check_source(source: str) -> str:
     return source
 
 
+_FILTER_RE = re.compile(rb'^\s*\[\s*filter\s+"((?:[^"\\\n]|\\.)*)"\s*\]', re.M | re.I)
+
+
+def filter_overrides(work_tree: Path) -> list[str]:
+    """`-c` settings that switch off every filter driver a checkout's own config defines:
+    git would run their clean/smudge programs on checkout and status (attributes, including
+    .git/info/attributes, cannot be overridden), and a tree must hold the series' bytes."""
+    try:
+        config, raw = _checkout_config(work_tree / ".git")
+    except (OSError, ValueError):
+        return []
+    lowered = raw.lower()
+    if b"filter" not in lowered and b"include" not in lowered:
+        return []
+    names = {
+        re.sub(rb"\\(.)", rb"\1", m.group(1)).decode("utf-8", "replace")
+        for m in _FILTER_RE.finditer(raw)
+    }
+    if b"include" in lowered:  # included files may define more: ask git for every key
+        keys = Repo(_NOWHERE, bare=True).run(
+            "config", "--file", str(config), "--includes", "--name-only", "--get-regexp",
+            r"^filter\.", check=False,
+        )  # fmt: skip
+        names |= {k.split(".", 1)[1].rsplit(".", 1)[0] for k in str(keys).split() if "." in k}
+    args = []
+    for name in sorted(names):
+        for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
+            args += ["-c", f"filter.{name}.{key}={value}"]
+    return args
+
+
+def _checkout_config(dot_git: Path) -> tuple[Path, bytes]:
+    """The config file of a checkout, also of a linked worktree or submodule (`.git` a file
+    naming the git directory; its `commondir` holds the config)."""
+    if dot_git.is_file():
+        text = dot_git.read_text(encoding="utf-8")
+        if not text.startswith("gitdir: "):
+            raise ValueError(dot_git)
+        dot_git = (dot_git.parent / text[len("gitdir: ") :].strip()).resolve()
+        common = dot_git / "commondir"
+        if common.is_file():
+            dot_git = (dot_git / common.read_text(encoding="utf-8").strip()).resolve()
+    return dot_git / "config", (dot_git / "config").read_bytes()
+
+
 def sealed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The complete environment of one git process (built from scratch, see BASE_ENV)."""
     extra = extra or {}
@@ -230,6 +275,8 @@ class Repo:
         cmd = ["git", *CONFIG]
         if self.bare:
             cmd += ["--git-dir", str(self.path)]
+        else:
+            cmd += filter_overrides(self.path)
         return cmd + list(args)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from patchkit.errors import LockedError
+from patchkit.errors import ConfigError, LockedError
 
 _HELD: dict[int, Path] = {}
 
@@ -35,8 +35,15 @@ def locked(
     The waiting line goes to `notify`, or to stderr when none is given: a user whose command
     seems to hang should always learn why.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a read-only cache or target folder, a file where a folder goes
+        raise ConfigError(
+            f"cannot write the lock file {path} for {what}: {exc.strerror}; nothing was changed",
+            hint="patchkit writes there: make it writable, or choose another folder "
+            "(PATCHKIT_CACHE for the cache, --into or --out for a target)",
+        ) from None
     try:
         deadline = time.monotonic() + timeout
         told = False

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -43,7 +44,7 @@ from patchkit.apply import (
     commit_message_for,
     patch_identity,
 )
-from patchkit.errors import ApplyError, UsageError
+from patchkit.errors import ApplyError, Interrupted, UsageError
 from patchkit.export import ExportedPatch, export_commits, write_series
 from patchkit.locks import locked
 from patchkit.pins import check_targets, render_targets, write_targets
@@ -567,12 +568,58 @@ def leave_conflict_tree(
     progress: Progress = _quiet,
 ) -> None:
     """Replay the series from the first conflicting patch with `git rebase` in a scratch clone,
-    stopping at the conflict with markers in the files; records what --continue needs."""
-    if dest.exists():
-        raise UsageError(
-            f"{dest} already holds a rebase in progress",
-            hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
-        )
+    stopping at the conflict with markers in the files; records what --continue needs.
+
+    The tree is made in a scratch directory beside `dest` and renamed into place with its
+    state file, so `dest` holds a complete conflict tree or nothing, whenever the run stops.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with locked(
+        dest.parent / f".{dest.name}.patchkit.lock",
+        f"the conflict work tree {dest}",
+        notify=progress,
+    ):
+        if dest.exists():
+            raise UsageError(
+                f"{dest} already holds a rebase in progress",
+                hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
+            )
+        for stale in dest.parent.glob(f".{dest.name}.patchkit-*"):  # left by a killed run
+            shutil.rmtree(stale, ignore_errors=True)
+        progress(f"leaving a work tree with the conflict in {dest}")
+        scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))
+        try:
+            finished = _make_conflict_tree(
+                report, mirror, series, scratch / "tree", write=write, progress=progress
+            )
+            os.replace(scratch / "tree", dest)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"no conflict work tree was left in {dest} and patches/ is unchanged; "
+                "run the same command again"
+            ) from None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    report.conflict_tree = dest
+    try:
+        report.next_steps = conflict_steps(dest, report.target, finished)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"the conflict work tree in {dest} is complete; resolve it and "
+            f"`patchkit rebase --target {report.target} --continue`, or `--abort`"
+        ) from None
+
+
+def _make_conflict_tree(
+    report: RebaseReport,
+    mirror: Path,
+    series: Series,
+    dest: Path,
+    *,
+    write: bool,
+    progress: Progress,
+) -> bool:
+    """Build the conflict tree and its state file in `dest`; True if git finished the replay."""
     first = report.conflicted[0]
     old_tip, old_results = _replayed_series(report, mirror, series)
     index = next(i for i, r in enumerate(old_results) if r.name == first.name)
@@ -583,8 +630,6 @@ def leave_conflict_tree(
             break
         if outcome.commit and outcome.label != "upstreamed":
             carried = outcome.commit
-    progress(f"leaving a work tree with the conflict in {dest}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     gitops.clone_local(mirror, dest)
     for sha in {old_tip, carried, report.new_base.commit}:
         gitops.fetch_commit_from(dest, mirror, sha)
@@ -606,8 +651,7 @@ def leave_conflict_tree(
     }
     state["fingerprint"] = worktree_fingerprint(dest)
     _state_path(dest).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-    report.conflict_tree = dest
-    report.next_steps = conflict_steps(dest, report.target, finished)
+    return finished
 
 
 def _replayed_series(report: RebaseReport, mirror: Path, series: Series):

@@ -17,7 +17,8 @@ import threading
 import time
 import warnings
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -30,7 +31,7 @@ from packaging.version import Version
 import build as pypa_build
 from patchkit import __version__, gitops
 from patchkit.apply import apply_series
-from patchkit.errors import BuildError, ConfigError, PinError, UsageError
+from patchkit.errors import BuildError, ConfigError, Interrupted, PinError, UsageError
 from patchkit.lines import line_series, pick_line
 from patchkit.locks import locked
 from patchkit.series import Series
@@ -471,6 +472,25 @@ def _sweep(work: Path) -> threading.Thread:
     return thread
 
 
+@contextmanager
+def _say_what_was_left(out: Path, work: Path, written: list[Path]) -> Iterator[None]:
+    """On an interrupt, say which wheels were written whole (a wheel appears by rename, so
+    there is no half one) and that the build tree is scratch the next build replaces."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        names = ", ".join(p.name for p in written)
+        wheels = (
+            f"{len(written)} wheel(s) were written whole to {out} ({names})"
+            if written
+            else f"no wheel was written to {out}"
+        )
+        raise Interrupted(
+            f"{wheels}; the build tree {work} is incomplete scratch that the next build "
+            "replaces; run the same command again"
+        ) from None
+
+
 def _wheel_metadata(wheel: Path) -> tuple[str, str]:
     with zipfile.ZipFile(wheel) as zf:
         dist_info = dist_info_dir(zf.namelist())
@@ -499,8 +519,12 @@ def build_target(
         )
     version = wheel_version(release_version, profile.variant, series.hash())
     work = options.work_root / target.name
-    with locked(
-        options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
+    written: list[Path] = []
+    with (
+        locked(
+            options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
+        ),
+        _say_what_was_left(options.out, work, written),
     ):
         _move_aside(work)
         work.mkdir(parents=True)
@@ -570,6 +594,7 @@ def build_target(
         prov_path = f"{dist_info}/{PROVENANCE_FILE}"
         sbom_path = f"{dist_info}/{SBOM_DIR}/{SBOM_FILE}"
         normalize_wheel(raw, dest, epoch, {prov_path: prov.dumps(), sbom_path: sbom})
+        written.append(dest)
         shutil.rmtree(work / "raw", ignore_errors=True)
         sweeper.join()
     return WheelBuild(
@@ -687,10 +712,12 @@ def repack_target(
     base_wheel = download_wheel(release.base_wheel, mirror.root, progress)
     work = options.work_root / f"{target.name}-{target.line}"
     builds: list[WheelBuild] = []
+    written: list[Path] = []
     with (
         locked(
             options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
         ),
+        _say_what_was_left(options.out, work, written),
         zipfile.ZipFile(base_wheel) as zbase,
     ):
         layout = wheel_layout(zbase, release.base_wheel.filename)
@@ -736,6 +763,7 @@ def repack_target(
                 out_dir=options.out,
                 extra_dist_info={PROVENANCE_FILE: prov.dumps(), f"{SBOM_DIR}/{SBOM_FILE}": sbom},
             )
+            written.append(dest)
             with log.open("a", encoding="utf-8") as fh:
                 fh.write(
                     f"repacked {pin.filename} -> {dest.name}: {len(changes.changed)} file(s) "

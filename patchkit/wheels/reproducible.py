@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import csv
+import fcntl
+import glob
 import hashlib
 import io
 import os
@@ -118,10 +120,10 @@ def write_zip(
     modes 644/755; a kept member's compressed stream is copied as it is."""
     stamp = _zip_time(epoch)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.close(fd)
+    sweep_dead_temp_files(dest)
+    fd, tmp = _locked_temp_file(dest)
     try:
-        with zipfile.ZipFile(tmp, "w") as zout:
+        with os.fdopen(os.dup(fd), "w+b") as fh, zipfile.ZipFile(fh, "w") as zout:
             for name in names:
                 old, data = entries[name]
                 executable = bool(old is not None and (old.external_attr >> 16) & 0o111)
@@ -139,6 +141,37 @@ def write_zip(
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        os.close(fd)
+
+
+def _locked_temp_file(dest: Path) -> tuple[int, str]:
+    """A new `.<dest>.*.tmp` beside `dest`, flocked by this process while it writes it."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
+                return fd, tmp
+        except FileNotFoundError:
+            pass  # a sweeper took it between mkstemp and flock: make another
+        os.close(fd)
+
+
+def sweep_dead_temp_files(dest: Path) -> None:
+    """Remove the temp files of `dest` that a killed writer left (`.<wheel>.*.tmp`): a live
+    writer holds an flock on its own, which the kernel drops when the writer dies."""
+    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*.tmp"):
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            stale.unlink(missing_ok=True)
+        except OSError:
+            pass  # held: another writer is writing it
+        finally:
+            os.close(fd)
 
 
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")

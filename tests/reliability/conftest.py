@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+
+# A shell starts background jobs with SIGINT ignored, and children inherit that: the interrupt
+# tests would then send SIGINT to processes that cannot receive it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -2,8 +2,8 @@
 partial work tree, torn mirror or half-written cache entry is left, and that the next run of
 the same command succeeds without any manual clean-up.
 
-`build` is not killed here: a wheel build of a real target takes minutes, longer than this
-test may run (see docs/reliability.md).
+`build` is interrupted at each of its steps in test_reliability_build.py (a small real
+setuptools target), the conflict tree of `rebase` in test_reliability_conflict_tree.py.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def tallies():
         "kill test (tests/reliability/test_kill.py)",
         f"TOTAL: {total.kills} kills (seed {SEED}) -> partial or corrupted states: "
         f"{total.corrupt} (goal 0); next runs that succeeded: {total.next_ok}/{total.kills} "
-        f"(goal {total.kills}); build not killed (see module docstring)",
+        f"(goal {total.kills}); build and the conflict tree: see their own sections",
     )
 
 
