@@ -25,67 +25,35 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from language import BOS, EOS, VOCAB, ChainLanguage  # noqa: E402
+import train_models  # noqa: E402
+from language import ChainLanguage  # noqa: E402
 
 HIDDEN = 2048
+# The tiny target's and draft's configurations (train_models), wider and deeper
 TARGET_CONFIG = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "deepseek_v3",
+    **train_models.TARGET_CONFIG,
     "hidden_size": HIDDEN,
     "intermediate_size": 8192,
     "moe_intermediate_size": 1024,
     "num_hidden_layers": 16,
-    "first_k_dense_replace": 1,
-    "moe_layer_freq": 1,
     "n_routed_experts": 64,
     "num_experts_per_tok": 6,
-    "n_shared_experts": 1,
-    "n_group": 1,
-    "topk_group": 1,
-    "topk_method": "noaux_tc",
-    "scoring_func": "sigmoid",
-    "norm_topk_prob": True,
-    "routed_scaling_factor": 1.0,
     "num_attention_heads": 16,
     "num_key_value_heads": 16,
-    "q_lora_rank": None,
-    "kv_lora_rank": 512,
     "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
     "v_head_dim": 128,
-    "vocab_size": VOCAB,
     "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000,
-    "rope_scaling": None,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "bos_token_id": BOS,
-    "eos_token_id": EOS,
-    "attention_bias": False,
-    "ep_size": 1,
     "torch_dtype": "bfloat16",
 }
 DRAFT_CONFIG = {
-    "architectures": ["LlamaForCausalLMEagle3"],
-    "model_type": "llama",
+    **{k: v for k, v in train_models.DRAFT_CONFIG.items() if k != "eagle_config"},
     "hidden_size": HIDDEN,
     "intermediate_size": 8192,
-    "num_hidden_layers": 1,
     "num_attention_heads": 16,
     "num_key_value_heads": 16,
     "head_dim": 128,
-    "hidden_act": "silu",
-    "vocab_size": VOCAB,
-    "draft_vocab_size": VOCAB,
     "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "bos_token_id": BOS,
-    "eos_token_id": EOS,
-    "torch_dtype": "bfloat16",
-}
+}  # SGLang's default aux layers: nothing is trained to depend on them
 
 
 def write(out: Path, seed: int = 0) -> None:
