@@ -162,6 +162,7 @@ def build_series(
     """
     results: list[PatchResult] = []
     tip = base
+    links = _symlinks_of_series(repo, base, series, bare)
     # One private index for the whole series: after each commit it already holds the tip's
     # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
     with (
@@ -170,7 +171,9 @@ def build_series(
     ):
         for patch in series.patches:
             progress(f"applying {patch.name}")
-            _refuse_symlinked_paths(repo, tip, patch, bare)
+            _refuse_symlinked_paths(
+                patch, links if links is not None else _symlinks_at(repo, tip, patch, bare)
+            )
             patch_file = Path(tmp) / patch.name
             patch_file.write_bytes(patch.raw)
             result = _apply_one(repo, env, patch, patch_file, options, bare)
@@ -189,9 +192,28 @@ def build_series(
     return tip, results
 
 
-def _refuse_symlinked_paths(repo: Path, tree: str, patch: Patch, bare: bool) -> None:
+def _symlinks_of_series(repo: Path, base: str, series: Series, bare: bool) -> dict[str, str] | None:
+    """path -> the symlink at or above it in `base`, for every path the series touches, read
+    by one `ls-tree`. It holds for every tip the series builds: no patch may create a
+    symlink (series.parse_patch) and one touching a symlink is refused before it applies,
+    so no patch adds or removes one. None (check each tip) when a patch names the symlink
+    mode at all."""
+    if any(_SYMLINK_MODE_RE.search(patch.diff) for patch in series.patches):
+        return None
+    paths = sorted({path for patch in series.patches for path in touched_paths(patch)})
+    return gitops.symlinks_along(repo, base, paths, bare=bare)
+
+
+_SYMLINK_MODE_RE = re.compile(r"^(?:.* )?(?:mode|index \S+) 120000$", re.M)
+
+
+def _symlinks_at(repo: Path, tree: str, patch: Patch, bare: bool) -> dict[str, str]:
+    return gitops.symlinks_along(repo, tree, touched_paths(patch), bare=bare)
+
+
+def _refuse_symlinked_paths(patch: Patch, series_links: dict[str, str]) -> None:
     """A path at or below a symlink of the tree could write outside it once checked out."""
-    links = gitops.symlinks_along(repo, tree, touched_paths(patch), bare=bare)
+    links = {p: series_links[p] for p in touched_paths(patch) if p in series_links}
     if links:
         path, link = sorted(links.items())[0]
         where = "is" if path == link else "goes through"

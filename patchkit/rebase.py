@@ -225,6 +225,7 @@ def classify_rebase(
         )
     tip = new_base.commit
     left_out: list[str] = []
+    carried: list[tuple[PatchOutcome, Patch]] = []
     # One scratch index for the whole carry: after a carried patch it already holds the new
     # tip, so it is only re-read when a 3-way attempt left it elsewhere.
     with (
@@ -242,11 +243,7 @@ def classify_rebase(
                 gitops.read_tree_into(mirror, env, tip, bare=True)
             if outcome.label in ("clean", "offset", "merged"):
                 tip = outcome.commit = _commit_carried(mirror, tip, outcome, patch)
-                exported = export_commits(mirror, _parent(mirror, tip), tip, bare=True)[0]
-                outcome.refreshed = exported.raw
-                outcome.changed = exported.raw != patch.raw
-                if outcome.label != "merged":
-                    outcome.label = _clean_or_offset(patch, exported.raw)
+                carried.append((outcome, patch))
             if left_out:
                 outcome.provisional = True
                 outcome.note = (outcome.note + "; " if outcome.note else "") + (
@@ -255,6 +252,13 @@ def classify_rebase(
             if outcome.label == "conflict":
                 left_out.append(patch.name)
             report.outcomes.append(outcome)
+    # The carried commits are one first-parent chain: one format-patch exports them all.
+    refreshed = export_commits(mirror, new_base.commit, tip, bare=True) if carried else []
+    for (outcome, patch), exported in zip(carried, refreshed, strict=True):
+        outcome.refreshed = exported.raw
+        outcome.changed = exported.raw != patch.raw
+        if outcome.label != "merged":
+            outcome.label = _clean_or_offset(patch, exported.raw)
     report.tip = tip
     return report
 
@@ -263,10 +267,6 @@ def _has_history(mirror: Path, old: Base, new: Base) -> bool:
     if old.source in IMPORTS or new.source in IMPORTS:
         return False
     return gitops.is_ancestor(mirror, old.commit, new.commit, bare=True)
-
-
-def _parent(mirror: Path, commit: str) -> str:
-    return gitops.commit_parents(mirror, commit, bare=True)[0]
 
 
 def _carry_one(
