@@ -521,6 +521,67 @@ def commit_tree(
     return str(out).strip()
 
 
+def commit_chain(
+    repo: Path, base: str, commits: list[tuple[str, str, Identity]], bare: bool = False
+) -> list[str]:
+    """Write a first-parent chain of commits on `base`, one per (tree, message, identity),
+    as `commit_tree` would one by one; returns their ids, oldest first.
+
+    The commit objects are serialized here, as commit-tree does, and written by one
+    `git hash-object -w` (which checks their format and writes each loose object whole); the
+    ids git reports must be the ones computed here. Identities commit-tree would rewrite
+    (ident.c strips "crud" and parses dates) go through commit-tree itself.
+    """
+    if not all(_plain_identity(who) for _, _, who in commits):
+        ids, parent = [], base
+        for tree, message, who in commits:
+            parent = commit_tree(repo, tree, parent, message, who, bare=bare)
+            ids.append(parent)
+        return ids
+    algorithm = "sha256" if len(base) == 64 else "sha1"
+    ids, bodies, parent = [], [], base
+    for tree, message, who in commits:
+        ident = f"{who.name} <{who.email}> {who.date}"
+        body = (
+            f"tree {tree}\nparent {parent}\nauthor {ident}\ncommitter {ident}\n\n{message}"
+        ).encode()
+        parent = hashlib.new(algorithm, b"commit %d\0" % len(body) + body).hexdigest()
+        ids.append(parent)
+        bodies.append(body)
+    if not bodies:
+        return []
+    with tempfile.TemporaryDirectory(prefix="patchkit-commits-") as tmp:
+        paths = []
+        for i, body in enumerate(bodies):
+            path = Path(tmp) / f"{i:06d}"
+            path.write_bytes(body)
+            paths.append(str(path))
+        stdin = "".join(f"{p}\n" for p in paths).encode()
+        out = run(
+            repo, "hash-object", "-t", "commit", "-w", "--stdin-paths", stdin=stdin, bare=bare
+        )
+    if str(out).split() != ids:
+        raise GitError(["hash-object"], 0, "git wrote other commit ids than the chain computed")
+    return ids
+
+
+# ident.c's crud(): characters commit-tree strips from both ends of a name or an email.
+_IDENT_CRUD = frozenset(".,:;<>\"\\'")
+_PLAIN_DATE_RE = re.compile(r"^[1-9][0-9]{8,9} [+-](?:[01][0-9]|2[0-3])[0-5][0-9]$")
+
+
+def _plain_identity(who: Identity) -> bool:
+    """True when commit-tree would write `who` exactly as given: a name and an email with no
+    crud at either end and no delimiter inside, a date in seconds since 1970 (9 or 10
+    digits, which git reads as such) and a valid offset."""
+    for part in (who.name, who.email):
+        if not part or part[0] in _IDENT_CRUD or part[-1] in _IDENT_CRUD:
+            return False
+        if ord(part[0]) <= 32 or ord(part[-1]) <= 32 or any(c in part for c in "<>\n"):
+            return False
+    return bool(_PLAIN_DATE_RE.match(who.date)) and not who.date.endswith(" -0000")
+
+
 def tree_of(repo: Path, commit: str, bare: bool = False) -> str:
     return str(run(repo, "rev-parse", f"{commit}^{{tree}}", bare=bare)).strip()
 
