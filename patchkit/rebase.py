@@ -242,7 +242,7 @@ def classify_rebase(
             if outcome.label in ("upstreamed", "conflict"):
                 gitops.read_tree_into(mirror, env, tip, bare=True)
             if outcome.label in ("clean", "offset", "merged"):
-                tip = outcome.commit = _commit_carried(mirror, tip, outcome, patch)
+                tip = outcome.tree  # the signals read trees; the commits are written below
                 carried.append((outcome, patch))
             if left_out:
                 outcome.provisional = True
@@ -252,7 +252,17 @@ def classify_rebase(
             if outcome.label == "conflict":
                 left_out.append(patch.name)
             report.outcomes.append(outcome)
-    # The carried commits are one first-parent chain: one format-patch exports them all.
+    # The carried commits are one first-parent chain: written together, exported by one
+    # format-patch.
+    commits = gitops.commit_chain(
+        mirror,
+        new_base.commit,
+        [(o.tree, commit_message_for(p), patch_identity(p)) for o, p in carried],
+        bare=True,
+    )
+    tip = commits[-1] if commits else new_base.commit
+    for (outcome, _), commit in zip(carried, commits, strict=True):
+        outcome.commit = commit
     refreshed = export_commits(mirror, new_base.commit, tip, bare=True) if carried else []
     for (outcome, patch), exported in zip(carried, refreshed, strict=True):
         outcome.refreshed = exported.raw
@@ -522,12 +532,6 @@ def _added_lines_signal(mirror: Path, tip: str, patch: Patch) -> Signal:
         "added-lines-present",
         fired,
         f"{present}/{wanted} added lines already in the new base's files",
-    )
-
-
-def _commit_carried(mirror: Path, tip: str, outcome: PatchOutcome, patch: Patch) -> str:
-    return gitops.commit_tree(
-        mirror, outcome.tree, tip, commit_message_for(patch), patch_identity(patch), bare=True
     )
 
 
