@@ -110,6 +110,7 @@ lint: $(VENV)/.stamp-core
 
 bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/apply.py
+	$(VENV)/bin/python bench/fixed_cost.py
 	$(VENV)/bin/python bench/rebase.py
 	$(VENV)/bin/python bench/wheels.py
 	$(VENV)/bin/python bench/verify.py

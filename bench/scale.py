@@ -110,11 +110,15 @@ def main() -> int:
     from patchkit.upstream import Mirror
     from patchkit.workspace import Workspace
 
-    mirror = Mirror(Workspace.load(ROOT).target("sglang")).path
+    patchkit_mirror = Mirror(Workspace.load(ROOT).target("sglang")).path
     quilt = shutil.which("quilt")
     rows: dict[str, dict[int, tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmpdir:
         tmp = Path(tmpdir)
+        # git's side writes into a bare clone sharing the mirror's objects (alternates): its
+        # objects and gc packs in patchkit's mirror would bill patchkit integrity re-hashes.
+        mirror = tmp / "baseline.git"
+        git("clone", "-q", "--bare", "--shared", str(patchkit_mirror), str(mirror))
         for size in sizes:
             measure(size, mirror, tmp, args.runs, quilt, rows)
     _print(rows, sizes, args.runs)
@@ -197,15 +201,23 @@ def _quilt_runs(quilt: str, mirror: Path, base: str, patches, tmp: Path, runs: i
 
 def _print(rows, sizes: list[int], runs: int) -> None:
     head = f"{'verb':<14}" + "".join(f"{f'N={n} pk / git':>24}" for n in sizes)
-    print(head + f"{'growth pk':>11}{'growth git':>11}")
+    print(head + f"{'growth pk':>11}{'growth git':>11}{'ms/patch pk':>13}{'git':>6}")
     for verb, by_size in rows.items():
         cells = "".join(
             f"{by_size[n][0]:9.2f} /{by_size[n][1]:7.2f} ={by_size[n][0] / by_size[n][1]:5.2f}x"
             for n in sizes
         )
         first, last = by_size[sizes[0]], by_size[sizes[-1]]
-        print(f"{verb:<14}{cells}{last[0] / first[0]:10.1f}x{last[1] / first[1]:10.1f}x")
+        # The cost of one more patch, between the two largest sizes (fixed costs cancel).
+        prev = by_size[sizes[-2]] if len(sizes) > 1 else (0.0, 0.0)
+        added = max(sizes[-1] - (sizes[-2] if len(sizes) > 1 else 0), 1)
+        slope = [1000 * (last[i] - prev[i]) / added for i in (0, 1)]
+        print(
+            f"{verb:<14}{cells}{last[0] / first[0]:10.1f}x{last[1] / first[1]:10.1f}x"
+            f"{slope[0]:13.1f}{slope[1]:6.1f}"
+        )
     print(f"medians of {runs} runs per cell, seconds; growth = N={sizes[-1]} / N={sizes[0]}")
+    print("ms/patch: (t(N_last) - t(N_prev)) / (N_last - N_prev), the cost of one more patch")
     print("(quilt row: quilt push -a / git am; its growth columns are quilt and git am)")
 
 

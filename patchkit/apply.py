@@ -161,7 +161,10 @@ def build_series(
     patch that does not apply (no refs are moved, so nothing is left behind).
     """
     results: list[PatchResult] = []
-    tip = base
+    tree = base  # the tree-ish the next patch applies to
+    links = _symlinks_of_series(repo, base, series, bare)
+    # The commits are written together once the trees are: (result, tree, message, identity).
+    pending: list[tuple[PatchResult, str, str, gitops.Identity]] = []
     # One private index for the whole series: after each commit it already holds the tip's
     # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
     with (
@@ -170,28 +173,57 @@ def build_series(
     ):
         for patch in series.patches:
             progress(f"applying {patch.name}")
-            _refuse_symlinked_paths(repo, tip, patch, bare)
+            _refuse_symlinked_paths(
+                patch, links if links is not None else _symlinks_at(repo, tree, patch, bare)
+            )
             patch_file = Path(tmp) / patch.name
             patch_file.write_bytes(patch.raw)
             result = _apply_one(repo, env, patch, patch_file, options, bare)
             if result.status == "failed":
                 results.append(result)
+                _write_commits(repo, base, pending, bare)  # the report names them
                 raise _apply_failure(series, patch, result, results)
             if result.status == "already-applied":
                 results.append(result)
                 continue
             tree = gitops.write_tree(repo, env, bare=bare)
-            tip = gitops.commit_tree(
-                repo, tree, tip, commit_message_for(patch), patch_identity(patch), bare=bare
-            )
-            result.commit = tip
+            pending.append((result, tree, commit_message_for(patch), patch_identity(patch)))
             results.append(result)
-    return tip, results
+    return _write_commits(repo, base, pending, bare), results
 
 
-def _refuse_symlinked_paths(repo: Path, tree: str, patch: Patch, bare: bool) -> None:
+def _write_commits(
+    repo: Path, base: str, pending: list[tuple[PatchResult, str, str, gitops.Identity]], bare: bool
+) -> str:
+    """Write the series' commits (one chain on `base`), record each in its result; the tip."""
+    ids = gitops.commit_chain(repo, base, [(t, m, who) for _, t, m, who in pending], bare=bare)
+    for (result, *_), commit in zip(pending, ids, strict=True):
+        result.commit = commit
+    return ids[-1] if ids else base
+
+
+def _symlinks_of_series(repo: Path, base: str, series: Series, bare: bool) -> dict[str, str] | None:
+    """path -> the symlink at or above it in `base`, for every path the series touches, read
+    by one `ls-tree`. It holds for every tip the series builds: no patch may create a
+    symlink (series.parse_patch) and one touching a symlink is refused before it applies,
+    so no patch adds or removes one. None (check each tip) when a patch names the symlink
+    mode at all."""
+    if any(_SYMLINK_MODE_RE.search(patch.diff) for patch in series.patches):
+        return None
+    paths = sorted({path for patch in series.patches for path in touched_paths(patch)})
+    return gitops.symlinks_along(repo, base, paths, bare=bare)
+
+
+_SYMLINK_MODE_RE = re.compile(r"^(?:.* )?(?:mode|index \S+) 120000$", re.M)
+
+
+def _symlinks_at(repo: Path, tree: str, patch: Patch, bare: bool) -> dict[str, str]:
+    return gitops.symlinks_along(repo, tree, touched_paths(patch), bare=bare)
+
+
+def _refuse_symlinked_paths(patch: Patch, series_links: dict[str, str]) -> None:
     """A path at or below a symlink of the tree could write outside it once checked out."""
-    links = gitops.symlinks_along(repo, tree, touched_paths(patch), bare=bare)
+    links = {p: series_links[p] for p in touched_paths(patch) if p in series_links}
     if links:
         path, link = sorted(links.items())[0]
         where = "is" if path == link else "goes through"

@@ -226,6 +226,7 @@ def classify_rebase(
         )
     tip = new_base.commit
     left_out: list[str] = []
+    carried: list[tuple[PatchOutcome, Patch]] = []
     # One scratch index for the whole carry: after a carried patch it already holds the new
     # tip, so it is only re-read when a 3-way attempt left it elsewhere.
     with (
@@ -242,12 +243,8 @@ def classify_rebase(
             if outcome.label in ("upstreamed", "conflict"):
                 gitops.read_tree_into(mirror, env, tip, bare=True)
             if outcome.label in ("clean", "offset", "merged"):
-                tip = outcome.commit = _commit_carried(mirror, tip, outcome, patch)
-                exported = export_commits(mirror, _parent(mirror, tip), tip, bare=True)[0]
-                outcome.refreshed = exported.raw
-                outcome.changed = exported.raw != patch.raw
-                if outcome.label != "merged":
-                    outcome.label = _clean_or_offset(patch, exported.raw)
+                tip = outcome.tree  # the signals read trees; the commits are written below
+                carried.append((outcome, patch))
             if left_out:
                 outcome.provisional = True
                 outcome.note = (outcome.note + "; " if outcome.note else "") + (
@@ -256,6 +253,23 @@ def classify_rebase(
             if outcome.label == "conflict":
                 left_out.append(patch.name)
             report.outcomes.append(outcome)
+    # The carried commits are one first-parent chain: written together, exported by one
+    # format-patch.
+    commits = gitops.commit_chain(
+        mirror,
+        new_base.commit,
+        [(o.tree, commit_message_for(p), patch_identity(p)) for o, p in carried],
+        bare=True,
+    )
+    tip = commits[-1] if commits else new_base.commit
+    for (outcome, _), commit in zip(carried, commits, strict=True):
+        outcome.commit = commit
+    refreshed = export_commits(mirror, new_base.commit, tip, bare=True) if carried else []
+    for (outcome, patch), exported in zip(carried, refreshed, strict=True):
+        outcome.refreshed = exported.raw
+        outcome.changed = exported.raw != patch.raw
+        if outcome.label != "merged":
+            outcome.label = _clean_or_offset(patch, exported.raw)
     report.tip = tip
     return report
 
@@ -264,10 +278,6 @@ def _has_history(mirror: Path, old: Base, new: Base) -> bool:
     if old.source in IMPORTS or new.source in IMPORTS:
         return False
     return gitops.is_ancestor(mirror, old.commit, new.commit, bare=True)
-
-
-def _parent(mirror: Path, commit: str) -> str:
-    return gitops.commit_parents(mirror, commit, bare=True)[0]
 
 
 def _carry_one(
@@ -523,12 +533,6 @@ def _added_lines_signal(mirror: Path, tip: str, patch: Patch) -> Signal:
         "added-lines-present",
         fired,
         f"{present}/{wanted} added lines already in the new base's files",
-    )
-
-
-def _commit_carried(mirror: Path, tip: str, outcome: PatchOutcome, patch: Patch) -> str:
-    return gitops.commit_tree(
-        mirror, outcome.tree, tip, commit_message_for(patch), patch_identity(patch), bare=True
     )
 
 

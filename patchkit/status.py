@@ -101,8 +101,8 @@ def status(directory: Path, target: Target, series: Series, series_version: str)
         target.name, directory, base, stands_for, upstream, series_version, series.hash(), head
     )
     by_name: dict[str, str] = {}
-    for commit in gitops.rev_list(directory, base, head or base):
-        name = gitops.trailers_of(directory, commit).get(PATCH_FILE_TRAILER)
+    for commit, trailers in gitops.trailers_in_range(directory, base, head or base):
+        name = trailers.get(PATCH_FILE_TRAILER)
         if name:
             by_name[name] = commit
         else:

@@ -16,7 +16,6 @@ import re
 import tempfile
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,6 +57,8 @@ def file_sha256(path: Path) -> str:
 
 
 def urlopen(url: str, accept: str | None = None):
+    import urllib.request  # http, email and ssl: 10 ms of every run that never downloads
+
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     try:
         return urllib.request.urlopen(request, timeout=120)
