@@ -19,6 +19,8 @@ from rebase_fixtures import (  # noqa: F401 - fixtures
     sglang_0510,
 )
 
+from patchkit.targets import bump_version
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -191,7 +193,8 @@ def test_write_refreshes_drops_and_moves_the_pin(project, cache_0510, tmp_path):
     assert "Applied-Upstream: sglang 0.5.10 (kimi-k25-eagle3-delegation.patch)" in r.stdout
     toml_text = (project / "patches/targets.toml").read_text()
     data = tomllib.loads(toml_text)
-    assert data["series"]["version"] == "0.2.0"
+    version_before = tomllib.loads(toml_before)["series"]["version"]
+    assert data["series"]["version"] == bump_version(version_before)
     assert data["targets"]["sglang"]["lines"]["0.5.9"]["pin"] == "0.5.10"
     release = data["targets"]["sglang"]["releases"][-1]
     assert release["sdist"] == "sglang==0.5.10"
