@@ -46,8 +46,14 @@ class Mirror:
         return self.path
 
     def sweep(self) -> None:
-        """Remove what a killed holder of the mirror lock left: scratch dirs, partial downloads
-        and git's own lock files (only holders of the mirror lock write there)."""
+        """Remove what a killed holder of the mirror lock left: scratch dirs, partial downloads,
+        git's lock files and temporary packs (refs and packs are written only under the lock).
+
+        Loose objects are not only written under the lock: apply, status, rebase and review
+        build the series in the mirror (blobs, trees and commits, each written by git to a
+        `tmp_obj_*` file and renamed) while another process may hold the lock. Their temporary
+        files are left alone: one may be in flight, and a killed writer's is never read (git
+        gc expires them)."""
         scratch = self.root / "tmp"
         for prefix in (f"import-{self.target.name}-", f"init-{self.target.name}-"):
             for stale in scratch.glob(f"{prefix}*") if scratch.is_dir() else ():
@@ -57,7 +63,8 @@ class Mirror:
                 stale.unlink(missing_ok=True)
         if self.path.is_dir():
             for lock in gitops.stale_lock_files(self.path):
-                lock.unlink(missing_ok=True)
+                if not lock.name.startswith("tmp_obj_"):
+                    lock.unlink(missing_ok=True)
 
     def _objects_signature(self, commit: str) -> str:
         """Identity of the files holding `commit`'s objects: every pack (git never rewrites a

@@ -12,6 +12,7 @@ from reliability_support import (
     ROOT,
     cache_problems,
     checkout_problems,
+    cli,
     leftovers,
     make_toy,
     record,
@@ -101,3 +102,20 @@ def test_two_applies_racing_on_the_real_sglang_import(tmp_path, sglang_sdist):
     assert not issues
     for d in dirs:
         shutil.rmtree(d)
+
+
+def test_the_mirror_sweep_leaves_loose_objects_being_written(toy):
+    """Applies build the series in the mirror without its lock; a process that takes the
+    lock sweeps what a killed holder left. Sweeping `tmp_obj_*` too removed the loose object
+    another apply was writing (`unable to write file .../objects/b2/...`, exit 70)."""
+    assert cli("fetch", "--target", "toy", env=toy.env).returncode == 0
+    objects = toy.cache / "mirrors" / "toy.git" / "objects"
+    in_flight = objects / "b2" / "tmp_obj_Ab12Cd"
+    in_flight.parent.mkdir(exist_ok=True)
+    in_flight.write_bytes(b"x")
+    stale_lock = objects.parent / "packed-refs.lock"
+    stale_lock.write_bytes(b"")
+    done = cli("fetch", "--target", "toy", env=toy.env)
+    assert done.returncode == 0, done.stderr
+    assert in_flight.exists()
+    assert not stale_lock.exists()
