@@ -787,11 +787,6 @@ def format_patches(repo: Path, base: str, tip: str, bare: bool = False) -> bytes
     )
 
 
-def commit_parents(repo: Path, commit: str, bare: bool = False) -> list[str]:
-    out = str(run(repo, "rev-list", "--parents", "-n", "1", commit, bare=bare)).split()
-    return out[1:]
-
-
 def rev_list_bare(repo: Path, base: str, tip: str, bare: bool = False) -> list[str]:
     """Commits in base..tip, oldest first (first-parent), in a bare or non-bare repository."""
     out = str(run(repo, "rev-list", "--reverse", "--first-parent", f"{base}..{tip}", bare=bare))
