@@ -91,9 +91,14 @@ def test_second_apply_exits_3_and_changes_nothing(tmp_path, small_series):
     assert snapshot(into) == before
 
 
-def test_failing_patch_leaves_new_dir_absent(tmp_path, project, small_series):
+def _broken(small_series) -> bytes:
+    """mark-communicator.patch against a context line the base does not have."""
     bad = small_series["mark-communicator.patch"].replace(b"-import logging", b"-import lumber")
-    bad = bad.replace(b" import logging\n", b" import lumber\n")
+    return bad.replace(b" import logging\n", b" import lumber\n")
+
+
+def test_failing_patch_leaves_new_dir_absent(tmp_path, project, small_series):
+    bad = _broken(small_series)
     write_series(
         project,
         "sglang",
@@ -110,8 +115,7 @@ def test_failing_patch_leaves_new_dir_absent(tmp_path, project, small_series):
 
 
 def test_failed_apply_counts_the_whole_series(tmp_path, project, small_series):
-    bad = small_series["mark-communicator.patch"].replace(b"-import logging", b"-import lumber")
-    bad = bad.replace(b" import logging\n", b" import lumber\n")
+    bad = _broken(small_series)
     write_series(
         project,
         "sglang",
