@@ -64,7 +64,7 @@ def profile(
     for thread in threads:
         thread.start()
     (server.probe / "profile").write_text(f"{steps} {int(0.9 * concurrency)}\n")
-    deadline = time.time() + 60
+    deadline = time.time() + 90
     found = None
     while time.time() < deadline and found is None:
         time.sleep(0.5)
@@ -73,7 +73,7 @@ def profile(
     for thread in threads:
         thread.join(timeout=130)
     if found is None:
-        return "no profile within 60 s"
+        return "no profile within 90 s"
     time.sleep(0.5)
     dest.write_text(found.read_text())
     return dest.read_text().splitlines()[0]

@@ -15,8 +15,10 @@ Lines go to ``<dir>/<pid>.rec``, written every 0.2 s by a daemon thread; while
 Profiling (``gpu/session.py --profile``): when ``<dir>/profile`` appears, holding ``N MINBS``,
 the wall time between target forwards of batch size >= MINBS is measured over N of them
 without the profiler, then the scheduler's thread runs N more such forwards under
-``cProfile``; both go to ``<dir>/<pid>.prof.txt`` (statistics by own and by cumulative
-time). The request file is removed once taken.
+``cProfile``, then ``TRACE_STEPS`` more (20) under ``torch.profiler`` with CUDA activity: the
+GPU time and kernel count per step and the kernels by device time. All of it goes to
+``<dir>/<pid>.prof.txt`` (statistics by own and by cumulative time, then the GPU table). The
+request file is removed once taken.
 """
 
 import cProfile
@@ -34,6 +36,7 @@ _lines = []
 _lock = threading.Lock()
 _state = {"on": True, "profile": 0, "min_bs": 1, "runs_models": False}
 _profile = {"phase": "idle", "left": 0, "n": 0, "stamps": [], "bs": [], "prof": None}
+TRACE_STEPS = 20
 
 
 def _record(line):
@@ -105,13 +108,28 @@ def _profile_step(batch_size):
         if _profile["left"] == 0:
             _profile.update(phase="profiling", left=_profile["n"], prof=cProfile.Profile())
             _profile["prof"].enable()
-    elif _profile["left"] == 0:
+    elif phase == "profiling" and _profile["left"] == 0:
         _profile["prof"].disable()
-        _write_profile(_profile["prof"])
-        _profile.update(phase="idle", prof=None)
+        _profile["report"] = _cprofile_report(_profile["prof"])
+        import torch.profiler
+
+        trace = torch.profiler.profile(
+            activities=[
+                torch.profiler.ProfilerActivity.CPU,
+                torch.profiler.ProfilerActivity.CUDA,
+            ]
+        )
+        _profile.update(phase="tracing", left=TRACE_STEPS, prof=trace)
+        trace.__enter__()
+    elif phase == "tracing" and _profile["left"] == 0:
+        _profile["prof"].__exit__(None, None, None)
+        report = _profile["report"] + _trace_report(_profile["prof"], TRACE_STEPS)
+        with open(os.path.join(_DIR, f"{os.getpid()}.prof.txt"), "w") as f:
+            f.write(report)
+        _profile.update(phase="idle", prof=None, report="")
 
 
-def _write_profile(prof):
+def _cprofile_report(prof):
     stamps, sizes = _profile["stamps"], _profile["bs"]
     gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False))
     out = io.StringIO()
@@ -125,8 +143,29 @@ def _write_profile(prof):
     stats = pstats.Stats(prof, stream=out)
     stats.sort_stats("tottime").print_stats(45)
     stats.sort_stats("cumulative").print_stats(70)
-    with open(os.path.join(_DIR, f"{os.getpid()}.prof.txt"), "w") as f:
-        f.write(out.getvalue())
+    return out.getvalue()
+
+
+def _trace_report(trace, steps):
+    """GPU time per step: every kernel and copy the process ran while traced (those
+    inside CUDA graphs included, as the graph's kernels), summed, per step. Ranges that
+    annotate the GPU timeline (SGLang's ``step[...]``) are not work and are left out."""
+    events = [
+        e
+        for e in trace.events()
+        if e.device_type.name == "CUDA" and not getattr(e, "is_user_annotation", False)
+    ]
+    busy_us = sum(e.device_time for e in events)
+    out = io.StringIO()
+    out.write(
+        f"\n\nGPU under torch.profiler, {steps} target forwards: "
+        f"{busy_us / steps / 1e3:.3f} ms of kernels and copies per step, "
+        f"{len(events) / steps:.1f} of them per step\n\n"
+    )
+    out.write(
+        trace.key_averages().table(sort_by="self_device_time_total", row_limit=45)
+    )
+    return out.getvalue()
 
 
 def _wrap_metrics(module):

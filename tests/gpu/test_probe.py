@@ -1,6 +1,7 @@
 """The GPU probe's profiling trigger (gpu/probe/sitecustomize.py), run on the CPU: a request
-file ``N MINBS`` times N target forwards of batch size >= MINBS, profiles N more, writes one
-report and removes the request; smaller batches are not counted."""
+file ``N MINBS`` times N target forwards of batch size >= MINBS, profiles N more, traces
+``TRACE_STEPS`` more with torch.profiler, writes one report and removes the request; smaller
+batches are not counted."""
 
 from __future__ import annotations
 
@@ -48,8 +49,17 @@ def test_profile_request_times_then_profiles_counted_forwards(tmp_path, monkeypa
         probe._profile_step(120)
     assert not list(tmp_path.glob("*.prof.txt"))
     probe._profile_step(120)
+    assert probe._profile["phase"] == "tracing"
+    import torch
+
+    for _ in range(probe.TRACE_STEPS):
+        assert not list(tmp_path.glob("*.prof.txt"))
+        torch.ones(4).add_(1)
+        probe._profile_step(120)
     (report,) = tmp_path.glob("*.prof.txt")
     text = report.read_text()
     assert text.startswith("target forwards timed without the profiler: 4, batch sizes 127-128")
     assert "_profile_step" in text
+    assert f"GPU under torch.profiler, {probe.TRACE_STEPS} target forwards: " in text
+    assert "aten::add_" in text  # the traced table (CPU ops here; kernels on a GPU)
     assert probe._profile["phase"] == "idle"
