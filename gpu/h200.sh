@@ -6,6 +6,7 @@
 #   bench   the throughput benchmark and profiles against the running servers, then stop them
 #   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py)
 #   profile install stage 2, train, start baseline and EAGLE-3 v2 (+ threshold), profile, stop
+#   deep    baseline and EAGLE-3 v2 + threshold on the larger models with a 36-layer target
 # The machine keeps /tmp and the servers for 30 s after a call: run the steps back to back.
 set -u
 SITE=/tmp/site
@@ -63,7 +64,18 @@ profile)
     collect $S-profile profile-
     grep -h "profile" "$S-profile/session.log"
     exit $rc ;;
+deep)
+    test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
+    sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
+    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=0.4 timeout 520 python3 gpu/session.py \
+        --out $S-deep --large --large-layers 36 --no-tests --stop --budget-s 500 --bench-runs 3 \
+        --bench-concurrency 64,128 --labels baseline,eagle3-v2+threshold \
+        --profile baseline,eagle3-v2+threshold)
+    rc=$?
+    collect $S-deep deep-
+    cat "$S-deep/bench.md" 2>/dev/null
+    exit $rc ;;
 *)
-    echo "usage: h200.sh stage1|tests|bench|large|profile" >&2
+    echo "usage: h200.sh stage1|tests|bench|large|profile|deep" >&2
     exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 """Configurations of a larger target and draft, loaded with dummy weights, for the benchmark.
 
-    python gpu/large_models.py --out DIR
+    python gpu/large_models.py --out DIR [--layers N]
 
 Writes ``DIR/target/config.json`` (a ``DeepseekV3ForCausalLM``: 16 layers, hidden 2048, MLA,
 64 routed experts top-6 + 1 shared expert, about 13 GB in bf16), ``DIR/draft/config.json`` (a
@@ -15,6 +15,11 @@ the GPU (at batch 16 and more a step reads nearly every expert, 12 GB), as Kimi-
 the target box, so the benchmark on it says what the fixed per-step cost of a step without
 drafts weighs where the forward dominates. Acceptance is meaningless with dummy weights: only
 batches above the threshold, where no draft is verified, are compared.
+
+``--layers N`` makes the target deeper (N layers, about 0.8 GB each) with the same draft: the
+target's step grows while the cost of a step without drafts beyond the target's forward (the
+draft extend, the step's own kernels) stays the same, which is how the gap between the two
+kinds of step depends on the target's step time.
 """
 
 from __future__ import annotations
@@ -56,8 +61,9 @@ DRAFT_CONFIG = {
 }  # SGLang's default aux layers: nothing is trained to depend on them
 
 
-def write(out: Path, seed: int = 0) -> None:
-    for name, config in (("target", TARGET_CONFIG), ("draft", DRAFT_CONFIG)):
+def write(out: Path, seed: int = 0, layers: int | None = None) -> None:
+    target = {**TARGET_CONFIG, **({"num_hidden_layers": layers} if layers else {})}
+    for name, config in (("target", target), ("draft", DRAFT_CONFIG)):
         (out / name).mkdir(parents=True, exist_ok=True)
         (out / name / "config.json").write_text(json.dumps(config, indent=1))
     (out / "target" / "generation_config.json").write_text(json.dumps({"do_sample": False}))
@@ -67,8 +73,9 @@ def write(out: Path, seed: int = 0) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--layers", type=int, default=None, help="target layers (default 16)")
     args = parser.parse_args(argv)
-    write(args.out)
+    write(args.out, layers=args.layers)
     print(f"large model configurations in {args.out}")
     return 0
 

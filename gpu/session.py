@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the larger dummy-weight models of gpu/large_models.py instead of the tiny ones",
     )  # fmt: skip
     parser.add_argument(
+        "--large-layers", type=int, default=None, help="with --large: the target's layers"
+    )
+    parser.add_argument(
         "--profile", default="", help="labels to profile at C=128 after the benchmark"
     )
     parser.add_argument("--stop", action="store_true", help="with --attach: stop them at the end")
@@ -124,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.large:
             import large_models
 
-            large_models.write(models)
-            log(f"large model configurations (dummy weights) in {models}")
+            large_models.write(models, layers=args.large_layers)
+            layers = args.large_layers or large_models.TARGET_CONFIG["num_hidden_layers"]
+            log(f"large model configurations (dummy weights, target layers {layers}) in {models}")
         elif not (models / "target" / "model.safetensors").exists():
             log("training the tiny models")
             train = subprocess.run(

@@ -162,9 +162,7 @@ def _trace_report(trace, steps):
         f"{busy_us / steps / 1e3:.3f} ms of kernels and copies per step, "
         f"{len(events) / steps:.1f} of them per step\n\n"
     )
-    out.write(
-        trace.key_averages().table(sort_by="self_device_time_total", row_limit=45)
-    )
+    out.write(trace.key_averages().table(sort_by="self_device_time_total", row_limit=45))
     return out.getvalue()
 
 
