@@ -9,7 +9,9 @@ draft in SGLang's ``LlamaForCausalLMEagle3`` checkpoint layout: ``fc`` over the 
 layers, ``midlayer.*``, ``norm``, ``lm_head``, ``d2t`` / ``t2d``), ``DIR/language.json`` and
 ``DIR/training.json`` (steps, losses, greedy accuracy and logit margins). Both models learn the
 chain language of ``gpu/language.py``. Training stops when the held-out accuracy goal is met
-or the time budget is spent; ``training.json`` says which.
+or the time budget is spent; ``training.json`` says which. A run that ends on its budget keeps
+the best evaluated state, not the last (a constant learning rate can spike the loss between
+evaluations: one run ended at 0.987 held-out accuracy after 0.9997 fifty steps before).
 
 The draft is trained on the target's aux hidden states exactly as SGLang feeds them: the
 residual stream entering layers ``aux_layer_ids + 1`` (the draft config's
@@ -136,6 +138,25 @@ def _margin_stats(logits: torch.Tensor, labels: torch.Tensor) -> dict:
     }
 
 
+class BestState:
+    """The best evaluated state of a model: training with a constant learning rate can spike
+    between evaluations, and a run that ends on its time budget must not end on a spike."""
+
+    def __init__(self, model: nn.Module):
+        self.model, self.score, self.state, self.stats = model, None, None, {}
+
+    def offer(self, score: tuple, stats: dict) -> None:
+        if self.score is None or score > self.score:
+            self.score, self.stats = score, dict(stats)
+            self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self, stopped: str) -> dict:
+        """Load the best state; its statistics, with why training stopped (the budget)."""
+        if self.state is not None:
+            self.model.load_state_dict(self.state)
+        return {**self.stats, "stopped": stopped}
+
+
 def train_target(lang, device, seed, budget_s, log):
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
@@ -147,7 +168,7 @@ def train_target(lang, device, seed, budget_s, log):
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0, betas=(0.9, 0.98))
     data = Batches(lang, device, seed)
     held = Batches(lang, device, seed + 99).sample(512)
-    start, step, stats = time.time(), 0, {}
+    start, step, best = time.time(), 0, BestState(model)
     while True:
         step += 1
         lr = 2e-3 * min(1.0, step / 50)
@@ -169,11 +190,12 @@ def train_target(lang, device, seed, budget_s, log):
             stats = _margin_stats(ev[:, 1:-1], held[:, 2:])
             stats.update(step=step, loss=loss.item(), seconds=round(time.time() - start, 1))
             log(f"target {stats}")
+            best.offer((stats["accuracy"], stats["margin_p05"]), stats)
             if stats["accuracy"] >= 0.9999 and stats["margin_p05"] >= 6.0:
                 stats["stopped"] = "goal"
                 break
             if time.time() - start > budget_s:
-                stats["stopped"] = "budget"
+                stats = best.restore("budget")
                 break
     model.eval()
     return model, stats
@@ -275,7 +297,7 @@ def train_draft(lang, target, device, seed, budget_s, log):
     embed = target.get_input_embeddings()
     opt = torch.optim.AdamW(draft.parameters(), lr=2e-3, betas=(0.9, 0.98))
     data = Batches(lang, device, seed + 7)
-    start, step, stats = time.time(), 0, {}
+    start, step, best = time.time(), 0, BestState(draft)
     while True:
         step += 1
         for group in opt.param_groups:
@@ -295,11 +317,12 @@ def train_draft(lang, target, device, seed, budget_s, log):
                 "seconds": round(time.time() - start, 1),
             }
             log(f"draft {stats}")
+            best.offer((min(acc1, acc2), acc1 + acc2), stats)
             if acc1 >= 0.99 and acc2 >= 0.95:
                 stats["stopped"] = "goal"
                 break
             if time.time() - start > budget_s:
-                stats["stopped"] = "budget"
+                stats = best.restore("budget")
                 break
     return draft, stats
 
