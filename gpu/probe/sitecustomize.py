@@ -111,22 +111,33 @@ def _profile_step(batch_size):
     elif phase == "profiling" and _profile["left"] == 0:
         _profile["prof"].disable()
         _profile["report"] = _cprofile_report(_profile["prof"])
-        import torch.profiler
+        try:
+            import torch.profiler
 
-        trace = torch.profiler.profile(
-            activities=[
-                torch.profiler.ProfilerActivity.CPU,
-                torch.profiler.ProfilerActivity.CUDA,
-            ]
-        )
+            trace = torch.profiler.profile(
+                activities=[
+                    torch.profiler.ProfilerActivity.CPU,
+                    torch.profiler.ProfilerActivity.CUDA,
+                ]
+            )
+            trace.__enter__()
+        except Exception as error:  # the probe must not break the server's forward
+            _finish(_profile["report"] + f"\n\nno GPU trace: {error!r}\n")
+            return
         _profile.update(phase="tracing", left=TRACE_STEPS, prof=trace)
-        trace.__enter__()
     elif phase == "tracing" and _profile["left"] == 0:
-        _profile["prof"].__exit__(None, None, None)
-        report = _profile["report"] + _trace_report(_profile["prof"], TRACE_STEPS)
-        with open(os.path.join(_DIR, f"{os.getpid()}.prof.txt"), "w") as f:
-            f.write(report)
-        _profile.update(phase="idle", prof=None, report="")
+        try:
+            _profile["prof"].__exit__(None, None, None)
+            trace = _trace_report(_profile["prof"], TRACE_STEPS)
+        except Exception as error:
+            trace = f"\n\nno GPU trace: {error!r}\n"
+        _finish(_profile["report"] + trace)
+
+
+def _finish(report):
+    with open(os.path.join(_DIR, f"{os.getpid()}.prof.txt"), "w") as f:
+        f.write(report)
+    _profile.update(phase="idle", prof=None, report="")
 
 
 def _cprofile_report(prof):

@@ -63,3 +63,22 @@ def test_profile_request_times_then_profiles_counted_forwards(tmp_path, monkeypa
     assert f"GPU under torch.profiler, {probe.TRACE_STEPS} target forwards: " in text
     assert "aten::add_" in text  # the traced table (CPU ops here; kernels on a GPU)
     assert probe._profile["phase"] == "idle"
+
+
+def test_a_failing_trace_leaves_the_forward_alone(tmp_path, monkeypatch):
+    """torch.profiler failing to start (no CUPTI, say) ends the request with a report that
+    says so; the forward the probe wraps is not broken."""
+    import torch.profiler
+
+    probe = _load_probe(tmp_path, monkeypatch)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("CUPTI unavailable")
+
+    monkeypatch.setattr(torch.profiler, "profile", refuse)
+    probe._profile.update(phase="timing", left=1, n=1, stamps=[], bs=[])
+    probe._profile_step(128)  # the last timed forward: cProfile starts
+    probe._profile_step(128)  # cProfile ends: the trace fails to start
+    (report,) = tmp_path.glob("*.prof.txt")
+    assert "no GPU trace: RuntimeError('CUPTI unavailable')" in report.read_text()
+    assert probe._profile["phase"] == "idle"
