@@ -9,7 +9,9 @@ What stands in for the GPU parts is in ``standins/spec_runtime.py``.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -88,4 +90,57 @@ def default_server_args(server_args_module):
             setattr(args, field.name, field.default_factory())
     args.model_path = "patchkit/payload-test-model"
     server_args_module.set_global_server_args_for_scheduler(args)
+    return args
+
+
+# The speculation server-argument tests of both lines: a tiny Llama target (a config only, no
+# weights are read) and an EAGLE-3 chain command line.
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "torch_dtype": "bfloat16",
+}
+EAGLE3_TOPK1 = [
+    "--speculative-algorithm", "EAGLE3",
+    "--speculative-num-steps", "2",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "3",
+]  # fmt: skip
+THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
+
+
+def write_model_dir(directory: Path) -> Path:
+    """A model folder holding only ``LLAMA_CONFIG``."""
+    (directory / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    return directory
+
+
+def parse_server_args(model_dir: Path, argv: list[str]):
+    """``ServerArgs`` from a command line through the real ``add_cli_args`` parser, without
+    ``__post_init__`` (it probes GPUs and model files); the target and draft are
+    ``model_dir``."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    cli = ["--model-path", str(model_dir), "--speculative-draft-model-path", str(model_dir)]
+    namespace = parser.parse_args([*cli, *argv])
+    args = object.__new__(ServerArgs)
+    for field in dataclasses.fields(ServerArgs):
+        if hasattr(namespace, field.name):
+            value = getattr(namespace, field.name)
+        elif field.default is not dataclasses.MISSING:
+            value = field.default
+        else:
+            value = field.default_factory()
+        setattr(args, field.name, value)
+    # Filled in by __post_init__ handlers that run before the speculative one.
+    args.page_size = args.page_size or 1
     return args

@@ -7,35 +7,18 @@ The target is a tiny Llama config written to a temporary directory (no weights a
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import logging
 
 import pytest
-from spec_fixtures import spec_tree
+from spec_fixtures import (
+    EAGLE3_TOPK1,
+    THRESHOLD_FLAG,
+    parse_server_args,
+    spec_tree,
+    write_model_dir,
+)
 
 pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.9")]
-
-LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "num_hidden_layers": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-    "torch_dtype": "bfloat16",
-}
-EAGLE3_TOPK1 = [
-    "--speculative-algorithm", "EAGLE3",
-    "--speculative-num-steps", "2",
-    "--speculative-eagle-topk", "1",
-    "--speculative-num-draft-tokens", "3",
-]  # fmt: skip
-THRESHOLD_FLAG = "--speculative-disable-batch-threshold"
 
 
 @pytest.fixture(scope="module")
@@ -46,29 +29,7 @@ def tree(request):
 
 @pytest.fixture
 def model_dir(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
-    return tmp_path
-
-
-def _parse(model_dir, argv):
-    from sglang.srt.server_args import ServerArgs
-
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    cli = ["--model-path", str(model_dir), "--speculative-draft-model-path", str(model_dir)]
-    namespace = parser.parse_args([*cli, *argv])
-    args = object.__new__(ServerArgs)
-    for field in dataclasses.fields(ServerArgs):
-        if hasattr(namespace, field.name):
-            value = getattr(namespace, field.name)
-        elif field.default is not dataclasses.MISSING:
-            value = field.default
-        else:
-            value = field.default_factory()
-        setattr(args, field.name, value)
-    # Filled in by __post_init__ handlers that run before the speculative one.
-    args.page_size = args.page_size or 1
-    return args
+    return write_model_dir(tmp_path)
 
 
 @pytest.fixture
@@ -79,7 +40,7 @@ def resolve(tree, model_dir, monkeypatch):
     def _resolve(*argv: str, spec_v2: bool = False):
         if spec_v2:
             monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "1")
-        args = _parse(model_dir, argv)
+        args = parse_server_args(model_dir, argv)
         args._handle_speculative_decoding()
         return args
 
@@ -173,7 +134,7 @@ def test_memory_for_steps_without_drafts_reserved_before_the_kv_pool(resolve, mo
     gpu_mem = 80 * 1024
     fractions = []
     for extra in ([], [THRESHOLD_FLAG, "32"]):
-        args = _parse(model_dir, [*EAGLE3_TOPK1, "--cuda-graph-max-bs", "128", *extra])
+        args = parse_server_args(model_dir, [*EAGLE3_TOPK1, "--cuda-graph-max-bs", "128", *extra])
         ServerArgs._handle_gpu_memory_settings(args, gpu_mem)
         fractions.append(args.mem_fraction_static)
     plain, with_threshold = fractions
