@@ -17,6 +17,19 @@ from spec_fixtures import (
     spec_tree,
     write_model_dir,
 )
+from spec_server_args_rules import (  # noqa: F401  (collected here: the rules both lines share)
+    test_no_warning_below_explicit_max_running_requests,
+    test_reenable_defaults_to_three_quarters,
+    test_reenable_must_lie_in_range,
+    test_reenable_needs_threshold,
+    test_threshold_must_be_positive,
+    test_threshold_without_speculation_refused,
+    test_topk_must_be_one,
+    test_unset_threshold_changes_nothing,
+    test_warns_about_implicit_cap_of_48,
+    test_warns_when_threshold_reaches_max_running_requests,
+    warning_messages,
+)
 
 pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.9")]
 
@@ -58,25 +71,6 @@ def test_cli_parses_thresholds(resolve):
     assert args.speculative_reenable_batch_threshold == 20
 
 
-def test_reenable_defaults_to_three_quarters(resolve):
-    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "32", "--max-running-requests", "128")
-    assert args.speculative_reenable_batch_threshold == 24
-    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "1", "--max-running-requests", "128")
-    assert args.speculative_reenable_batch_threshold == 1
-
-
-def test_unset_threshold_changes_nothing(resolve):
-    args = resolve(*EAGLE3_TOPK1, "--max-running-requests", "128")
-    assert args.speculative_disable_batch_threshold is None
-    assert args.speculative_reenable_batch_threshold is None
-
-
-@pytest.mark.parametrize("value", ["0", "-4"])
-def test_threshold_must_be_positive(resolve, value):
-    with pytest.raises(ValueError, match=r"disable-batch-threshold must be >= 1"):
-        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, value)
-
-
 def test_algorithm_must_be_eagle(resolve):
     with pytest.raises(ValueError, match=r"only the EAGLE and EAGLE3.*STANDALONE"):
         resolve(
@@ -88,24 +82,12 @@ def test_algorithm_must_be_eagle(resolve):
         )  # fmt: skip
 
 
-def test_threshold_without_speculation_refused(resolve):
-    with pytest.raises(ValueError, match=r"only the EAGLE and EAGLE3.*None"):
-        resolve(THRESHOLD_FLAG, "8")
-
-
 def test_eagle_and_eagle3_accepted(resolve):
     for algorithm in ("EAGLE", "EAGLE3"):
         argv = list(EAGLE3_TOPK1)
         argv[1] = algorithm
         args = resolve(*argv, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
         assert args.speculative_disable_batch_threshold == 8
-
-
-@pytest.mark.parametrize("spec_v2", [True, False])
-def test_topk_must_be_one(resolve, spec_v2):
-    # Llama auto-selects (steps, topk, draft tokens) = (5, 4, 8) when none is given.
-    with pytest.raises(ValueError, match=r"requires --speculative-eagle-topk 1, got 4"):
-        resolve("--speculative-algorithm", "EAGLE3", THRESHOLD_FLAG, "8", spec_v2=spec_v2)
 
 
 def test_spec_v2_topk_one_accepted(resolve):
@@ -165,46 +147,8 @@ def test_incompatible_modes_refused(resolve, flag, field, words, tree):
         resolve(*argv, flag)
 
 
-@pytest.mark.parametrize("value", ["0", "9"])
-def test_reenable_must_lie_in_range(resolve, value):
-    with pytest.raises(ValueError, match=r"reenable-batch-threshold must be between 1 and"):
-        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-reenable-batch-threshold", value)
-
-
-def test_reenable_needs_threshold(resolve):
-    with pytest.raises(ValueError, match=r"reenable-batch-threshold requires"):
-        resolve(*EAGLE3_TOPK1, "--speculative-reenable-batch-threshold", "4")
-
-
-def _warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-
-
-def test_warns_when_threshold_reaches_max_running_requests(resolve, caplog):
-    caplog.set_level(logging.WARNING)
-    resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "64", "--max-running-requests", "64")
-    assert any(
-        "disable-batch-threshold 64 >= --max-running-requests 64" in m for m in _warnings(caplog)
-    )
-
-
-def test_no_warning_below_explicit_max_running_requests(resolve, caplog):
-    caplog.set_level(logging.WARNING)
-    resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "32", "--max-running-requests", "128")
-    assert not any("threshold" in m for m in _warnings(caplog))
-
-
-def test_warns_about_implicit_cap_of_48(resolve, caplog):
-    caplog.set_level(logging.WARNING)
-    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "64")
-    assert args.max_running_requests == 48
-    messages = [m for m in _warnings(caplog) if "capped at 48" in m]
-    assert messages and "threshold 64 can never be exceeded" in messages[0]
-    assert "--max-running-requests" in messages[0]
-
-
 def test_warns_about_implicit_cap_below_48_too(resolve, caplog):
     caplog.set_level(logging.WARNING)
     resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8")
-    messages = [m for m in _warnings(caplog) if "capped at 48" in m]
+    messages = [m for m in warning_messages(caplog) if "capped at 48" in m]
     assert messages and "never be exceeded" not in messages[0]
