@@ -172,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         if not url:
             parser.error(f"--server wants LABEL=URL, got {spec!r}")
         servers.append((label, url.rstrip("/")))
-    for _label, url in servers:  # warm-up: every server, outside the measurement
-        run_level(url, 4, argparse.Namespace(**{**vars(args), "requests_per_level": 4}))
+    # warm-up, outside the measurement: every server once at the largest level, whose ramp
+    # down passes every smaller batch size (first replays of CUDA graphs and kernels compiled
+    # for new shapes made the first measured run of a level up to 6x slower than the next)
+    top = max(levels)
+    for _label, url in servers:
+        run_level(url, top, argparse.Namespace(**{**vars(args), "requests_per_level": top}))
     for run in range(args.runs):
         for concurrency in levels:
             for label, url in servers:
