@@ -1,11 +1,19 @@
 """Benchmark: `patchkit apply` of the real series vs raw `git worktree add` + `git am`.
 
-Both read the same warm mirror (the pinned sglang base; git through a bare clone that shares
-its objects and keeps its own writes) and produce a checkout with one commit per patch.  Runs
+Both read the same mirror (the pinned sglang base; git through a bare clone that shares its
+objects and keeps its own writes) and produce a checkout with one commit per patch.  Runs
 alternate so machine noise hits both; prints medians and the ratio.
-Goal: patchkit / raw <= 1.15.
+Goal: patchkit / raw <= 1.15, warm and cold.
 
-    .venv/bin/python bench/apply.py [--runs 7] [--target sglang]
+Warm: the mirror in the page cache (each run reads what the previous one read). Cold: before
+every timed run the page cache is emptied of what either side reads: the mirror and the
+baseline clone, the patches, and each side's own program: git's binaries (``git``,
+``git-core``) for both, and for patchkit also every file its Python process opens or imports
+(the interpreter, the standard library, the packages and ``patchkit/`` itself, recorded once
+by an untimed apply under an audit hook); the bytes still resident are printed (``fincore``).
+Shared system libraries (libc, libz) stay resident for both.
+
+    .venv/bin/python bench/apply.py [--runs 7] [--target sglang] [--regimes warm,cold]
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.pagecache import evict, files_under  # noqa: E402
 from patchkit.upstream import Mirror, acquire  # noqa: E402
 from patchkit.workspace import Workspace  # noqa: E402
 
@@ -87,35 +96,52 @@ def with_patchkit(target: str, dest: Path) -> None:
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--target", default="sglang")
-    args = parser.parse_args()
-    ws = Workspace.load(ROOT)
-    target = ws.target(args.target)
-    series = ws.series(args.target)
-    base = acquire(target, None, offline_git=True)
-    patchkit_mirror = Mirror(target).path
-    patches = [series.directory / name for name in series.names]
-    raw_times, pk_times = [], []
-    with tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
-        mirror = baseline_mirror(patchkit_mirror, Path(tmp))
-        for i in range(args.runs):
-            raw_dest, pk_dest = Path(tmp) / f"raw{i}", Path(tmp) / f"pk{i}"
-            os.sync()  # flush the previous run's writes so they are not billed to this one
-            t0 = time.perf_counter()
-            raw_git(mirror, base.commit, patches, raw_dest)
-            raw_times.append(time.perf_counter() - t0)
-            os.sync()
-            t0 = time.perf_counter()
-            with_patchkit(args.target, pk_dest)
-            pk_times.append(time.perf_counter() - t0)
-            remove_worktree(mirror, raw_dest)
-            shutil.rmtree(pk_dest)
+PROBE = """
+import os, runpy, sys
+opened = set()
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str):
+        opened.add(os.path.abspath(args[0]))
+sys.addaudithook(hook)
+sys.argv = ["patchkit", "apply", "--target", TARGET, "--into", DEST]
+try:
+    runpy.run_module("patchkit", run_name="__main__")
+except SystemExit:
+    pass
+modules = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+files = opened | {f for f in modules if f} | {sys.executable, os.path.realpath(sys.executable)}
+with open(OUT, "w") as f:
+    f.write("\\n".join(sorted(files)))
+"""
+
+
+def python_files_read(target: str, dest: Path) -> list[str]:
+    """The files one ``patchkit apply`` opens or imports in its own process (an untimed run
+    under an audit hook), for the cold regime to evict."""
+    out = dest.with_suffix(".files")
+    code = PROBE.replace("TARGET", repr(target)).replace("DEST", repr(str(dest)))
+    code = code.replace("OUT", repr(str(out)))
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PATCHKIT_OFFLINE_GIT": "1"},
+        cwd=ROOT,
+    )
+    shutil.rmtree(dest)
+    files = out.read_text().splitlines()
+    return [f for f in files if os.path.isfile(f) and not f.startswith(str(dest))]
+
+
+def _git_core() -> list[str]:
+    out = subprocess.run(["git", "--exec-path"], capture_output=True, text=True, check=True)
+    return [out.stdout.strip()]
+
+
+def report(label: str, raw_times: list[float], pk_times: list[float], note: str) -> None:
     ratios = sorted(p / r for p, r in zip(pk_times, raw_times, strict=True))
     raw, pk = statistics.median(raw_times), statistics.median(pk_times)
-    print(f"{'':34}{'median':>10}{'min':>10}{'max':>10}")
+    print(f"{label:34}{'median':>10}{'min':>10}{'max':>10}")
     print(
         f"{'git worktree add + git am':34}{raw:10.3f}{min(raw_times):10.3f}{max(raw_times):10.3f}"
     )
@@ -123,13 +149,68 @@ def main() -> int:
         f"{'patchkit apply (CLI, whole run)':34}{pk:10.3f}"
         f"{min(pk_times):10.3f}{max(pk_times):10.3f}"
     )
-    print(
-        f"{len(patches)} patches on {args.target} {target.pin}, {args.runs} runs each, alternating"
-    )
+    print(note)
     print(
         f"ratio patchkit/raw = {pk / raw:.2f}x of medians, {statistics.median(ratios):.2f}x "
-        "median of paired runs (goal <= 1.15x)"
+        "median of paired runs (goal <= 1.15x)\n"
     )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--target", default="sglang")
+    parser.add_argument(
+        "--regimes", default="warm,cold", help="warm, cold or both (default), in that order"
+    )
+    args = parser.parse_args()
+    regimes = [r for r in args.regimes.split(",") if r]
+    if not regimes or set(regimes) - {"warm", "cold"}:
+        parser.error(f"--regimes takes warm and/or cold, got {args.regimes!r}")
+    ws = Workspace.load(ROOT)
+    target = ws.target(args.target)
+    series = ws.series(args.target)
+    base = acquire(target, None, offline_git=True)
+    patchkit_mirror = Mirror(target).path
+    patches = [series.directory / name for name in series.names]
+    with tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
+        mirror = baseline_mirror(patchkit_mirror, Path(tmp))
+        git_files = files_under([shutil.which("git") or "/usr/bin/git", *_git_core()])
+        read_by_both = files_under([patchkit_mirror, mirror, *patches]) + git_files
+        python_files = (
+            python_files_read(args.target, Path(tmp) / "probe") if "cold" in regimes else []
+        )
+        for regime in regimes:
+            raw_times, pk_times, resident = [], [], []
+
+            def cold(paths: list[str], regime: str = regime, resident: list = resident) -> None:
+                if regime == "cold":
+                    resident.append(evict(paths))
+
+            for i in range(args.runs):
+                raw_dest, pk_dest = Path(tmp) / f"raw{i}", Path(tmp) / f"pk{i}"
+                os.sync()  # flush the previous run's writes so they are not billed to this one
+                cold(read_by_both)
+                t0 = time.perf_counter()
+                raw_git(mirror, base.commit, patches, raw_dest)
+                raw_times.append(time.perf_counter() - t0)
+                os.sync()
+                cold(read_by_both + python_files)
+                t0 = time.perf_counter()
+                with_patchkit(args.target, pk_dest)
+                pk_times.append(time.perf_counter() - t0)
+                remove_worktree(mirror, raw_dest)
+                shutil.rmtree(pk_dest)
+            note = (
+                f"{len(patches)} patches on {args.target} {target.pin}, {args.runs} runs each, "
+                f"alternating, {regime} page cache"
+            )
+            if resident:
+                evicted = len(read_by_both) + len(python_files)
+                most = max(resident)
+                note += f" ({evicted} files evicted before each run"
+                note += f", at most {most / 1e6:.1f} MB left resident)" if most >= 0 else ")"
+            report(f"{regime}:", raw_times, pk_times, note)
     return 0
 
 
