@@ -263,6 +263,17 @@ def sealed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **BASE_ENV, **extra}
 
 
+def program_identity() -> str:
+    """The git program every call runs, as its resolved path and file identity (size, mtime,
+    inode: an upgrade replaces the file): what a recorded result of git's work depends on."""
+    found = shutil.which("git", path=sealed_env()["PATH"])
+    if found is None:
+        return "no git"
+    real = os.path.realpath(found)
+    st = os.stat(real)
+    return f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+
+
 class Repo:
     """One repository: its path, whether it is bare, and the one funnel every git call of it
     goes through."""
