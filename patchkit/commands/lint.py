@@ -17,7 +17,6 @@ from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
-
 # The modules whose code decides what building and exporting a series gives.
 ROUND_TRIP_CODE = [Path(m.__file__) for m in (apply, export, gitops, series)]
 
@@ -54,9 +53,7 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
             if stamp.holds():  # this exact round trip was proven before: its bytes are these
                 return {p.name: p.raw for p in patches.patches}
             tip, _ = build_series(mirror, base.commit, patches, ApplyOptions(), bare=True)
-            exported = {
-                p.name: p.raw for p in export_commits(mirror, base.commit, tip, bare=True)
-            }
+            exported = {p.name: p.raw for p in export_commits(mirror, base.commit, tip, bare=True)}
             stamp.record(patches.patches, exported)
             return exported
 
