@@ -159,43 +159,127 @@ def build_series(
 
     Returns the resulting commit and per-patch results; raises ApplyError naming the first
     patch that does not apply (no refs are moved, so nothing is left behind).
+
+    A run of patches whose paths do not meet (no path of one is a path, or a folder above a
+    path, of another) is applied by one `git apply --cached`: each patch of such a run reads
+    and writes only its own paths, so one apply of all gives every path the bytes one apply
+    after the other would. The trees between are computed from the index's entries
+    (`gitops.TreeModel`); the last one must equal git's `write-tree`, else the run is built
+    patch by patch. A run that does not apply as a whole is built patch by patch too (git
+    applies none of it), which finds the failing patch and its already-applied, fuzz and
+    3-way outcomes exactly as before.
     """
     results: list[PatchResult] = []
-    tree = base  # the tree-ish the next patch applies to
+    tree = base  # the tree-ish the next patch applies to (the scratch index holds it)
     links = _symlinks_of_series(repo, base, series, bare)
     # The commits are written together once the trees are: (result, tree, message, identity).
     pending: list[tuple[PatchResult, str, str, gitops.Identity]] = []
+    new_trees: dict[str, bytes] = {}  # tree objects computed here, written with the commits
+    model: tuple[str, gitops.TreeModel] | None = None  # (the tree it holds, the model)
     # One private index for the whole series: after each commit it already holds the tip's
     # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
     with (
         tempfile.TemporaryDirectory(prefix="patchkit-patches-") as tmp,
         gitops.scratch_index(repo, base, bare=bare) as env,
     ):
-        for patch in series.patches:
-            progress(f"applying {patch.name}")
-            _refuse_symlinked_paths(
-                patch, links if links is not None else _symlinks_at(repo, tree, patch, bare)
-            )
-            patch_file = Path(tmp) / patch.name
-            patch_file.write_bytes(patch.raw)
-            result = _apply_one(repo, env, patch, patch_file, options, bare)
-            if result.status == "failed":
+        for run in (
+            _disjoint_runs(series.patches) if links is not None else [[p] for p in series.patches]
+        ):
+            files = []
+            for patch in run:
+                progress(f"applying {patch.name}")
+                _refuse_symlinked_paths(
+                    patch, links if links is not None else _symlinks_at(repo, tree, patch, bare)
+                )
+                patch_file = Path(tmp) / patch.name
+                patch_file.write_bytes(patch.raw)
+                files.append(patch_file)
+            if len(run) > 1 and gitops.apply_all_to_index(repo, env, files, bare=bare):
+                if model is None or model[0] != tree:
+                    model = (tree, gitops.TreeModel.read(repo, tree, bare=bare))
+                trees = _run_trees(repo, env, run, model[1], new_trees, bare)
+                if trees is not None:
+                    for patch, run_tree in zip(run, trees, strict=True):
+                        result = PatchResult(patch.name, "applied")
+                        pending.append(
+                            (result, run_tree, commit_message_for(patch), patch_identity(patch))
+                        )
+                        results.append(result)
+                    tree = trees[-1]
+                    model = (tree, model[1])
+                    continue
+                model = None
+                gitops.read_tree_into(repo, env, tree, bare=bare)
+            for patch, patch_file in zip(run, files, strict=True):
+                result = _apply_one(repo, env, patch, patch_file, options, bare)
+                if result.status == "failed":
+                    results.append(result)
+                    _write_commits(repo, base, pending, new_trees, bare)  # the report names them
+                    raise _apply_failure(series, patch, result, results)
+                if result.status == "already-applied":
+                    results.append(result)
+                    continue
+                tree = gitops.write_tree(repo, env, bare=bare)
+                pending.append((result, tree, commit_message_for(patch), patch_identity(patch)))
                 results.append(result)
-                _write_commits(repo, base, pending, bare)  # the report names them
-                raise _apply_failure(series, patch, result, results)
-            if result.status == "already-applied":
-                results.append(result)
-                continue
-            tree = gitops.write_tree(repo, env, bare=bare)
-            pending.append((result, tree, commit_message_for(patch), patch_identity(patch)))
-            results.append(result)
-    return _write_commits(repo, base, pending, bare), results
+    return _write_commits(repo, base, pending, new_trees, bare), results
+
+
+def _disjoint_runs(patches: list[Patch]) -> list[list[Patch]]:
+    """The series cut into runs of consecutive patches whose paths do not meet: no path of
+    one patch is a path of another patch of the run, or a folder above one."""
+    runs: list[list[Patch]] = []
+    paths: set[str] = set()
+    folders: set[str] = set()
+    for patch in patches:
+        mine = touched_paths(patch)
+        above = {p.rsplit("/", i)[0] for p in mine for i in range(1, p.count("/") + 1)}
+        if not runs or any(p in paths or p in folders for p in mine) or above & paths:
+            runs.append([])
+            paths, folders = set(), set()
+        runs[-1].append(patch)
+        paths.update(mine)
+        folders.update(above)
+    return runs
+
+
+def _run_trees(
+    repo: Path,
+    env: dict[str, str],
+    run: list[Patch],
+    model: gitops.TreeModel,
+    new_trees: dict[str, bytes],
+    bare: bool,
+) -> list[str] | None:
+    """The tree after each patch of a run just applied to the scratch index as a whole;
+    None (the model is then stale) when the last is not the index's own tree."""
+    touched = [touched_paths(patch) for patch in run]
+    entries = gitops.index_entries(repo, env, sorted({p for ps in touched for p in ps}), bare)
+    if entries is None:
+        return None
+    final = gitops.write_tree(repo, env, bare=bare)
+    trees, computed = [], {}
+    for paths in touched:
+        root, bodies, ids = model.change({p: entries.get(p) for p in paths})
+        trees.append(root)
+        computed.update(zip(ids, bodies, strict=True))
+    if trees[-1] != final:
+        return None
+    new_trees.update(computed)
+    return trees
 
 
 def _write_commits(
-    repo: Path, base: str, pending: list[tuple[PatchResult, str, str, gitops.Identity]], bare: bool
+    repo: Path,
+    base: str,
+    pending: list[tuple[PatchResult, str, str, gitops.Identity]],
+    new_trees: dict[str, bytes],
+    bare: bool,
 ) -> str:
-    """Write the series' commits (one chain on `base`), record each in its result; the tip."""
+    """Write the trees computed for the series, then its commits (one chain on `base`);
+    record each commit in its result; return the tip."""
+    gitops.write_objects(repo, "tree", list(new_trees.values()), list(new_trees), bare=bare)
+    new_trees.clear()
     ids = gitops.commit_chain(repo, base, [(t, m, who) for _, t, m, who in pending], bare=bare)
     for (result, *_), commit in zip(pending, ids, strict=True):
         result.commit = commit

@@ -567,6 +567,140 @@ def apply_to_index(
     return True, ""
 
 
+def apply_all_to_index(
+    repo: Path, env: dict[str, str], patch_files: list[Path], bare: bool = False
+) -> bool:
+    """One `git apply --cached` of several patches, in order, into the scratch index. git
+    checks every patch before it writes the index: when one does not apply, the index is
+    left as it was and False is returned."""
+    try:
+        run(repo, "apply", "--cached", "--whitespace=nowarn", *map(str, patch_files), env=env,
+            bare=bare)  # fmt: skip
+    except GitError:
+        return False
+    return True
+
+
+def index_entries(
+    repo: Path, env: dict[str, str], paths: list[str], bare: bool = False
+) -> dict[str, tuple[str, str]] | None:
+    """path -> (mode, blob id) of the scratch index's entries at exactly `paths` (paths it
+    lacks are left out); None when one of them is unmerged."""
+    found: dict[str, tuple[str, str]] = {}
+    for start in range(0, len(paths), _PATHS_PER_CALL):
+        chunk = paths[start : start + _PATHS_PER_CALL]
+        out = bytes(
+            run(
+                repo, "ls-files", "-s", "-z", "--", *chunk, env={**env, **_LITERAL}, binary=True,
+                bare=bare,
+            )
+        )  # fmt: skip
+        for entry in out.split(b"\0"):
+            meta, _, raw = entry.partition(b"\t")
+            if not raw:
+                continue
+            mode, oid, stage = meta.decode().split(" ")
+            if stage != "0":
+                return None
+            found[raw.decode("utf-8", "surrogateescape")] = (mode, oid)
+    wanted = set(paths)
+    return {path: entry for path, entry in found.items() if path in wanted}
+
+
+class TreeModel:
+    """The directories of a tree, kept in memory, that new trees are computed from: each
+    change of a set of paths gives the new root tree's id and the tree objects it needs
+    (serialized as git writes them: entries sorted by name, a folder's name compared with a
+    trailing '/', folder mode 40000). No empty folder is kept, as the index never has one.
+    """
+
+    def __init__(self, dirs: dict[str, dict[str, tuple[str, str]]], algorithm: str) -> None:
+        self.dirs = dirs  # folder ('' the root) -> name -> (mode, id)
+        self.algorithm = algorithm
+
+    @classmethod
+    def read(cls, repo: Path, treeish: str, bare: bool = False) -> TreeModel:
+        """Every folder of `treeish`, read by one `ls-tree -r -t`."""
+        out = bytes(
+            run(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", treeish, binary=True, bare=bare)
+        )
+        dirs: dict[str, dict[str, tuple[str, str]]] = {"": {}}
+        oid = ""
+        for entry in out.split(b"\0"):
+            meta, _, raw = entry.partition(b"\t")
+            if not raw:
+                continue
+            mode, kind, oid = meta.decode().split(" ")
+            path = raw.decode("utf-8", "surrogateescape")
+            parent, _, name = path.rpartition("/")
+            if kind == "tree":
+                mode = TREE_MODE
+                dirs.setdefault(path, {})
+            dirs.setdefault(parent, {})[name] = (mode, oid)
+        return cls(dirs, "sha256" if len(oid) == 64 else "sha1")
+
+    def change(
+        self, changes: dict[str, tuple[str, str] | None]
+    ) -> tuple[str, list[bytes], list[str]]:
+        """Set each path to (mode, blob id), or remove it (None); returns the new root tree's
+        id and the bodies and ids of the tree objects that changed, children first."""
+        dirty: set[str] = {""}
+        for path, entry in sorted(changes.items(), key=lambda item: item[1] is not None):
+            parent, _, name = path.rpartition("/")
+            if entry is None:  # removals first: a file may give way to a folder
+                self.dirs.get(parent, {}).pop(name, None)
+            else:
+                self._make_folders(parent)
+                self.dirs[parent][name] = entry
+            while True:
+                dirty.add(parent)
+                if not parent:
+                    break
+                parent = parent.rpartition("/")[0]
+        bodies, ids = [], []
+        for folder in sorted(dirty, key=lambda d: -d.count("/") - bool(d)):
+            entries = self.dirs.get(folder)
+            if folder and not entries:  # an empty folder is not written
+                self.dirs.pop(folder, None)
+                up, _, name = folder.rpartition("/")
+                if self.dirs.get(up, {}).get(name, ("",))[0] == TREE_MODE:
+                    del self.dirs[up][name]
+                continue
+            body = _tree_body(entries or {})
+            oid = hashlib.new(self.algorithm, b"tree %d\0" % len(body) + body).hexdigest()
+            if folder:
+                up, _, name = folder.rpartition("/")
+                self.dirs[up][name] = (TREE_MODE, oid)
+            bodies.append(body)
+            ids.append(oid)
+        return ids[-1], bodies, ids
+
+    def _make_folders(self, folder: str) -> None:
+        if folder in self.dirs:
+            return
+        up, _, name = folder.rpartition("/")
+        self._make_folders(up)
+        self.dirs[up][name] = (TREE_MODE, "")  # its id is set when the folder is written
+        self.dirs[folder] = {}
+
+
+TREE_MODE = "40000"
+
+
+def _tree_body(entries: dict[str, tuple[str, str]]) -> bytes:
+    def key(name: str) -> bytes:
+        raw = name.encode("utf-8", "surrogateescape")
+        return raw + b"/" if entries[name][0] == TREE_MODE else raw
+
+    return b"".join(
+        f"{entries[name][0]} ".encode()
+        + name.encode("utf-8", "surrogateescape")
+        + b"\0"
+        + bytes.fromhex(entries[name][1])
+        for name in sorted(entries, key=key)
+    )
+
+
 def write_tree(repo: Path, env: dict[str, str], bare: bool = False) -> str:
     return str(run(repo, "write-tree", env=env, bare=bare)).strip()
 
@@ -608,21 +742,28 @@ def commit_chain(
         parent = hashlib.new(algorithm, b"commit %d\0" % len(body) + body).hexdigest()
         ids.append(parent)
         bodies.append(body)
+    write_objects(repo, "commit", bodies, ids, bare=bare)
+    return ids
+
+
+def write_objects(
+    repo: Path, kind: str, bodies: list[bytes], ids: list[str], bare: bool = False
+) -> None:
+    """Write objects of one kind (serialized here, `ids` their computed ids) by one
+    `git hash-object -w` (which checks their format and writes each loose object whole);
+    the ids git reports must be the computed ones."""
     if not bodies:
-        return []
-    with tempfile.TemporaryDirectory(prefix="patchkit-commits-") as tmp:
+        return
+    with tempfile.TemporaryDirectory(prefix=f"patchkit-{kind}s-") as tmp:
         paths = []
         for i, body in enumerate(bodies):
             path = Path(tmp) / f"{i:06d}"
             path.write_bytes(body)
             paths.append(str(path))
         stdin = "".join(f"{p}\n" for p in paths).encode()
-        out = run(
-            repo, "hash-object", "-t", "commit", "-w", "--stdin-paths", stdin=stdin, bare=bare
-        )
+        out = run(repo, "hash-object", "-t", kind, "-w", "--stdin-paths", stdin=stdin, bare=bare)
     if str(out).split() != ids:
-        raise GitError(["hash-object"], 0, "git wrote other commit ids than the chain computed")
-    return ids
+        raise GitError(["hash-object"], 0, f"git wrote other {kind} ids than were computed")
 
 
 # ident.c's crud(): characters commit-tree strips from both ends of a name or an email.
