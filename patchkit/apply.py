@@ -174,8 +174,7 @@ def build_series(
     links = _symlinks_of_series(repo, base, series, bare)
     # The commits are written together once the trees are: (result, tree, message, identity).
     pending: list[tuple[PatchResult, str, str, gitops.Identity]] = []
-    new_trees: dict[str, bytes] = {}  # tree objects computed here, written with the commits
-    model: tuple[str, gitops.TreeModel] | None = None  # (the tree it holds, the model)
+    runs = RunTrees(repo, bare)
     # One private index for the whole series: after each commit it already holds the tip's
     # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
     with (
@@ -183,7 +182,7 @@ def build_series(
         gitops.scratch_index(repo, base, bare=bare) as env,
     ):
         for run in (
-            _disjoint_runs(series.patches) if links is not None else [[p] for p in series.patches]
+            disjoint_runs(series.patches) if links is not None else [[p] for p in series.patches]
         ):
             files = []
             for patch in run:
@@ -194,27 +193,22 @@ def build_series(
                 patch_file = Path(tmp) / patch.name
                 patch_file.write_bytes(patch.raw)
                 files.append(patch_file)
-            if len(run) > 1 and gitops.apply_all_to_index(repo, env, files, bare=bare):
-                if model is None or model[0] != tree:
-                    model = (tree, gitops.TreeModel.read(repo, tree, bare=bare))
-                trees = _run_trees(repo, env, run, model[1], new_trees, bare)
-                if trees is not None:
-                    for patch, run_tree in zip(run, trees, strict=True):
-                        result = PatchResult(patch.name, "applied")
-                        pending.append(
-                            (result, run_tree, commit_message_for(patch), patch_identity(patch))
-                        )
-                        results.append(result)
-                    tree = trees[-1]
-                    model = (tree, model[1])
-                    continue
-                model = None
-                gitops.read_tree_into(repo, env, tree, bare=bare)
+            trees = runs.apply(env, tree, run, files)
+            if trees is not None:
+                runs.accept()
+                for patch, run_tree in zip(run, trees, strict=True):
+                    result = PatchResult(patch.name, "applied")
+                    pending.append(
+                        (result, run_tree, commit_message_for(patch), patch_identity(patch))
+                    )
+                    results.append(result)
+                tree = trees[-1]
+                continue
             for patch, patch_file in zip(run, files, strict=True):
                 result = _apply_one(repo, env, patch, patch_file, options, bare)
                 if result.status == "failed":
                     results.append(result)
-                    _write_commits(repo, base, pending, new_trees, bare)  # the report names them
+                    _write_commits(repo, base, pending, runs, bare)  # the report names them
                     raise _apply_failure(series, patch, result, results)
                 if result.status == "already-applied":
                     results.append(result)
@@ -222,10 +216,10 @@ def build_series(
                 tree = gitops.write_tree(repo, env, bare=bare)
                 pending.append((result, tree, commit_message_for(patch), patch_identity(patch)))
                 results.append(result)
-    return _write_commits(repo, base, pending, new_trees, bare), results
+    return _write_commits(repo, base, pending, runs, bare), results
 
 
-def _disjoint_runs(patches: list[Patch]) -> list[list[Patch]]:
+def disjoint_runs(patches: list[Patch]) -> list[list[Patch]]:
     """The series cut into runs of consecutive patches whose paths do not meet: no path of
     one patch is a path of another patch of the run, or a folder above one."""
     runs: list[list[Patch]] = []
@@ -243,43 +237,66 @@ def _disjoint_runs(patches: list[Patch]) -> list[list[Patch]]:
     return runs
 
 
-def _run_trees(
-    repo: Path,
-    env: dict[str, str],
-    run: list[Patch],
-    model: gitops.TreeModel,
-    new_trees: dict[str, bytes],
-    bare: bool,
-) -> list[str] | None:
-    """The tree after each patch of a run just applied to the scratch index as a whole;
-    None (the model is then stale) when the last is not the index's own tree."""
-    touched = [touched_paths(patch) for patch in run]
-    entries = gitops.index_entries(repo, env, sorted({p for ps in touched for p in ps}), bare)
-    if entries is None:
-        return None
-    final = gitops.write_tree(repo, env, bare=bare)
-    trees, computed = [], {}
-    for paths in touched:
-        root, bodies, ids = model.change({p: entries.get(p) for p in paths})
-        trees.append(root)
-        computed.update(zip(ids, bodies, strict=True))
-    if trees[-1] != final:
-        return None
-    new_trees.update(computed)
-    return trees
+class RunTrees:
+    """Runs of patches whose paths do not meet, each applied by one `git apply --cached`
+    (see build_series): the trees between computed from the index's entries by a
+    `gitops.TreeModel`, the last checked against git's `write-tree`. The computed tree
+    objects are written, by one `git hash-object`, when `write` is called."""
+
+    def __init__(self, repo: Path, bare: bool) -> None:
+        self.repo, self.bare = repo, bare
+        self.model: tuple[str, gitops.TreeModel] | None = None  # (the tree it holds, model)
+        self.computed: dict[str, bytes] = {}  # of the last run applied, until accepted
+        self.accepted: dict[str, bytes] = {}
+
+    def apply(
+        self, env: dict[str, str], start: str, run: list[Patch], files: list[Path]
+    ) -> list[str] | None:
+        """Apply `run` as a whole to the scratch index (holding `start`); the tree after each
+        of its patches, or None with the index holding `start` (a run of one patch, a run
+        that does not apply as a whole, or a model that disagrees with git)."""
+        self.computed = {}
+        if len(run) < 2 or not gitops.apply_all_to_index(self.repo, env, files, bare=self.bare):
+            return None
+        if self.model is None or self.model[0] != start:
+            self.model = (start, gitops.TreeModel.read(self.repo, start, bare=self.bare))
+        touched = [touched_paths(patch) for patch in run]
+        wanted = sorted({p for paths in touched for p in paths})
+        entries = gitops.index_entries(self.repo, env, wanted, bare=self.bare)
+        final = gitops.write_tree(self.repo, env, bare=self.bare)
+        trees: list[str] = []
+        for paths in touched if entries is not None else []:
+            root, bodies, ids = self.model[1].change({p: entries.get(p) for p in paths})
+            trees.append(root)
+            self.computed.update(zip(ids, bodies, strict=True))
+        if not trees or trees[-1] != final:
+            self.model, self.computed = None, {}
+            gitops.read_tree_into(self.repo, env, start, bare=self.bare)
+            return None
+        self.model = (final, self.model[1])
+        return trees
+
+    def accept(self) -> None:
+        """Keep the trees of the last run applied (they are written by `write`)."""
+        self.accepted.update(self.computed)
+        self.computed = {}
+
+    def write(self) -> None:
+        trees = self.accepted
+        gitops.write_objects(self.repo, "tree", list(trees.values()), list(trees), bare=self.bare)
+        self.accepted = {}
 
 
 def _write_commits(
     repo: Path,
     base: str,
     pending: list[tuple[PatchResult, str, str, gitops.Identity]],
-    new_trees: dict[str, bytes],
+    runs: RunTrees,
     bare: bool,
 ) -> str:
     """Write the trees computed for the series, then its commits (one chain on `base`);
     record each commit in its result; return the tip."""
-    gitops.write_objects(repo, "tree", list(new_trees.values()), list(new_trees), bare=bare)
-    new_trees.clear()
+    runs.write()
     ids = gitops.commit_chain(repo, base, [(t, m, who) for _, t, m, who in pending], bare=bare)
     for (result, *_), commit in zip(pending, ids, strict=True):
         result.commit = commit

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 from helpers import git
+from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401 - fixtures
 from series_fixtures import EXPORT
 
 from patchkit import apply, gitops
-from patchkit.apply import ApplyOptions, build_series
+from patchkit.apply import ApplyOptions, RunTrees, build_series
 from patchkit.errors import ApplyError
 from patchkit.series import Series, parse_patch
 
@@ -83,7 +84,7 @@ def _series(patches: list[tuple[str, bytes]]) -> Series:
 
 
 def _one_by_one(monkeypatch) -> None:
-    monkeypatch.setattr(apply, "_disjoint_runs", lambda patches: [[p] for p in patches])
+    monkeypatch.setattr(apply, "disjoint_runs", lambda patches: [[p] for p in patches])
 
 
 def _build(mirror: Path, base: str, series: Series):
@@ -98,7 +99,7 @@ def authored(tmp_path):
 
 def test_runs_break_where_paths_meet(authored):
     _, _, patches = authored
-    runs = apply._disjoint_runs(_series(patches).patches)
+    runs = apply.disjoint_runs(_series(patches).patches)
     assert [[p.name for p in run] for run in runs] == [
         [n for n, _ in patches[:7]],
         [n for n, _ in patches[7:]],
@@ -118,7 +119,7 @@ def _meets(pairs: list[tuple[str, bytes]]) -> bool:
     original = apply.touched_paths
     apply.touched_paths = lambda patch: [patch.path]
     try:
-        return len(apply._disjoint_runs(fakes)) == 2
+        return len(apply.disjoint_runs(fakes)) == 2
     finally:
         apply.touched_paths = original
 
@@ -245,3 +246,76 @@ def _object(repo: Path, oid: str) -> bytes:
     return subprocess.run(
         ["git", "--git-dir", str(repo), "cat-file", "tree", oid], check=True, capture_output=True
     ).stdout
+
+
+def _classify(workspace, ref: str):
+    from patchkit.rebase import classify_rebase, resolve_new_base
+    from patchkit.upstream import Mirror, acquire
+
+    target = workspace.target("sglang")
+    new, pin = resolve_new_base(target, ref)
+    report = classify_rebase(
+        Mirror(target).path,
+        target,
+        workspace.series("sglang"),
+        acquire(target, None),
+        new,
+        series_version=workspace.targets.series_version,
+        ref=ref,
+        pin=pin,
+    )
+    return report.tip, [
+        (
+            o.name,
+            o.label,
+            o.tree,
+            o.commit,
+            o.refreshed,
+            o.note,
+            o.provisional,
+            o.conflicts,
+            [(s.name, s.fired, s.detail) for s in o.signals],
+        )
+        for o in report.outcomes
+    ]
+
+
+@pytest.mark.usefixtures("cache_0510")
+@pytest.mark.parametrize("ref", ["0.5.9", "0.5.10"])
+def test_rebase_classification_is_the_same_run_by_run(workspace, monkeypatch, ref):
+    """The real series on its own pin (every patch clean: one run carries seven) and onto
+    0.5.10 (conflicts, a merge and an equivalent upstream: runs fall back patch by patch)
+    is classified exactly as patch by patch."""
+    from patchkit import rebase
+
+    accepted = []
+    real = RunTrees.accept
+    monkeypatch.setattr(RunTrees, "accept", lambda self: accepted.append(1) or real(self))
+    by_runs = _classify(workspace, ref)
+    assert len(accepted) == (1 if ref == "0.5.9" else 0)  # 0.5.10: every run falls back
+    monkeypatch.setattr(rebase, "disjoint_runs", lambda patches: [[p] for p in patches])
+    assert _classify(workspace, ref) == by_runs
+    if ref == "0.5.9":
+        assert {label for _, label, *_ in by_runs[1]} == {"clean"}
+
+
+@pytest.mark.usefixtures("cache_0510")
+def test_a_run_whose_patch_upstream_defines_falls_back(workspace, monkeypatch):
+    """A patch of a run that applies but whose definitions the new base has is not carried:
+    the run is classified patch by patch, and the later patches go on without it."""
+    from patchkit import rebase
+
+    real = rebase._definitions_signal
+
+    def fires_for_kimi(mirror, tip, old_base, patch):
+        if patch.name.startswith("kimi-"):
+            return rebase.Signal("definitions-present", True, "stand-in: upstream has them")
+        return real(mirror, tip, old_base, patch)
+
+    monkeypatch.setattr(rebase, "_definitions_signal", fires_for_kimi)
+    by_runs = _classify(workspace, "0.5.9")
+    labels = {name: label for name, label, *_ in by_runs[1]}
+    assert labels["kimi-k25-eagle3-delegation.patch"] == "upstreamed"
+    assert {label for name, label in labels.items() if not name.startswith("kimi-")} == {"clean"}
+    monkeypatch.setattr(rebase, "disjoint_runs", lambda patches: [[p] for p in patches])
+    assert _classify(workspace, "0.5.9") == by_runs
