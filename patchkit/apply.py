@@ -241,7 +241,7 @@ class RunTrees:
     """Runs of patches whose paths do not meet, each applied by one `git apply --cached`
     (see build_series): the trees between computed from the index's entries by a
     `gitops.TreeModel`, the last checked against git's `write-tree`. The computed tree
-    objects are written, by one `git hash-object`, when `write` is called."""
+    objects are written, by one `gitops.write_objects`, when `write` is called."""
 
     def __init__(self, repo: Path, bare: bool) -> None:
         self.repo, self.bare = repo, bare

@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -721,9 +722,9 @@ def commit_chain(
     """Write a first-parent chain of commits on `base`, one per (tree, message, identity),
     as `commit_tree` would one by one; returns their ids, oldest first.
 
-    The commit objects are serialized here, as commit-tree does, and written by one
-    `git hash-object -w` (which checks their format and writes each loose object whole); the
-    ids git reports must be the ones computed here. Identities commit-tree would rewrite
+    The commit objects are serialized here, as commit-tree does, and written together by
+    `write_objects` (one `git unpack-objects --strict`: git format-checks each and writes it
+    loose). Identities commit-tree would rewrite
     (ident.c strips "crud" and parses dates) go through commit-tree itself.
     """
     if not all(_plain_identity(who) for _, _, who in commits):
@@ -749,21 +750,43 @@ def commit_chain(
 def write_objects(
     repo: Path, kind: str, bodies: list[bytes], ids: list[str], bare: bool = False
 ) -> None:
-    """Write objects of one kind (serialized here, `ids` their computed ids) by one
-    `git hash-object -w` (which checks their format and writes each loose object whole);
-    the ids git reports must be the computed ones."""
+    """Write objects of one kind, serialized here (`ids` their computed ids), as loose
+    objects: one `git unpack-objects --strict` reads them as one undeltified pack stream
+    from stdin (no file per object), hashes each, checks its format (fsck: a tree sorted,
+    modes valid) and that every object it names exists, and writes it loose (the stream is
+    never kept as a pack). Objects the repository has are skipped."""
     if not bodies:
         return
-    with tempfile.TemporaryDirectory(prefix=f"patchkit-{kind}s-") as tmp:
-        paths = []
-        for i, body in enumerate(bodies):
-            path = Path(tmp) / f"{i:06d}"
-            path.write_bytes(body)
-            paths.append(str(path))
-        stdin = "".join(f"{p}\n" for p in paths).encode()
-        out = run(repo, "hash-object", "-t", kind, "-w", "--stdin-paths", stdin=stdin, bare=bare)
-    if str(out).split() != ids:
-        raise GitError(["hash-object"], 0, f"git wrote other {kind} ids than were computed")
+    algorithm = "sha256" if len(ids[0]) == 64 else "sha1"
+    for oid, body in zip(ids, bodies, strict=True):
+        if (
+            hashlib.new(algorithm, b"%s %d\0" % (kind.encode(), len(body)) + body).hexdigest()
+            != oid
+        ):
+            raise GitError(["unpack-objects"], 0, f"a {kind} id does not name its bytes")
+    stream = _pack_stream(_PACK_TYPES[kind], bodies, algorithm)
+    run(repo, "unpack-objects", "-q", "--strict", stdin=stream, bare=bare)
+
+
+_PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
+
+
+def _pack_stream(type_code: int, bodies: list[bytes], algorithm: str) -> bytes:
+    """A version 2 pack of whole (undeltified) objects of one type, as git's pack format
+    writes them: a size-and-type header, the zlib stream, and the stream's hash at the end."""
+    out = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(bodies).to_bytes(4, "big"))
+    for body in bodies:
+        size = len(body)
+        byte = (type_code << 4) | (size & 0x0F)
+        size >>= 4
+        while size:
+            out.append(byte | 0x80)
+            byte = size & 0x7F
+            size >>= 7
+        out.append(byte)
+        out += zlib.compress(body, 0)  # stored: git inflates it and compresses what it writes
+    out += hashlib.new(algorithm, bytes(out)).digest()
+    return bytes(out)
 
 
 # ident.c's crud(): characters commit-tree strips from both ends of a name or an email.
