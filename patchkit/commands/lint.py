@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import click
 
-from patchkit import apply, export, gitops, series
-from patchkit.apply import ApplyOptions, build_series
-from patchkit.export import export_commits
+from patchkit import gitops
 from patchkit.lines import line_series
 from patchkit.lint import LintReport, RoundTripStamp, lint_target
 from patchkit.project import cache_root
@@ -17,8 +16,13 @@ from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
-# The modules whose code decides what building and exporting a series gives.
-ROUND_TRIP_CODE = [Path(m.__file__) for m in (apply, export, gitops, series)]
+# The modules whose code decides what building and exporting a series gives (found without
+# importing them: a lint whose round trip is proven needs neither apply nor export).
+ROUND_TRIP_MODULES = ("patchkit.apply", "patchkit.export", "patchkit.gitops", "patchkit.series")
+
+
+def round_trip_code() -> list[Path]:
+    return [Path(importlib.util.find_spec(name).origin) for name in ROUND_TRIP_MODULES]
 
 
 @click.command("lint")
@@ -47,11 +51,14 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
                 target.name,
                 base.commit,
                 patches.patches,
-                ROUND_TRIP_CODE,
+                round_trip_code(),
                 gitops.program_identity(),
             )
             if stamp.holds():  # this exact round trip was proven before: its bytes are these
                 return {p.name: p.raw for p in patches.patches}
+            from patchkit.apply import ApplyOptions, build_series
+            from patchkit.export import export_commits
+
             tip, _ = build_series(mirror, base.commit, patches, ApplyOptions(), bare=True)
             exported = {p.name: p.raw for p in export_commits(mirror, base.commit, tip, bare=True)}
             stamp.record(patches.patches, exported)
