@@ -253,10 +253,18 @@ class RunTrees:
         self, env: dict[str, str], start: str, run: list[Patch], files: list[Path]
     ) -> list[str] | None:
         """Apply `run` as a whole to the scratch index (holding `start`); the tree after each
-        of its patches, or None with the index holding `start` (a run of one patch, a run
-        that does not apply as a whole, or a model that disagrees with git)."""
+        of its patches, or None with the index holding `start` (a run of one patch, one whose
+        file sections git reads otherwise than patchkit, one that does not apply as a whole,
+        or a model that disagrees with git)."""
         self.computed = {}
-        if len(run) < 2 or not gitops.apply_all_to_index(self.repo, env, files, bare=self.bare):
+        if len(run) < 2:
+            return None
+        # The run's premise, that no patch writes a path of another, rests on each patch's
+        # paths: git must read the same file sections, in the same order, as patchkit did.
+        ours = [change.path for patch in run for change in patch.files]
+        if gitops.patch_file_paths(self.repo, files, bare=self.bare) != ours:
+            return None
+        if not gitops.apply_all_to_index(self.repo, env, files, bare=self.bare):
             return None
         if self.model is None or self.model[0] != start:
             self.model = (start, gitops.TreeModel.read(self.repo, start, bare=self.bare))

@@ -582,6 +582,29 @@ def apply_all_to_index(
     return True
 
 
+def patch_file_paths(repo: Path, patch_files: list[Path], bare: bool = False) -> list[str]:
+    """The path of every file section of `patch_files`, in order, as `git apply` reads them
+    (its new name, or the old one for a deletion); one `git apply --numstat -z`, which
+    applies nothing."""
+    out = bytes(
+        run(repo, "apply", "--numstat", "-z", *map(str, patch_files), binary=True, bare=bare)
+    )
+    fields = out.split(b"\0")
+    paths = []
+    i = 0
+    while i < len(fields):
+        parts = fields[i].split(b"\t", 2)
+        i += 1
+        if len(parts) != 3:
+            continue
+        name = parts[2]
+        if not name and i + 1 < len(fields):  # "added\tdeleted\t\0old\0new": the new name
+            name = fields[i + 1]
+            i += 2
+        paths.append(name.decode("utf-8", "surrogateescape"))
+    return paths
+
+
 def index_entries(
     repo: Path, env: dict[str, str], paths: list[str], bare: bool = False
 ) -> dict[str, tuple[str, str]] | None:

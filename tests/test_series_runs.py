@@ -319,3 +319,23 @@ def test_a_run_whose_patch_upstream_defines_falls_back(workspace, monkeypatch):
     assert {label for name, label in labels.items() if not name.startswith("kimi-")} == {"clean"}
     monkeypatch.setattr(rebase, "disjoint_runs", lambda patches: [[p] for p in patches])
     assert _classify(workspace, "0.5.9") == by_runs
+
+
+def test_git_reads_the_file_sections_patchkit_reads(authored, tmp_path):
+    mirror, _, patches = authored
+    files = []
+    for name, raw in patches:
+        (tmp_path / name).write_bytes(raw)
+        files.append(tmp_path / name)
+    series = _series(patches)
+    expected = [change.path for patch in series.patches for change in patch.files]
+    assert gitops.patch_file_paths(mirror, files, bare=True) == expected
+    assert "pkg/new_name.py" in expected and "pkg/gone/only.py" in expected
+
+
+def test_a_run_git_reads_otherwise_is_built_patch_by_patch(authored, monkeypatch):
+    mirror, base, patches = authored
+    expected = _build(mirror, base, _series(patches))
+    monkeypatch.setattr(gitops, "patch_file_paths", lambda repo, files, bare: ["elsewhere"])
+    monkeypatch.setattr(gitops, "apply_all_to_index", lambda *a, **k: pytest.fail("applied"))
+    assert _build(mirror, base, _series(patches)) == expected
