@@ -10,6 +10,7 @@ import datetime as dt
 import hashlib
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,8 +100,9 @@ class RoundTripStamp:
     The key covers everything the round trip's result depends on: the base commit (its id
     names its bytes; `acquire` still checks the mirror's objects on every run), each patch's
     name and bytes in series order, the source of the modules that build and export the
-    series, and the git program (path, size, mtime, inode). One file per target and base
-    (`<cache>/verified/roundtrip-<target>-<base>`) holds the key of the last proven state.
+    series, the Python version and the git program (path, size, mtime, inode). One file per
+    target and base (`<cache>/verified/roundtrip-<target>-<base>`) holds the key of the last
+    proven state.
     """
 
     path: Path
@@ -116,7 +118,7 @@ class RoundTripStamp:
         code: list[Path],
         git_identity: str,
     ) -> RoundTripStamp:
-        digest = hashlib.sha256(f"roundtrip 1\0{base}\0{git_identity}\0".encode())
+        digest = hashlib.sha256(f"roundtrip 1\0{base}\0{git_identity}\0{sys.version}\0".encode())
         for source in code:
             data = source.read_bytes()
             digest.update(b"code %d\0" % len(data) + data)
