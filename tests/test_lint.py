@@ -220,3 +220,35 @@ def test_the_round_trip_stamp_names_every_input(tmp_path, series_dir):
     assert not stamp.holds() and not stamp.path.exists()
     stamp.record(patches, exact)
     assert stamp.holds()
+
+
+def test_a_stamp_does_not_hide_a_tampered_mirror(cache, tmp_path):
+    """The stamp is read only after `acquire` checked the base's objects: a tampered base is
+    reported (the re-export not checked), as without a stamp, never passed as proven."""
+    import subprocess
+    import zlib
+
+    from helpers import git
+
+    assert patchkit("lint", "--target", "sglang").returncode == 0  # writes the stamps
+    mirror = cache / "mirrors" / "sglang.git"
+    base = git(mirror, "rev-parse", "refs/patchkit/sdist/0.5.9^{commit}").strip()
+    blob = git(mirror, "rev-parse", f"{base}:python/README.md").strip()
+    path = mirror / "objects" / blob[:2] / blob[2:]
+    if not path.exists():  # packed: make the pack's objects loose (the private cache's own)
+        for pack in sorted((mirror / "objects" / "pack").glob("pack-*.pack")):
+            moved = pack.with_name("moved.pack")
+            pack.rename(moved)
+            pack.with_suffix(".idx").unlink()
+            with moved.open("rb") as fh:
+                subprocess.run(
+                    ["git", "--git-dir", str(mirror), "unpack-objects", "-q"], stdin=fh, check=True
+                )
+            moved.unlink()
+    body = zlib.decompress(path.read_bytes()).split(b"\0", 1)[1]
+    evil = body.replace(b"SGLang", b"EVILng", 1)
+    assert evil != body
+    path.unlink()
+    path.write_bytes(zlib.compress(b"blob %d\0" % len(evil) + evil))
+    r = patchkit("lint", "--target", "sglang")
+    assert "[reexport-skipped]" in r.stdout and "damaged or tampered" in r.stdout, r.stdout
