@@ -1234,9 +1234,11 @@ def _hash_name(repo: Path, bare: bool) -> str:
     return "sha256" if fmt == "sha256" else "sha1"
 
 
-def stale_lock_files(git_dir: Path) -> list[Path]:
+def stale_lock_files(git_dir: Path, loose_temporaries: bool = True) -> list[Path]:
     """What a git killed with SIGKILL leaves in a repository: its `*.lock` files and its
     temporary packs and objects (`tmp_pack_*`, `tmp_idx_*`, `tmp_obj_*`, `incoming-*`).
+    `loose_temporaries=False` leaves out the `tmp_obj_*` files of the loose-object folders
+    (listing those reads every loose object's name: 10 ms at 15,000 of them).
 
     Only for a repository whose writers all hold a patchkit lock (the mirrors), or in a
     checkout whose journal proves patchkit's git was the one killed there.
@@ -1261,8 +1263,9 @@ def stale_lock_files(git_dir: Path) -> list[Path]:
     objects = git_dir / "objects"
     for pattern in ("pack/tmp_pack_*", "pack/tmp_idx_*", "pack/tmp_rev_*", "pack/tmp_copy_*"):
         found += sorted(objects.glob(pattern))
-    found += sorted(objects.glob("??/tmp_obj_*"))
-    found += sorted(objects.glob("tmp_obj_*"))
+    if loose_temporaries:
+        found += sorted(objects.glob("??/tmp_obj_*"))
+        found += sorted(objects.glob("tmp_obj_*"))
     return found
 
 
