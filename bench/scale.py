@@ -6,7 +6,9 @@ timed side by side with the git command doing the same work on the same warm mir
 
     apply   patchkit apply             vs  git worktree add + git am
     export  patchkit export --out      vs  git format-patch
-    lint    patchkit lint              vs  git worktree add + git am (lint's round trip applies)
+    lint    patchkit lint              vs  git worktree add + git am (lint's round trip applies;
+                                           its stamps are removed before each run, so every
+                                           run builds and exports the series)
     rebase  patchkit rebase (same pin) vs  git worktree add + git am (classification applies)
     quilt   (where quilt is installed) quilt push -a on an exported tree
 
@@ -161,6 +163,8 @@ def measure(size: int, mirror: Path, tmp: Path, runs: int, quilt: str | None, ro
         ):
             samples[verb][1].append(timed(raw_am, raw_dest))
             drop(raw_dest)
+            if verb == "lint":
+                _drop_stamps()
             samples[verb][0].append(timed(patchkit, project, *argv))
     if quilt:
         rows.setdefault("quilt push -a", {})[size] = (
@@ -169,6 +173,14 @@ def measure(size: int, mirror: Path, tmp: Path, runs: int, quilt: str | None, ro
         )
     for verb, (pk, raw) in samples.items():
         rows.setdefault(verb, {})[size] = (statistics.median(pk), statistics.median(raw))
+
+
+def _drop_stamps() -> None:
+    """Remove lint's round-trip stamps (a proven round trip is not built again)."""
+    from patchkit.project import cache_root
+
+    for stamp in (cache_root() / "verified").glob("roundtrip-*"):
+        stamp.unlink(missing_ok=True)
 
 
 def _pin(project: Path) -> str:
@@ -201,7 +213,10 @@ def _quilt_runs(quilt: str, mirror: Path, base: str, patches, tmp: Path, runs: i
 
 def _print(rows, sizes: list[int], runs: int) -> None:
     head = f"{'verb':<14}" + "".join(f"{f'N={n} pk / git':>24}" for n in sizes)
-    print(head + f"{'growth pk':>11}{'growth git':>11}{'ms/patch pk':>13}{'git':>6}")
+    print(
+        head + f"{'growth pk':>11}{'growth git':>11}{'+s pk':>8}{'git':>6}{'ms/patch pk':>13}"
+        f"{'git':>6}"
+    )
     for verb, by_size in rows.items():
         cells = "".join(
             f"{by_size[n][0]:9.2f} /{by_size[n][1]:7.2f} ={by_size[n][0] / by_size[n][1]:5.2f}x"
@@ -214,9 +229,10 @@ def _print(rows, sizes: list[int], runs: int) -> None:
         slope = [1000 * (last[i] - prev[i]) / added for i in (0, 1)]
         print(
             f"{verb:<14}{cells}{last[0] / first[0]:10.1f}x{last[1] / first[1]:10.1f}x"
-            f"{slope[0]:13.1f}{slope[1]:6.1f}"
+            f"{last[0] - first[0]:8.2f}{last[1] - first[1]:6.2f}{slope[0]:13.1f}{slope[1]:6.1f}"
         )
     print(f"medians of {runs} runs per cell, seconds; growth = N={sizes[-1]} / N={sizes[0]}")
+    print(f"+s: t(N={sizes[-1]}) - t(N={sizes[0]}), the seconds the longer series adds")
     print("ms/patch: (t(N_last) - t(N_prev)) / (N_last - N_prev), the cost of one more patch")
     print("(quilt row: quilt push -a / git am; its growth columns are quilt and git am)")
 

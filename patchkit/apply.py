@@ -159,43 +159,152 @@ def build_series(
 
     Returns the resulting commit and per-patch results; raises ApplyError naming the first
     patch that does not apply (no refs are moved, so nothing is left behind).
+
+    A run of patches whose paths do not meet (no path of one is a path, or a folder above a
+    path, of another) is applied by one `git apply --cached`: each patch of such a run reads
+    and writes only its own paths, so one apply of all gives every path the bytes one apply
+    after the other would. The trees between are computed from the index's entries
+    (`gitops.TreeModel`); the last one must equal git's `write-tree`, else the run is built
+    patch by patch. A run that does not apply as a whole is built patch by patch too (git
+    applies none of it), which finds the failing patch and its already-applied, fuzz and
+    3-way outcomes exactly as before.
     """
     results: list[PatchResult] = []
-    tree = base  # the tree-ish the next patch applies to
+    tree = base  # the tree-ish the next patch applies to (the scratch index holds it)
     links = _symlinks_of_series(repo, base, series, bare)
     # The commits are written together once the trees are: (result, tree, message, identity).
     pending: list[tuple[PatchResult, str, str, gitops.Identity]] = []
+    runs = RunTrees(repo, bare)
     # One private index for the whole series: after each commit it already holds the tip's
     # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
     with (
         tempfile.TemporaryDirectory(prefix="patchkit-patches-") as tmp,
         gitops.scratch_index(repo, base, bare=bare) as env,
     ):
-        for patch in series.patches:
-            progress(f"applying {patch.name}")
-            _refuse_symlinked_paths(
-                patch, links if links is not None else _symlinks_at(repo, tree, patch, bare)
-            )
-            patch_file = Path(tmp) / patch.name
-            patch_file.write_bytes(patch.raw)
-            result = _apply_one(repo, env, patch, patch_file, options, bare)
-            if result.status == "failed":
-                results.append(result)
-                _write_commits(repo, base, pending, bare)  # the report names them
-                raise _apply_failure(series, patch, result, results)
-            if result.status == "already-applied":
-                results.append(result)
+        for run in (
+            disjoint_runs(series.patches) if links is not None else [[p] for p in series.patches]
+        ):
+            files = []
+            for patch in run:
+                progress(f"applying {patch.name}")
+                _refuse_symlinked_paths(
+                    patch, links if links is not None else _symlinks_at(repo, tree, patch, bare)
+                )
+                patch_file = Path(tmp) / patch.name
+                patch_file.write_bytes(patch.raw)
+                files.append(patch_file)
+            trees = runs.apply(env, tree, run, files)
+            if trees is not None:
+                runs.accept()
+                for patch, run_tree in zip(run, trees, strict=True):
+                    result = PatchResult(patch.name, "applied")
+                    pending.append(
+                        (result, run_tree, commit_message_for(patch), patch_identity(patch))
+                    )
+                    results.append(result)
+                tree = trees[-1]
                 continue
-            tree = gitops.write_tree(repo, env, bare=bare)
-            pending.append((result, tree, commit_message_for(patch), patch_identity(patch)))
-            results.append(result)
-    return _write_commits(repo, base, pending, bare), results
+            for patch, patch_file in zip(run, files, strict=True):
+                result = _apply_one(repo, env, patch, patch_file, options, bare)
+                if result.status == "failed":
+                    results.append(result)
+                    _write_commits(repo, base, pending, runs, bare)  # the report names them
+                    raise _apply_failure(series, patch, result, results)
+                if result.status == "already-applied":
+                    results.append(result)
+                    continue
+                tree = gitops.write_tree(repo, env, bare=bare)
+                pending.append((result, tree, commit_message_for(patch), patch_identity(patch)))
+                results.append(result)
+    return _write_commits(repo, base, pending, runs, bare), results
+
+
+def disjoint_runs(patches: list[Patch]) -> list[list[Patch]]:
+    """The series cut into runs of consecutive patches whose paths do not meet: no path of
+    one patch is a path of another patch of the run, or a folder above one."""
+    runs: list[list[Patch]] = []
+    paths: set[str] = set()
+    folders: set[str] = set()
+    for patch in patches:
+        mine = touched_paths(patch)
+        above = {p.rsplit("/", i)[0] for p in mine for i in range(1, p.count("/") + 1)}
+        if not runs or any(p in paths or p in folders for p in mine) or above & paths:
+            runs.append([])
+            paths, folders = set(), set()
+        runs[-1].append(patch)
+        paths.update(mine)
+        folders.update(above)
+    return runs
+
+
+class RunTrees:
+    """Runs of patches whose paths do not meet, each applied by one `git apply --cached`
+    (see build_series): the trees between computed from the index's entries by a
+    `gitops.TreeModel`, the last checked against git's `write-tree`. The computed tree
+    objects are written, by one `gitops.write_objects`, when `write` is called."""
+
+    def __init__(self, repo: Path, bare: bool) -> None:
+        self.repo, self.bare = repo, bare
+        self.model: tuple[str, gitops.TreeModel] | None = None  # (the tree it holds, model)
+        self.computed: dict[str, bytes] = {}  # of the last run applied, until accepted
+        self.accepted: dict[str, bytes] = {}
+
+    def apply(
+        self, env: dict[str, str], start: str, run: list[Patch], files: list[Path]
+    ) -> list[str] | None:
+        """Apply `run` as a whole to the scratch index (holding `start`); the tree after each
+        of its patches, or None with the index holding `start` (a run of one patch, one whose
+        file sections git reads otherwise than patchkit, one that does not apply as a whole,
+        or a model that disagrees with git)."""
+        self.computed = {}
+        if len(run) < 2:
+            return None
+        # The run's premise, that no patch writes a path of another, rests on each patch's
+        # paths: git must read the same file sections, in the same order, as patchkit did.
+        ours = [change.path for patch in run for change in patch.files]
+        if gitops.patch_file_paths(self.repo, files, bare=self.bare) != ours:
+            return None
+        if not gitops.apply_all_to_index(self.repo, env, files, bare=self.bare):
+            return None
+        if self.model is None or self.model[0] != start:
+            self.model = (start, gitops.TreeModel.read(self.repo, start, bare=self.bare))
+        touched = [touched_paths(patch) for patch in run]
+        wanted = sorted({p for paths in touched for p in paths})
+        entries = gitops.index_entries(self.repo, env, wanted, bare=self.bare)
+        final = gitops.write_tree(self.repo, env, bare=self.bare)
+        trees: list[str] = []
+        for paths in touched if entries is not None else []:
+            root, bodies, ids = self.model[1].change({p: entries.get(p) for p in paths})
+            trees.append(root)
+            self.computed.update(zip(ids, bodies, strict=True))
+        if not trees or trees[-1] != final:
+            self.model, self.computed = None, {}
+            gitops.read_tree_into(self.repo, env, start, bare=self.bare)
+            return None
+        self.model = (final, self.model[1])
+        return trees
+
+    def accept(self) -> None:
+        """Keep the trees of the last run applied (they are written by `write`)."""
+        self.accepted.update(self.computed)
+        self.computed = {}
+
+    def write(self) -> None:
+        trees = self.accepted
+        gitops.write_objects(self.repo, "tree", list(trees.values()), list(trees), bare=self.bare)
+        self.accepted = {}
 
 
 def _write_commits(
-    repo: Path, base: str, pending: list[tuple[PatchResult, str, str, gitops.Identity]], bare: bool
+    repo: Path,
+    base: str,
+    pending: list[tuple[PatchResult, str, str, gitops.Identity]],
+    runs: RunTrees,
+    bare: bool,
 ) -> str:
-    """Write the series' commits (one chain on `base`), record each in its result; the tip."""
+    """Write the trees computed for the series, then its commits (one chain on `base`);
+    record each commit in its result; return the tip."""
+    runs.write()
     ids = gitops.commit_chain(repo, base, [(t, m, who) for _, t, m, who in pending], bare=bare)
     for (result, *_), commit in zip(pending, ids, strict=True):
         result.commit = commit

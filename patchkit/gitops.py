@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -261,6 +262,17 @@ def sealed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {name: os.environ[name] for name in PASS_THROUGH if name in os.environ}
     env.setdefault("PATH", os.defpath)
     return {**env, **BASE_ENV, **extra}
+
+
+def program_identity() -> str:
+    """The git program every call runs, as its resolved path and file identity (size, mtime,
+    inode: an upgrade replaces the file): what a recorded result of git's work depends on."""
+    found = shutil.which("git", path=sealed_env()["PATH"])
+    if found is None:
+        return "no git"
+    real = os.path.realpath(found)
+    st = os.stat(real)
+    return f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
 
 
 class Repo:
@@ -556,6 +568,163 @@ def apply_to_index(
     return True, ""
 
 
+def apply_all_to_index(
+    repo: Path, env: dict[str, str], patch_files: list[Path], bare: bool = False
+) -> bool:
+    """One `git apply --cached` of several patches, in order, into the scratch index. git
+    checks every patch before it writes the index: when one does not apply, the index is
+    left as it was and False is returned."""
+    try:
+        run(repo, "apply", "--cached", "--whitespace=nowarn", *map(str, patch_files), env=env,
+            bare=bare)  # fmt: skip
+    except GitError:
+        return False
+    return True
+
+
+def patch_file_paths(repo: Path, patch_files: list[Path], bare: bool = False) -> list[str]:
+    """The path of every file section of `patch_files`, in order, as `git apply` reads them
+    (its new name, or the old one for a deletion); one `git apply --numstat -z`, which
+    applies nothing."""
+    out = bytes(
+        run(repo, "apply", "--numstat", "-z", *map(str, patch_files), binary=True, bare=bare)
+    )
+    fields = out.split(b"\0")
+    paths = []
+    i = 0
+    while i < len(fields):
+        parts = fields[i].split(b"\t", 2)
+        i += 1
+        if len(parts) != 3:
+            continue
+        name = parts[2]
+        if not name and i + 1 < len(fields):  # "added\tdeleted\t\0old\0new": the new name
+            name = fields[i + 1]
+            i += 2
+        paths.append(name.decode("utf-8", "surrogateescape"))
+    return paths
+
+
+def index_entries(
+    repo: Path, env: dict[str, str], paths: list[str], bare: bool = False
+) -> dict[str, tuple[str, str]] | None:
+    """path -> (mode, blob id) of the scratch index's entries at exactly `paths` (paths it
+    lacks are left out); None when one of them is unmerged."""
+    found: dict[str, tuple[str, str]] = {}
+    for start in range(0, len(paths), _PATHS_PER_CALL):
+        chunk = paths[start : start + _PATHS_PER_CALL]
+        out = bytes(
+            run(
+                repo, "ls-files", "-s", "-z", "--", *chunk, env={**env, **_LITERAL}, binary=True,
+                bare=bare,
+            )
+        )  # fmt: skip
+        for entry in out.split(b"\0"):
+            meta, _, raw = entry.partition(b"\t")
+            if not raw:
+                continue
+            mode, oid, stage = meta.decode().split(" ")
+            if stage != "0":
+                return None
+            found[raw.decode("utf-8", "surrogateescape")] = (mode, oid)
+    wanted = set(paths)
+    return {path: entry for path, entry in found.items() if path in wanted}
+
+
+class TreeModel:
+    """The directories of a tree, kept in memory, that new trees are computed from: each
+    change of a set of paths gives the new root tree's id and the tree objects it needs
+    (serialized as git writes them: entries sorted by name, a folder's name compared with a
+    trailing '/', folder mode 40000). No empty folder is kept, as the index never has one.
+    """
+
+    def __init__(self, dirs: dict[str, dict[str, tuple[str, str]]], algorithm: str) -> None:
+        self.dirs = dirs  # folder ('' the root) -> name -> (mode, id)
+        self.algorithm = algorithm
+
+    @classmethod
+    def read(cls, repo: Path, treeish: str, bare: bool = False) -> TreeModel:
+        """Every folder of `treeish`, read by one `ls-tree -r -t`."""
+        out = bytes(
+            run(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", treeish, binary=True, bare=bare)
+        )
+        dirs: dict[str, dict[str, tuple[str, str]]] = {"": {}}
+        oid = ""
+        for entry in out.split(b"\0"):
+            meta, _, raw = entry.partition(b"\t")
+            if not raw:
+                continue
+            mode, kind, oid = meta.decode().split(" ")
+            path = raw.decode("utf-8", "surrogateescape")
+            parent, _, name = path.rpartition("/")
+            if kind == "tree":
+                mode = TREE_MODE
+                dirs.setdefault(path, {})
+            dirs.setdefault(parent, {})[name] = (mode, oid)
+        return cls(dirs, "sha256" if len(oid) == 64 else "sha1")
+
+    def change(
+        self, changes: dict[str, tuple[str, str] | None]
+    ) -> tuple[str, list[bytes], list[str]]:
+        """Set each path to (mode, blob id), or remove it (None); returns the new root tree's
+        id and the bodies and ids of the tree objects that changed, children first."""
+        dirty: set[str] = {""}
+        for path, entry in sorted(changes.items(), key=lambda item: item[1] is not None):
+            parent, _, name = path.rpartition("/")
+            if entry is None:  # removals first: a file may give way to a folder
+                self.dirs.get(parent, {}).pop(name, None)
+            else:
+                self._make_folders(parent)
+                self.dirs[parent][name] = entry
+            while True:
+                dirty.add(parent)
+                if not parent:
+                    break
+                parent = parent.rpartition("/")[0]
+        bodies, ids = [], []
+        for folder in sorted(dirty, key=lambda d: -d.count("/") - bool(d)):
+            entries = self.dirs.get(folder)
+            if folder and not entries:  # an empty folder is not written
+                self.dirs.pop(folder, None)
+                up, _, name = folder.rpartition("/")
+                if self.dirs.get(up, {}).get(name, ("",))[0] == TREE_MODE:
+                    del self.dirs[up][name]
+                continue
+            body = _tree_body(entries or {})
+            oid = hashlib.new(self.algorithm, b"tree %d\0" % len(body) + body).hexdigest()
+            if folder:
+                up, _, name = folder.rpartition("/")
+                self.dirs[up][name] = (TREE_MODE, oid)
+            bodies.append(body)
+            ids.append(oid)
+        return ids[-1], bodies, ids
+
+    def _make_folders(self, folder: str) -> None:
+        if folder in self.dirs:
+            return
+        up, _, name = folder.rpartition("/")
+        self._make_folders(up)
+        self.dirs[up][name] = (TREE_MODE, "")  # its id is set when the folder is written
+        self.dirs[folder] = {}
+
+
+TREE_MODE = "40000"
+
+
+def _tree_body(entries: dict[str, tuple[str, str]]) -> bytes:
+    def key(name: str) -> bytes:
+        raw = name.encode("utf-8", "surrogateescape")
+        return raw + b"/" if entries[name][0] == TREE_MODE else raw
+
+    return b"".join(
+        f"{entries[name][0]} ".encode()
+        + name.encode("utf-8", "surrogateescape")
+        + b"\0"
+        + bytes.fromhex(entries[name][1])
+        for name in sorted(entries, key=key)
+    )
+
+
 def write_tree(repo: Path, env: dict[str, str], bare: bool = False) -> str:
     return str(run(repo, "write-tree", env=env, bare=bare)).strip()
 
@@ -576,9 +745,9 @@ def commit_chain(
     """Write a first-parent chain of commits on `base`, one per (tree, message, identity),
     as `commit_tree` would one by one; returns their ids, oldest first.
 
-    The commit objects are serialized here, as commit-tree does, and written by one
-    `git hash-object -w` (which checks their format and writes each loose object whole); the
-    ids git reports must be the ones computed here. Identities commit-tree would rewrite
+    The commit objects are serialized here, as commit-tree does, and written together by
+    `write_objects` (one `git unpack-objects --strict`: git format-checks each and writes it
+    loose). Identities commit-tree would rewrite
     (ident.c strips "crud" and parses dates) go through commit-tree itself.
     """
     if not all(_plain_identity(who) for _, _, who in commits):
@@ -597,21 +766,50 @@ def commit_chain(
         parent = hashlib.new(algorithm, b"commit %d\0" % len(body) + body).hexdigest()
         ids.append(parent)
         bodies.append(body)
-    if not bodies:
-        return []
-    with tempfile.TemporaryDirectory(prefix="patchkit-commits-") as tmp:
-        paths = []
-        for i, body in enumerate(bodies):
-            path = Path(tmp) / f"{i:06d}"
-            path.write_bytes(body)
-            paths.append(str(path))
-        stdin = "".join(f"{p}\n" for p in paths).encode()
-        out = run(
-            repo, "hash-object", "-t", "commit", "-w", "--stdin-paths", stdin=stdin, bare=bare
-        )
-    if str(out).split() != ids:
-        raise GitError(["hash-object"], 0, "git wrote other commit ids than the chain computed")
+    write_objects(repo, "commit", bodies, ids, bare=bare)
     return ids
+
+
+def write_objects(
+    repo: Path, kind: str, bodies: list[bytes], ids: list[str], bare: bool = False
+) -> None:
+    """Write objects of one kind, serialized here (`ids` their computed ids), as loose
+    objects: one `git unpack-objects --strict` reads them as one undeltified pack stream
+    from stdin (no file per object), hashes each, checks its format (fsck: a tree sorted,
+    modes valid) and that every object it names exists, and writes it loose (the stream is
+    never kept as a pack). Objects the repository has are skipped."""
+    if not bodies:
+        return
+    algorithm = "sha256" if len(ids[0]) == 64 else "sha1"
+    for oid, body in zip(ids, bodies, strict=True):
+        if (
+            hashlib.new(algorithm, b"%s %d\0" % (kind.encode(), len(body)) + body).hexdigest()
+            != oid
+        ):
+            raise GitError(["unpack-objects"], 0, f"a {kind} id does not name its bytes")
+    stream = _pack_stream(_PACK_TYPES[kind], bodies, algorithm)
+    run(repo, "unpack-objects", "-q", "--strict", stdin=stream, bare=bare)
+
+
+_PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
+
+
+def _pack_stream(type_code: int, bodies: list[bytes], algorithm: str) -> bytes:
+    """A version 2 pack of whole (undeltified) objects of one type, as git's pack format
+    writes them: a size-and-type header, the zlib stream, and the stream's hash at the end."""
+    out = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(bodies).to_bytes(4, "big"))
+    for body in bodies:
+        size = len(body)
+        byte = (type_code << 4) | (size & 0x0F)
+        size >>= 4
+        while size:
+            out.append(byte | 0x80)
+            byte = size & 0x7F
+            size >>= 7
+        out.append(byte)
+        out += zlib.compress(body, 0)  # stored: git inflates it and compresses what it writes
+    out += hashlib.new(algorithm, bytes(out)).digest()
+    return bytes(out)
 
 
 # ident.c's crud(): characters commit-tree strips from both ends of a name or an email.
@@ -1036,9 +1234,11 @@ def _hash_name(repo: Path, bare: bool) -> str:
     return "sha256" if fmt == "sha256" else "sha1"
 
 
-def stale_lock_files(git_dir: Path) -> list[Path]:
+def stale_lock_files(git_dir: Path, loose_temporaries: bool = True) -> list[Path]:
     """What a git killed with SIGKILL leaves in a repository: its `*.lock` files and its
     temporary packs and objects (`tmp_pack_*`, `tmp_idx_*`, `tmp_obj_*`, `incoming-*`).
+    `loose_temporaries=False` leaves out the `tmp_obj_*` files of the loose-object folders
+    (listing those reads every loose object's name: 10 ms at 15,000 of them).
 
     Only for a repository whose writers all hold a patchkit lock (the mirrors), or in a
     checkout whose journal proves patchkit's git was the one killed there.
@@ -1063,8 +1263,9 @@ def stale_lock_files(git_dir: Path) -> list[Path]:
     objects = git_dir / "objects"
     for pattern in ("pack/tmp_pack_*", "pack/tmp_idx_*", "pack/tmp_rev_*", "pack/tmp_copy_*"):
         found += sorted(objects.glob(pattern))
-    found += sorted(objects.glob("??/tmp_obj_*"))
-    found += sorted(objects.glob("tmp_obj_*"))
+    if loose_temporaries:
+        found += sorted(objects.glob("??/tmp_obj_*"))
+        found += sorted(objects.glob("tmp_obj_*"))
     return found
 
 

@@ -7,7 +7,10 @@ Yocto's distinction between a missing field and a malformed one.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +90,58 @@ class LintReport:
 
 # A function that returns the re-exported bytes of a target's series (name -> bytes), or raises.
 Reexport = Callable[[str], dict[str, bytes]]
+
+
+@dataclass(frozen=True)
+class RoundTripStamp:
+    """The record that building a series on a base and exporting it gave back every patch
+    byte for byte, so a later lint of the same inputs need not build it again.
+
+    The key covers everything the round trip's result depends on: the base commit (its id
+    names its bytes; `acquire` still checks the mirror's objects on every run), each patch's
+    name and bytes in series order, the source of the modules that build and export the
+    series, the Python version and the git program (path, size, mtime, inode). One file per
+    target and base (`<cache>/verified/roundtrip-<target>-<base>`) holds the key of the last
+    proven state.
+    """
+
+    path: Path
+    key: str
+
+    @classmethod
+    def of(
+        cls,
+        verified: Path,
+        target: str,
+        base: str,
+        patches: list[Patch],
+        code: list[Path],
+        git_identity: str,
+    ) -> RoundTripStamp:
+        digest = hashlib.sha256(f"roundtrip 1\0{base}\0{git_identity}\0{sys.version}\0".encode())
+        for source in code:
+            data = source.read_bytes()
+            digest.update(b"code %d\0" % len(data) + data)
+        for patch in patches:
+            digest.update(f"patch {patch.name}\0{len(patch.raw)}\0".encode() + patch.raw)
+        return cls(verified / f"roundtrip-{target}-{base}", digest.hexdigest())
+
+    def holds(self) -> bool:
+        try:
+            return self.path.read_text(encoding="ascii") == self.key
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    def record(self, patches: list[Patch], exported: dict[str, bytes]) -> None:
+        """Write the stamp when `exported` is exactly `patches` (nothing else is recorded)."""
+        if set(exported) != {p.name for p in patches}:
+            return
+        if any(exported[p.name] != p.raw for p in patches):
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        tmp.write_text(self.key, encoding="ascii")
+        os.replace(tmp, self.path)
 
 
 def lint_target(

@@ -40,8 +40,10 @@ from patchkit.apply import (
     BASE_REF,
     BRANCH,
     ApplyOptions,
+    RunTrees,
     build_series,
     commit_message_for,
+    disjoint_runs,
     patch_identity,
 )
 from patchkit.errors import ApplyError, Interrupted, UsageError
@@ -227,34 +229,45 @@ def classify_rebase(
     tip = new_base.commit
     left_out: list[str] = []
     carried: list[tuple[PatchOutcome, Patch]] = []
+    runs = RunTrees(mirror, bare=True)
     # One scratch index for the whole carry: after a carried patch it already holds the new
     # tip, so it is only re-read when a 3-way attempt left it elsewhere.
     with (
         tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp,
         gitops.scratch_index(mirror, tip, bare=True) as env,
     ):
-        for patch in series.patches:
-            progress(f"carrying {patch.name}")
-            patch_file = Path(tmp) / patch.name
-            patch_file.write_bytes(patch.raw)
-            outcome = _carry_one(
-                mirror, env, tip, old_base.commit, patch, patch_file, range_ids, report.history
-            )
-            if outcome.label in ("upstreamed", "conflict"):
-                gitops.read_tree_into(mirror, env, tip, bare=True)
-            if outcome.label in ("clean", "offset", "merged"):
-                tip = outcome.tree  # the signals read trees; the commits are written below
-                carried.append((outcome, patch))
-            if left_out:
-                outcome.provisional = True
-                outcome.note = (outcome.note + "; " if outcome.note else "") + (
-                    f"classified without {', '.join(left_out)} (in conflict)"
-                )
-            if outcome.label == "conflict":
-                left_out.append(patch.name)
-            report.outcomes.append(outcome)
-    # The carried commits are one first-parent chain: written together, exported by one
-    # format-patch.
+        for run in disjoint_runs(series.patches):
+            files = []
+            for patch in run:
+                progress(f"carrying {patch.name}")
+                patch_file = Path(tmp) / patch.name
+                patch_file.write_bytes(patch.raw)
+                files.append(patch_file)
+            outcomes = _carry_run(mirror, env, tip, old_base.commit, run, files, runs)
+            for i, (patch, patch_file) in enumerate(zip(run, files, strict=True)):
+                if outcomes is not None:
+                    outcome = outcomes[i]
+                else:
+                    outcome = _carry_one(
+                        mirror, env, tip, old_base.commit, patch, patch_file, range_ids,
+                        report.history,
+                    )  # fmt: skip
+                if outcome.label in ("upstreamed", "conflict"):
+                    gitops.read_tree_into(mirror, env, tip, bare=True)
+                if outcome.label in ("clean", "offset", "merged"):
+                    tip = outcome.tree  # the signals read trees; the commits are written below
+                    carried.append((outcome, patch))
+                if left_out:
+                    outcome.provisional = True
+                    outcome.note = (outcome.note + "; " if outcome.note else "") + (
+                        f"classified without {', '.join(left_out)} (in conflict)"
+                    )
+                if outcome.label == "conflict":
+                    left_out.append(patch.name)
+                report.outcomes.append(outcome)
+    # The carried commits are one first-parent chain: written together (their computed trees
+    # first), exported by one format-patch.
+    runs.write()
     commits = gitops.commit_chain(
         mirror,
         new_base.commit,
@@ -278,6 +291,35 @@ def _has_history(mirror: Path, old: Base, new: Base) -> bool:
     if old.source in IMPORTS or new.source in IMPORTS:
         return False
     return gitops.is_ancestor(mirror, old.commit, new.commit, bare=True)
+
+
+def _carry_run(
+    mirror: Path,
+    env: dict[str, str],
+    tip: str,
+    old_base: str,
+    run: list[Patch],
+    files: list[Path],
+    runs: RunTrees,
+) -> list[PatchOutcome] | None:
+    """The outcomes of a run of patches whose paths do not meet, when it applies as a whole
+    and no patch of it fires the definitions signal: each is then what `_carry_one` gives
+    (it applies, and the signal reads only the patch's own files, which no other patch of
+    the run changes, so it reads them at `tip`). Else None, the index holding `tip`, and
+    the run is classified patch by patch."""
+    trees = runs.apply(env, tip, run, files)
+    if trees is None:
+        return None
+    if any(_definitions_signal(mirror, tip, old_base, patch).fired for patch in run):
+        gitops.read_tree_into(mirror, env, tip, bare=True)
+        return None
+    runs.accept()
+    outcomes = []
+    for patch, tree in zip(run, trees, strict=True):
+        outcome = PatchOutcome(patch.name, "clean")
+        outcome.tree = tree
+        outcomes.append(outcome)
+    return outcomes
 
 
 def _carry_one(

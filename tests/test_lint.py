@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 from helpers import ROOT, patchkit, result_of
 
-from patchkit.lint import RULES, lint_target
+from patchkit.lint import RULES, RoundTripStamp, lint_target
 
 SYMM = "sm120-torch-symm-mem-allreduce.patch"
 KIMI = "kimi-k25-eagle3-delegation.patch"
@@ -157,3 +158,97 @@ def test_reexport_against_the_pinned_upstream(cache, project):
 
 def test_every_rule_has_a_severity():
     assert {s for s, _ in RULES.values()} == {"error", "warning"}
+
+
+def logging_git(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An env whose `git` logs each call's subcommand line before running the real git."""
+    shim, log = tmp_path / "shim", tmp_path / "git-calls.log"
+    shim.mkdir()
+    real = shutil.which("git")
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
+    (shim / "git").chmod(0o755)
+    return {"PATH": f"{shim}:{os.environ['PATH']}"}, log
+
+
+def builds(log: Path) -> int:
+    """How many `git apply --cached` the logged runs started (0: no series was built)."""
+    calls = log.read_text().splitlines() if log.exists() else []
+    log.write_text("")
+    return sum(" apply --cached " in f" {c} " for c in calls)
+
+
+def test_a_proven_round_trip_is_not_built_again(cache, project, tmp_path):
+    """The second lint of the same series on the same base reads the stamp (no build, the
+    same report); a changed patch is built and checked again, and a failing round trip is
+    never recorded, so it fails again; the clean state's stamp still stands afterwards."""
+    env, log = logging_git(tmp_path)
+    first = patchkit("lint", "--target", "sglang", "--json", env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert builds(log) > 0
+    again = patchkit("lint", "--target", "sglang", "--json", env=env)
+    assert again.returncode == 0 and result_of(again.stdout) == result_of(first.stdout)
+    assert builds(log) == 0
+    path = project / "patches" / "sglang" / "0.5.9" / SYMM
+    clean = path.read_bytes()
+    path.write_text("".join(ln for ln in clean.decode().splitlines(True) if "index " not in ln))
+    for _ in range(2):
+        broken = patchkit("lint", "--target", "sglang", env=env)
+        assert broken.returncode == 1 and f"sglang/0.5.9/{SYMM}: [reexport]" in broken.stdout
+        assert builds(log) > 0
+    path.write_bytes(clean)
+    assert patchkit("lint", "--target", "sglang", env=env).returncode == 0
+    assert builds(log) == 0
+
+
+def test_the_round_trip_stamp_names_every_input(tmp_path, series_dir):
+    from patchkit.series import load_series
+
+    patches = load_series(series_dir, "sglang").patches
+    code = [tmp_path / "module.py"]
+    code[0].write_text("x = 1\n")
+    stamp = RoundTripStamp.of(tmp_path, "sglang", "a" * 40, patches, code, "git 1")
+    keys = {stamp.key}
+    keys.add(RoundTripStamp.of(tmp_path, "sglang", "b" * 40, patches, code, "git 1").key)
+    keys.add(RoundTripStamp.of(tmp_path, "sglang", "a" * 40, patches[:1], code, "git 1").key)
+    keys.add(RoundTripStamp.of(tmp_path, "sglang", "a" * 40, patches, code, "git 2").key)
+    code[0].write_text("x = 2\n")
+    keys.add(RoundTripStamp.of(tmp_path, "sglang", "a" * 40, patches, code, "git 1").key)
+    assert len(keys) == 5
+    exact = {p.name: p.raw for p in patches}
+    stamp.record(patches, {**exact, patches[0].name: patches[0].raw + b"\n"})
+    stamp.record(patches, {**exact, "other.patch": b""})
+    assert not stamp.holds() and not stamp.path.exists()
+    stamp.record(patches, exact)
+    assert stamp.holds()
+
+
+def test_a_stamp_does_not_hide_a_tampered_mirror(cache, tmp_path):
+    """The stamp is read only after `acquire` checked the base's objects: a tampered base is
+    reported (the re-export not checked), as without a stamp, never passed as proven."""
+    import subprocess
+    import zlib
+
+    from helpers import git
+
+    assert patchkit("lint", "--target", "sglang").returncode == 0  # writes the stamps
+    mirror = cache / "mirrors" / "sglang.git"
+    base = git(mirror, "rev-parse", "refs/patchkit/sdist/0.5.9^{commit}").strip()
+    blob = git(mirror, "rev-parse", f"{base}:python/README.md").strip()
+    path = mirror / "objects" / blob[:2] / blob[2:]
+    if not path.exists():  # packed: make the pack's objects loose (the private cache's own)
+        for pack in sorted((mirror / "objects" / "pack").glob("pack-*.pack")):
+            moved = pack.with_name("moved.pack")
+            pack.rename(moved)
+            pack.with_suffix(".idx").unlink()
+            with moved.open("rb") as fh:
+                subprocess.run(
+                    ["git", "--git-dir", str(mirror), "unpack-objects", "-q"], stdin=fh, check=True
+                )
+            moved.unlink()
+    body = zlib.decompress(path.read_bytes()).split(b"\0", 1)[1]
+    evil = body.replace(b"SGLang", b"EVILng", 1)
+    assert evil != body
+    path.unlink()
+    path.write_bytes(zlib.compress(b"blob %d\0" % len(evil) + evil))
+    r = patchkit("lint", "--target", "sglang")
+    assert "[reexport-skipped]" in r.stdout and "damaged or tampered" in r.stdout, r.stdout

@@ -62,9 +62,8 @@ class Mirror:
             for stale in folder.glob(".*.download-*") if folder.is_dir() else ():
                 stale.unlink(missing_ok=True)
         if self.path.is_dir():
-            for lock in gitops.stale_lock_files(self.path):
-                if not lock.name.startswith("tmp_obj_"):
-                    lock.unlink(missing_ok=True)
+            for lock in gitops.stale_lock_files(self.path, loose_temporaries=False):
+                lock.unlink(missing_ok=True)
 
     def _objects_signature(self, commit: str) -> str:
         """Identity of the files holding `commit`'s objects: every pack (git never rewrites a
@@ -73,19 +72,17 @@ class Mirror:
         digest = hashlib.sha256()
         objects = self.path / "objects"
         files = sorted((objects / "pack").glob("pack-*"))
-        loose = {
-            f"{entry.name}{name}"
-            for entry in os.scandir(objects)
-            if len(entry.name) == 2 and entry.is_dir()
-            for name in _names(entry.path)
-        }
-        if loose:
-            wanted = loose.intersection(gitops.object_ids(self.path, commit, bare=True))
-            files += [objects / oid[:2] / oid[2:] for oid in sorted(wanted)]
+        if _any_loose(objects):
+            # Each of the base's objects looked up where it would be loose: the mirror's other
+            # loose objects (every series build writes some) are never listed.
+            root = str(objects)
+            for oid in sorted(gitops.object_ids(self.path, commit, bare=True)):
+                if os.path.exists(f"{root}/{oid[:2]}/{oid[2:]}"):
+                    files.append(objects / oid[:2] / oid[2:])
         for path in files:
             try:
                 st = os.stat(path)
-            except FileNotFoundError:
+            except FileNotFoundError:  # not loose (packed), or packed and pruned meanwhile
                 continue
             # not ctime: hard-linked clones of the mirror change it without touching a byte
             digest.update(
@@ -122,13 +119,19 @@ class Mirror:
         os.replace(tmp, stamp)
 
 
-def _names(directory: str) -> list[str]:
-    """Entries of a loose-object directory; one that vanished (packed and pruned by a git
-    process still running, e.g. orphaned by a killed patchkit) holds none."""
-    try:
-        return [e.name for e in os.scandir(directory)]
-    except FileNotFoundError:
-        return []
+def _any_loose(objects: Path) -> bool:
+    """True when a loose-object folder holds an entry (stops at the first one); a folder that
+    vanished (packed and pruned by a git process still running, e.g. orphaned by a killed
+    patchkit) holds none."""
+    for entry in os.scandir(objects):
+        if len(entry.name) == 2 and entry.is_dir():
+            try:
+                with os.scandir(entry.path) as names:
+                    if next(names, None) is not None:
+                        return True
+            except FileNotFoundError:
+                continue
+    return False
 
 
 def first_line(text: str) -> str:
