@@ -41,6 +41,7 @@ sys.path.insert(0, REPO)
 from patchkit.abi import verify  # noqa: E402
 from patchkit.abi.scan import CUBIN_HEAD  # noqa: E402
 from patchkit.abi.sources import (  # noqa: E402
+    classify_pending,
     inflate_backend,
     read_env,
     read_member,
@@ -67,6 +68,7 @@ def _files(site: str | None, house: str | None, scratch: str) -> tuple[list, flo
     started = time.perf_counter()
     if house:
         tree = read_wheelhouse(house, scratch)
+        classify_pending(tree)
         by_wheel: dict[str, list] = {}
         for m in tree.members.values():
             by_wheel.setdefault(m.wheel, []).append(m)
@@ -136,6 +138,7 @@ def _pipeline(files: list[tuple[str, str]], jobs: int, cuobjdump: str | None) ->
 def _inflate_floor(house: str, scratch: str) -> tuple[float, float, int]:
     """(seconds for all, seconds for the largest, bytes) inflating what verify reads whole."""
     tree = read_wheelhouse(house, scratch)
+    classify_pending(tree)
     total = largest = 0.0
     size = 0
     for m in tree.members.values():

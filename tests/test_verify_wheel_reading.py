@@ -13,6 +13,7 @@ import zlib
 import pytest
 
 from patchkit.abi import scan, sources
+from patchkit.abi.cache import ResultCache
 from patchkit.abi.scan import analyze_file
 from tests.abi import builders
 
@@ -82,6 +83,7 @@ def test_member_reports_equal_extracted_file(tmp_path, monkeypatch, method, back
     house.mkdir()
     _wheel(house / "demo-1.0-py3-none-any.whl", objs, {**METHODS, **OTHER_METHODS}[method])
     tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    sources.classify_pending(tree)
     assert set(tree.members) == set(objs)
     for rel, src in objs.items():
         member = tree.members[rel]
@@ -157,11 +159,19 @@ def test_damaged_member_is_invalid_archive(tmp_path, method, damage):
     else:
         _patch(wheel, info.header_offset + 30, b"d" + b"X")  # "dXmo/libuse.so"
     sources.forget_open()
-    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
     if damage == "renamed header":  # refused where the member's head is read
+        tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+        sources.classify_pending(tree)
         assert tree.invalid and "local header names" in tree.invalid[0][1]
-        assert not tree.members
+        assert not tree.members and not tree.dists
+        # the same where verify reads it: in the worker that classifies the member
+        tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+        reports = scan.analyze_tree(tree, ResultCache(str(tmp_path / "cache")), jobs=1)
+        assert not reports and not tree.members and not tree.dists
+        assert tree.invalid and "local header names" in tree.invalid[0][1]
         return
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    sources.classify_pending(tree)
     report = scan._analyze_member(tree.members["demo/libuse.so"])
     assert report.error and report.error.startswith("invalid archive"), report.error
     assert report.elf is None

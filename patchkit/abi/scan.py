@@ -31,10 +31,13 @@ from patchkit.abi.fatbin import (
 from patchkit.abi.sources import (
     Member,
     Tree,
+    drop_wheel,
     extract_member,
     forget_open,
+    member_head,
     read_member,
     read_member_head,
+    store_listing,
 )
 
 _ARCH_FLAGS = re.compile(rb"(?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)+")
@@ -278,21 +281,48 @@ def analyze_ptx(text: bytes, relpath: str, origin: str) -> FileReport:
     return report
 
 
-def _analyze_member(member: Member) -> FileReport:
+# A wheel member whose head could not be read: its wheel is invalid (analyze_tree).
+HEAD_UNREADABLE = "head"
+
+
+def _analyze_member(member: Member) -> FileReport | None:
+    """The member's report; None for an unclassified wheel member that is no ELF object and
+    no device code (its head says so; nothing more of it is read)."""
     if member.path is None and member.wheel is not None:
+        if not member.kind:
+            kinds: list[str | None] = []
+
+            def decide(head: bytes) -> bool:
+                kinds.append(classify(head, member.relpath))
+                member.kind = kinds[0] or ""
+                return kinds[0] is not None
+
+            try:
+                if member.size > CUBIN_HEAD:  # may be a cubin read only to its note
+                    if not decide(member_head(member)):
+                        return None
+                else:
+                    data = read_member(member, head_check=decide)
+                    if data is None:
+                        return None
+                    return _analyze_data(member, data)
+            except Exception as exc:  # zipfile/zlib errors on a corrupt member
+                if not kinds:
+                    return FileReport(
+                        member.relpath,
+                        member.origin,
+                        kind=HEAD_UNREADABLE,
+                        error=f"invalid archive: {member.relpath}: {exc}",
+                    )
+                return FileReport(
+                    member.relpath, member.origin, kind=member.kind, error=f"invalid archive: {exc}"
+                )
         try:
             if member.kind == "cubin" and member.size > CUBIN_HEAD:
                 head = read_member_head(member, CUBIN_HEAD, b"-arch")
                 return analyze_cubin(head, member.relpath, member.origin, member.size)
             if member.size <= IN_MEMORY_BYTES:
-                data = read_member(member)
-                if member.kind == "ptx":
-                    return analyze_ptx(data, member.relpath, member.origin)
-                if member.kind == "cubin":
-                    return analyze_cubin(data, member.relpath, member.origin)
-                if member.kind == "fatbin":
-                    return analyze_fatbin_file(data, member.relpath, member.origin)
-                return analyze_buffer(data, member.relpath, member.origin)
+                return _analyze_data(member, read_member(member))
             path = extract_member(member)
         except (zlib.error, EOFError, ValueError, OSError, RuntimeError, KeyError) as exc:
             return FileReport(
@@ -309,15 +339,29 @@ def _analyze_member(member: Member) -> FileReport:
     return analyze_file(member.path, member.relpath, member.origin, member.kind)
 
 
-def _analyze_and_store(member: Member, cache: ResultCache) -> FileReport:
+def _analyze_data(member: Member, data) -> FileReport:
+    if member.kind == "ptx":
+        return analyze_ptx(data, member.relpath, member.origin)
+    if member.kind == "cubin":
+        return analyze_cubin(data, member.relpath, member.origin)
+    if member.kind == "fatbin":
+        return analyze_fatbin_file(data, member.relpath, member.origin)
+    return analyze_buffer(data, member.relpath, member.origin)
+
+
+def _analyze_and_store(member: Member, cache: ResultCache) -> FileReport | None:
     report = _analyze_member(member)
     # Wheel members are stored together, one entry per wheel, by the caller.
-    if member.wheel is None and not (report.error or "").startswith("invalid archive"):
+    if (
+        report is not None
+        and member.wheel is None
+        and not (report.error or "").startswith("invalid archive")
+    ):
         cache.store(member.cache_key, member.size, member.mtime, report.to_json())
     return report
 
 
-def _worker(args: tuple[list[Member], ResultCache]) -> list[FileReport]:
+def _worker(args: tuple[list[Member], ResultCache]) -> list[FileReport | None]:
     # The worker writes the cache entries itself, so the parent does not encode them twice.
     members, cache = args
     return [_analyze_and_store(m, cache) for m in members]
@@ -355,7 +399,10 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
     """A FileReport per object in ``tree``: from the cache, else computed in parallel.
 
     Installed files are cached one entry per file; the members of a wheel one entry per wheel
-    (a wheel of 5,000 cubins is one file to write and read, not 5,000)."""
+    (a wheel of 5,000 cubins is one file to write and read, not 5,000). Wheel members not yet
+    classified are classified by the worker that reads them: those that are no ELF object and
+    no device code leave ``tree.members``; one whose head cannot be read makes its wheel
+    invalid (``tree.invalid``), as listing it would have. Each wheel's listing is stored."""
     reports: dict[str, FileReport] = {}
     todo: list[Member] = []
     wheels: dict[str, list[Member]] = {}
@@ -381,7 +428,9 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
             key = _wheel_key(wheel)
         except OSError:
             key = None
-        hit = cache.load(*key, decode) if key else None
+        # Unclassified members (no listing): the entry's member set cannot be compared.
+        pending = any(not m.kind for m in members)
+        hit = cache.load(*key, decode) if key and not pending else None
         if hit is not None:
             reports.update(hit)
         else:
@@ -397,14 +446,37 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
         todo = [m for b in batches for m in b]
     else:
         results = [_analyze_and_store(m, cache) for m in todo]
+    unreadable: dict[str, str] = {}
     for member, report in zip(todo, results, strict=True):
-        reports[member.relpath] = report
+        if report is None:  # no ELF object, no device code
+            tree.members.pop(member.relpath, None)
+        elif report.kind == HEAD_UNREADABLE:
+            unreadable.setdefault(member.wheel, report.error or "invalid archive")
+        else:
+            reports[member.relpath] = report
+            member.kind = report.kind  # (a worker classified its own copy)
+            tree.dirs.add(os.path.dirname(member.relpath))
+    for wheel, reason in unreadable.items():
+        info = tree.wheels.get(wheel)
+        for m in wheels[wheel]:
+            reports.pop(m.relpath, None)
+        if info is not None:
+            drop_wheel(tree, info, reason)
     for wheel in computed:
-        members = [reports[m.relpath] for m in wheels[wheel]]
+        if wheel in unreadable:
+            continue
+        members = [reports[m.relpath] for m in wheels[wheel] if m.relpath in reports]
         if any((r.error or "").startswith("invalid archive") for r in members):
             continue
         try:
             cache.store(*_wheel_key(wheel), {r.relpath: r.to_json() for r in members})
         except OSError:
             pass
+    for info in tree.wheels.values():
+        if info.listed or (info.path in wheels and info.path not in computed):
+            continue
+        kept = [m for m in wheels.get(info.path, ()) if m.relpath in tree.members]
+        if any((reports[m.relpath].error or "").startswith("invalid archive") for m in kept):
+            continue
+        store_listing(cache, info, kept)
     return reports
