@@ -762,8 +762,10 @@ def _data_range(fd: int, info, file_size: int | None = None) -> int:
 def _head(fd: int, info, n: int) -> bytes:
     """A member's first ``n`` bytes (its local header checked; inflated only that far)."""
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        with zipfile.ZipFile(os.fdopen(os.dup(fd), "rb")) as zf, zf.open(info) as src:
-            return src.read(n)
+        with zipfile.ZipFile(os.fdopen(os.dup(fd), "rb")) as zf:
+            zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
+            with zf.open(zinfo) as src:
+                return src.read(n)
     start = _data_range(fd, info)
     if info.compress_type == zipfile.ZIP_STORED:
         return os.pread(fd, min(n, info.compress_size), start)
@@ -802,7 +804,9 @@ def _pieces(member: Member, check_crc: bool = True, step: int | None = None, hea
     assert member.wheel is not None
     info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        with _zip(member.wheel).open(info) as src:
+        zf = _zip(member.wheel)
+        zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
+        with zf.open(zinfo) as src:
             first = True
             while chunk := src.read(step or INFLATE_STEP):
                 if first and head_check is not None and not head_check(chunk[:HEAD_BYTES]):
