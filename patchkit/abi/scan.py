@@ -9,7 +9,9 @@ the fatbin entry headers through an mmap; a wheel member is inflated only as far
 
 from __future__ import annotations
 
+import json
 import mmap
+import multiprocessing
 import os
 import re
 import struct
@@ -17,7 +19,7 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from patchkit.abi.cache import ResultCache
+from patchkit.abi.cache import ResultCache, encode
 from patchkit.abi.elf import ElfInfo, MalformedElf, open_mapped, read_elf
 from patchkit.abi.fatbin import (
     EM_CUDA,
@@ -361,10 +363,39 @@ def _analyze_and_store(member: Member, cache: ResultCache) -> FileReport | None:
     return report
 
 
-def _worker(args: tuple[list[Member], ResultCache]) -> list[FileReport | None]:
-    # The worker writes the cache entries itself, so the parent does not encode them twice.
-    members, cache = args
-    return [_analyze_and_store(m, cache) for m in members]
+# The members a forked worker reads by index (set before the pool starts, so a batch is a
+# list of numbers, not thousands of pickled members).
+_SHARED: list[Member] = []
+
+
+def _worker(args: tuple[list, ResultCache, bool]) -> list:
+    """Each member's report as JSON text (what the cache stores; the parent decodes it and
+    stores a wheel's texts without encoding them again), None for a member that is no ELF
+    object or device code, (HEAD_UNREADABLE, error) for one whose head cannot be read.
+    Installed files' cache entries are written here."""
+    batch, cache, by_index = args
+    members = [_SHARED[i] for i in batch] if by_index else batch
+    out: list = []
+    for member in members:
+        report = _analyze_member(member)
+        if report is None:
+            out.append(None)
+        elif report.kind == HEAD_UNREADABLE:
+            out.append((HEAD_UNREADABLE, report.error))
+        else:
+            text = encode(report.to_json())
+            if member.wheel is None and not (report.error or "").startswith("invalid archive"):
+                cache.store_encoded(member.cache_key, member.size, member.mtime, text)
+            out.append(text)
+    return out
+
+
+def _pool_context():
+    """fork where there is one (the workers see ``_SHARED``), else the platform's default."""
+    try:
+        return multiprocessing.get_context("fork"), True
+    except ValueError:
+        return None, False
 
 
 def load_cached(cache: ResultCache, member: Member) -> FileReport | None:
@@ -439,11 +470,34 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
     todo.sort(key=lambda m: -m.size)
     jobs = jobs if jobs is not None else min(len(todo), os.cpu_count() or 1)
     big = sum(m.size for m in todo)
+    texts: dict[str, str] = {}  # relpath -> the report as JSON text, from a worker
     if jobs > 1 and len(todo) > 1 and big > PARALLEL_BYTES:
         batches = _batches(todo, jobs)
-        with ProcessPoolExecutor(max_workers=jobs, initializer=forget_open) as pool:
-            results = [r for rs in pool.map(_worker, [(b, cache) for b in batches]) for r in rs]
         todo = [m for b in batches for m in b]
+        context, by_index = _pool_context()
+        _SHARED[:] = todo if by_index else []
+        if by_index:
+            args, at = [], 0
+            for b in batches:
+                args.append((list(range(at, at + len(b))), cache, True))
+                at += len(b)
+        else:
+            args = [(b, cache, False) for b in batches]
+        try:
+            with ProcessPoolExecutor(
+                max_workers=jobs, mp_context=context, initializer=forget_open
+            ) as pool:
+                encoded = [r for rs in pool.map(_worker, args) for r in rs]
+        finally:
+            _SHARED.clear()
+        results = []
+        for member, got in zip(todo, encoded, strict=True):
+            if isinstance(got, str):
+                texts[member.relpath] = got
+                got = FileReport.from_json(json.loads(got), member.relpath, member.origin)
+            elif got is not None:
+                got = FileReport(member.relpath, member.origin, kind=got[0], error=got[1])
+            results.append(got)
     else:
         results = [_analyze_and_store(m, cache) for m in todo]
     unreadable: dict[str, str] = {}
@@ -469,9 +523,13 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
         if any((r.error or "").startswith("invalid archive") for r in members):
             continue
         try:
-            cache.store(*_wheel_key(wheel), {r.relpath: r.to_json() for r in members})
+            key = _wheel_key(wheel)
         except OSError:
-            pass
+            continue
+        value = ",".join(
+            f"{encode(r.relpath)}:{texts.get(r.relpath) or encode(r.to_json())}" for r in members
+        )
+        cache.store_encoded(*key, "{" + value + "}")
     for info in tree.wheels.values():
         if info.listed or (info.path in wheels and info.path not in computed):
             continue

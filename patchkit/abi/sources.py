@@ -520,7 +520,6 @@ def _fast_directory(path: str) -> list[Entry] | None:
     return out
 
 
-_BAD_NAME = re.compile(r"(?m)^(?:[/\\]|[A-Za-z]:)|(?:^|[/\\])\.\.(?:[/\\]|$)")
 
 
 def _archive_problem(entries: list[Entry]) -> str | None:
@@ -530,7 +529,8 @@ def _archive_problem(entries: list[Entry]) -> str | None:
 
     names = [e.filename for e in entries]
     suspicious = (
-        _BAD_NAME.search("\n".join(names)) is not None
+        ".." in "\0".join(names)
+        or any(n.startswith(("/", "\\")) or n[1:2] == ":" for n in names)
         or len(set(names)) != len(names)
         or any((e.external_attr >> 28) == 0xA for e in entries)  # S_IFLNK
         or any(e.flag_bits & 0x1 for e in entries)
