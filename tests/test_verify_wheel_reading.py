@@ -4,6 +4,7 @@ member is an ``invalid archive`` error, never a wrong report."""
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 import struct
@@ -12,7 +13,7 @@ import zlib
 
 import pytest
 
-from patchkit.abi import scan, sources
+from patchkit.abi import scan, sources, verify
 from patchkit.abi.cache import ResultCache
 from patchkit.abi.scan import analyze_file
 from tests.abi import builders
@@ -175,3 +176,90 @@ def test_damaged_member_is_invalid_archive(tmp_path, method, damage):
     report = scan._analyze_member(tree.members["demo/libuse.so"])
     assert report.error and report.error.startswith("invalid archive"), report.error
     assert report.elf is None
+    # read unclassified, as verify's workers read it: the same error for the member
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    reports = scan.analyze_tree(tree, ResultCache(str(tmp_path / "cache")), jobs=1)
+    assert reports["demo/libuse.so"].error == report.error
+    assert tree.members["demo/libuse.so"].kind == "elf" and not tree.invalid
+
+
+def test_verify_damaged_wheel_in_workers(tmp_path, monkeypatch):
+    """The renamed local header, found by a forked worker: the wheel is one invalid-archive
+    error and nothing else, as when it was found listing the wheel; the other wheel is read."""
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _wheel(house / "demo-1.0-py3-none-any.whl", objs, zipfile.ZIP_DEFLATED)
+    _, info = _data_offset(wheel, "demo/libuse.so")
+    _patch(wheel, info.header_offset + 30, b"dX")
+    _wheel(house / "good-1.0-py3-none-any.whl", {"good/liblogf.so": objs["demo/liblogf.so"]},
+           zipfile.ZIP_DEFLATED)  # fmt: skip
+    sources.forget_open()
+    monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)  # a pool of workers however small
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=2)
+    demo = [f for f in report.findings if "demo-1.0" in f.file]
+    assert [f.check for f in demo] == ["invalid-archive"]
+    assert "local header names" in demo[0].message
+    assert report.files == 1  # good/liblogf.so
+
+
+def _zipinfo_entries(path: str) -> list:
+    with zipfile.ZipFile(path) as zf:
+        return [
+            (i.filename, i.header_offset, i.compress_size, i.file_size, i.CRC, i.compress_type,
+             i.flag_bits, i.external_attr)
+            for i in zf.infolist()
+        ]  # fmt: skip
+
+
+def test_central_directory_equals_zipfile(tmp_path):
+    """The one-read directory parser gives zipfile's entries, on real wheels from the index
+    (where cached) and on a zip with bytes prepended, which goes through zipfile itself."""
+    paths = sorted(glob.glob(os.path.join(builders.WHEELS, "*.whl")))
+    odd = tmp_path / "odd.zip"
+    with zipfile.ZipFile(odd, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a/b\u00e9.so", b"\x7fELF" + b"\0" * 60)  # a UTF-8 name
+        zf.writestr(zipfile.ZipInfo("c/d.so"), b"x" * 100)
+    prepended = tmp_path / "prepended.zip"
+    prepended.write_bytes(b"#!/bin/sh\n" * 10 + odd.read_bytes())
+    for path in [*paths, str(odd), str(prepended)]:
+        got = [
+            (e.filename, e.header_offset, e.compress_size, e.file_size, e.CRC, e.compress_type,
+             e.flag_bits, e.external_attr)
+            for e in sources.central_directory(path)
+        ]  # fmt: skip
+        assert got == _zipinfo_entries(path), path
+    assert sources._fast_directory(str(odd)) is not None
+    assert sources._fast_directory(str(prepended)) is None  # zipfile's way
+
+
+def test_unchanged_wheelhouse_is_not_opened(tmp_path, monkeypatch):
+    """Warm: each wheel known by (path, size, mtime) -- no central directory is parsed, the
+    same findings come back; a wheel touched since is listed again, the others are not."""
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    _wheel(house / "demo-1.0-py3-none-any.whl", objs, zipfile.ZIP_DEFLATED)
+    _wheel(house / "other-1.0-py3-none-any.whl", {"other/liblogf.so": objs["demo/liblogf.so"]},
+           zipfile.ZIP_DEFLATED)  # fmt: skip
+    cache = str(tmp_path / "cache")
+    cold = verify(wheelhouse=str(house), cache_dir=cache)
+    listed: list[str] = []
+    real = sources.central_directory
+    monkeypatch.setattr(
+        sources, "central_directory", lambda path: listed.append(path) or real(path)
+    )
+    warm = verify(wheelhouse=str(house), cache_dir=cache)
+    assert warm.cached and not listed
+    assert [f.to_dict() for f in warm.findings] == [f.to_dict() for f in cold.findings]
+    assert warm.files == cold.files == len(objs) + 1
+    # another profile: the run misses, each wheel's listing and reports are reused
+    other = verify(wheelhouse=str(house), cache_dir=cache, profile="cu130-sm90")
+    assert not other.cached and not listed and other.files == cold.files
+    st = os.stat(house / "other-1.0-py3-none-any.whl")
+    os.utime(house / "other-1.0-py3-none-any.whl", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = verify(wheelhouse=str(house), cache_dir=cache)
+    assert not again.cached and [os.path.basename(p) for p in listed] == [
+        "other-1.0-py3-none-any.whl"
+    ]
+    assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in cold.findings]

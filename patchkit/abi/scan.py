@@ -31,6 +31,7 @@ from patchkit.abi.fatbin import (
     ptx_kernels,
 )
 from patchkit.abi.sources import (
+    HEAD_BYTES,
     Member,
     Tree,
     drop_wheel,
@@ -292,33 +293,16 @@ def _analyze_member(member: Member) -> FileReport | None:
     no device code (its head says so; nothing more of it is read)."""
     if member.path is None and member.wheel is not None:
         if not member.kind:
-            kinds: list[str | None] = []
-
-            def decide(head: bytes) -> bool:
-                kinds.append(classify(head, member.relpath))
-                member.kind = kinds[0] or ""
-                return kinds[0] is not None
-
-            try:
-                if member.size > CUBIN_HEAD:  # may be a cubin read only to its note
-                    if not decide(member_head(member)):
-                        return None
-                else:
-                    data = read_member(member, head_check=decide)
-                    if data is None:
-                        return None
-                    return _analyze_data(member, data)
-            except Exception as exc:  # zipfile/zlib errors on a corrupt member
-                if not kinds:
-                    return FileReport(
-                        member.relpath,
-                        member.origin,
-                        kind=HEAD_UNREADABLE,
-                        error=f"invalid archive: {member.relpath}: {exc}",
-                    )
-                return FileReport(
-                    member.relpath, member.origin, kind=member.kind, error=f"invalid archive: {exc}"
-                )
+            if member.size > CUBIN_HEAD:  # may be a cubin read only to its note: head first
+                try:
+                    head = member_head(member)
+                except Exception as exc:  # zipfile/zlib errors on a corrupt member
+                    return _unreadable(member, exc)
+                member.kind = classify(head, member.relpath) or ""
+                if not member.kind:
+                    return None
+            else:  # read whole anyway: classified by its first bytes once inflated
+                return _classify_small(member)
         try:
             if member.kind == "cubin" and member.size > CUBIN_HEAD:
                 head = read_member_head(member, CUBIN_HEAD, b"-arch")
@@ -339,6 +323,38 @@ def _analyze_member(member: Member) -> FileReport | None:
         finally:
             os.unlink(path)  # the scratch copy is only needed while it is read
     return analyze_file(member.path, member.relpath, member.origin, member.kind)
+
+
+def _unreadable(member: Member, exc: BaseException) -> FileReport:
+    return FileReport(
+        member.relpath,
+        member.origin,
+        kind=HEAD_UNREADABLE,
+        error=f"invalid archive: {member.relpath}: {exc}",
+    )
+
+
+def _classify_small(member: Member) -> FileReport | None:
+    """An unclassified member small enough to be read whole: inflated once, classified by its
+    first bytes. A damaged one is judged as listing it would have: by its head alone (an
+    unreadable head makes the wheel invalid; a non-code member is skipped, damaged or not)."""
+    try:
+        data = read_member(member)
+    except Exception as exc:  # zipfile/zlib errors on a corrupt member
+        try:
+            head = member_head(member)
+        except Exception as head_exc:
+            return _unreadable(member, head_exc)
+        kind = classify(head, member.relpath)
+        if kind is None:
+            return None
+        member.kind = kind
+        return FileReport(member.relpath, member.origin, kind=kind, error=f"invalid archive: {exc}")
+    kind = classify(bytes(data[:HEAD_BYTES]), member.relpath)
+    if kind is None:
+        return None
+    member.kind = kind
+    return _analyze_data(member, data)
 
 
 def _analyze_data(member: Member, data) -> FileReport:

@@ -520,8 +520,6 @@ def _fast_directory(path: str) -> list[Entry] | None:
     return out
 
 
-
-
 def _archive_problem(entries: list[Entry]) -> str | None:
     """archives.archive_problem, with the common case (nothing wrong) decided over all entries
     at once; anything suspicious is handed to it for the exact first problem."""
@@ -782,39 +780,18 @@ def _head(fd: int, info, n: int) -> bytes:
     return out
 
 
-def _inflate_head(chunk: bytes, n: int) -> bytes:
-    """The first ``n`` bytes a deflate stream starting with ``chunk`` gives (as ``_head``)."""
-    inflate = zlib.decompressobj(-15)
-    out, pos = b"", 0
-    while len(out) < n and pos < len(chunk) and not inflate.eof:
-        out += inflate.decompress(chunk[pos : pos + 4096], n - len(out))
-        pos += 4096
-        while len(out) < n and inflate.unconsumed_tail:
-            out += inflate.decompress(inflate.unconsumed_tail, n - len(out))
-    return out
-
-
-def _pieces(member: Member, check_crc: bool = True, step: int | None = None, head_check=None):
+def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
     """A deflated or stored member's bytes, inflated step by step (no zipfile object, no copy
     of the compressed bytes in memory); ends with the size and CRC-32 checked against the
-    central directory. Other compression methods go through zipfile.
-
-    ``head_check``: called once with the member's first HEAD_BYTES (inflated from the first
-    step's input, nothing read twice); when it returns False nothing is yielded."""
+    central directory. Other compression methods go through zipfile."""
     assert member.wheel is not None
     info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         zf = _zip(member.wheel)
         zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
         with zf.open(zinfo) as src:
-            first = True
             while chunk := src.read(step or INFLATE_STEP):
-                if first and head_check is not None and not head_check(chunk[:HEAD_BYTES]):
-                    return
-                first = False
                 yield chunk
-        if first and head_check is not None:
-            head_check(b"")
         return
     z = inflate_backend()
     fd, wheel_size = _fd(member.wheel)
@@ -828,10 +805,6 @@ def _pieces(member: Member, check_crc: bool = True, step: int | None = None, hea
     inflate = z.decompressobj(-15) if deflated else None
     pos, left, produced, crc = start, info.compress_size, 0, 0
     chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos) if left else b""
-    if head_check is not None:
-        head = _inflate_head(chunk, HEAD_BYTES) if deflated else chunk[:HEAD_BYTES]
-        if not head_check(head):
-            return
     while left:
         if not chunk:
             raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
@@ -855,22 +828,11 @@ def _pieces(member: Member, check_crc: bool = True, step: int | None = None, hea
         raise ValueError(f"Bad CRC-32 for member {member.relpath!r}")
 
 
-def read_member(member: Member, head_check=None) -> bytes | bytearray | None:
-    """A wheel member's bytes (size and CRC-32 checked), inflated into one buffer; None when
-    ``head_check`` (see ``_pieces``) turned it down by its first bytes."""
+def read_member(member: Member) -> bytes | bytearray:
+    """A wheel member's bytes (size and CRC-32 checked), inflated into one buffer."""
     assert member.wheel is not None
-    said = []
-
-    def check(head: bytes) -> bool:
-        said.append(head_check(head))
-        return said[-1]
-
-    pieces = _pieces(member, head_check=check if head_check else None)
-    first = next(pieces, None)
-    if said and not said[0]:
-        return None
-    if first is None:
-        first = b""
+    pieces = _pieces(member)
+    first = next(pieces, b"")
     if len(first) == member.size:  # the usual small member: one step, no copy
         for _ in pieces:  # the checks at the end (and nothing more may come)
             raise ValueError(f"member {member.relpath!r} is larger than its header says")
