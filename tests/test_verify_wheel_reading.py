@@ -263,3 +263,47 @@ def test_unchanged_wheelhouse_is_not_opened(tmp_path, monkeypatch):
         "other-1.0-py3-none-any.whl"
     ]
     assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in cold.findings]
+
+
+def test_small_cubins_read_to_their_note(tmp_path):
+    """flashinfer-cubin 0.6.3's raw cubins (real, from PyPI): each member is inflated only as
+    far as its tkinfo note, and says what the whole file says -- SM, a/f variant, toolkit, that
+    it holds kernels (its section names, first in the file, name `.text.` sections)."""
+    wheel = builders.real_wheel("flashinfer-cubin==0.6.3", "flashinfer_cubin-0.6.3-*.whl")
+    if wheel is None:
+        pytest.skip("cannot download flashinfer-cubin 0.6.3")
+    house = tmp_path / "house"
+    house.mkdir()
+    os.symlink(os.path.realpath(wheel), house / os.path.basename(wheel))
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    members = sorted(tree.members.values(), key=lambda m: m.size)
+    sample = members[:: max(1, len(members) // 40)]
+    inflated = []
+    real = sources.head_chunks
+
+    def counting(member, step=sources.HEAD_STEP):
+        for piece in real(member, step):
+            inflated.append(len(piece))
+            yield piece
+
+    def whole(member):
+        data = sources.read_member(member)
+        inflated.append(len(data))
+        return data
+
+    sources.forget_open()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sources, "head_chunks", counting)
+        mp.setattr(scan, "head_chunks", counting)
+        mp.setattr(scan, "read_member", whole)
+        got = {m.relpath: scan._analyze_member(m) for m in sample}
+    with zipfile.ZipFile(wheel) as zf:
+        for m in sample:
+            path = tmp_path / "one.cubin"
+            path.write_bytes(zf.read(m.relpath))
+            want = analyze_file(str(path), m.relpath, m.origin, "cubin")
+            (g,), (w,) = got[m.relpath].fatbins, want.fatbins
+            assert got[m.relpath].kind == "cubin" and got[m.relpath].error is None
+            assert (g.archs, g.toolkit, g.has_kernels) == (w.archs, w.toolkit, True), m.relpath
+            assert w.kernels and w.kernels > 0
+    assert sum(inflated) < sum(m.size for m in sample) / 2  # read whole: all of it

@@ -9,6 +9,7 @@ the fatbin entry headers through an mmap; a wheel member is inflated only as far
 
 from __future__ import annotations
 
+import gc
 import json
 import mmap
 import multiprocessing
@@ -37,6 +38,7 @@ from patchkit.abi.sources import (
     drop_wheel,
     extract_member,
     forget_open,
+    head_chunks,
     member_head,
     read_member,
     read_member_head,
@@ -304,9 +306,8 @@ def _analyze_member(member: Member) -> FileReport | None:
             else:  # read whole anyway: classified by its first bytes once inflated
                 return _classify_small(member)
         try:
-            if member.kind == "cubin" and member.size > CUBIN_HEAD:
-                head = read_member_head(member, CUBIN_HEAD, b"-arch")
-                return analyze_cubin(head, member.relpath, member.origin, member.size)
+            if member.kind == "cubin":
+                return _cubin_member(member)
             if member.size <= IN_MEMORY_BYTES:
                 return _analyze_data(member, read_member(member))
             path = extract_member(member)
@@ -334,12 +335,35 @@ def _unreadable(member: Member, exc: BaseException) -> FileReport:
     )
 
 
+def _cubin_member(member: Member, started=None) -> FileReport:
+    """A raw cubin in a wheel, inflated as far as its tkinfo note (the target, the toolkit);
+    the ELF header gives the SM. One over CUBIN_HEAD is taken to hold kernels; a smaller one
+    whose head names a ``.text.`` section (its section names come first in nvcc's layout)
+    does, and one whose head does not, or that its head covers, is read whole (its kernels
+    counted from the section table, size and CRC-32 checked)."""
+    head = read_member_head(member, CUBIN_HEAD, b"-arch", started)
+    if member.size > CUBIN_HEAD or (len(head) < member.size and b".text." in head):
+        return analyze_cubin(head, member.relpath, member.origin, member.size)
+    return analyze_cubin(read_member(member), member.relpath, member.origin)
+
+
 def _classify_small(member: Member) -> FileReport | None:
-    """An unclassified member small enough to be read whole: inflated once, classified by its
-    first bytes. A damaged one is judged as listing it would have: by its head alone (an
-    unreadable head makes the wheel invalid; a non-code member is skipped, damaged or not)."""
+    """An unclassified member up to CUBIN_HEAD: classified by its first inflated piece, then
+    read as its kind is (a cubin to its note, anything else whole). A damaged one is judged
+    as listing it would have: by its head alone (an unreadable head makes the wheel invalid; a
+    non-code member is skipped, damaged or not)."""
+    pieces = head_chunks(member)
     try:
-        data = read_member(member)
+        first = next(pieces, b"")
+        kind = classify(first[:HEAD_BYTES], member.relpath)
+        if kind is None:
+            pieces.close()
+            return None
+        member.kind = kind
+        if kind == "cubin":
+            return _cubin_member(member, (pieces, first))
+        pieces.close()
+        return _analyze_data(member, read_member(member))
     except Exception as exc:  # zipfile/zlib errors on a corrupt member
         try:
             head = member_head(member)
@@ -350,11 +374,6 @@ def _classify_small(member: Member) -> FileReport | None:
             return None
         member.kind = kind
         return FileReport(member.relpath, member.origin, kind=kind, error=f"invalid archive: {exc}")
-    kind = classify(bytes(data[:HEAD_BYTES]), member.relpath)
-    if kind is None:
-        return None
-    member.kind = kind
-    return _analyze_data(member, data)
 
 
 def _analyze_data(member: Member, data) -> FileReport:
@@ -499,6 +518,9 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
                 at += len(b)
         else:
             args = [(b, cache, False) for b in batches]
+        # Objects alive now stay out of the collector's sight: a forked worker collecting would
+        # touch every one of them and copy the parent's whole heap, page by page.
+        gc.freeze()
         try:
             with ProcessPoolExecutor(
                 max_workers=jobs, mp_context=context, initializer=forget_open
@@ -506,6 +528,7 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
                 encoded = [r for rs in pool.map(_worker, args) for r in rs]
         finally:
             _SHARED.clear()
+            gc.unfreeze()
         results = []
         for member, got in zip(todo, encoded, strict=True):
             if isinstance(got, str):

@@ -854,27 +854,67 @@ def read_member(member: Member) -> bytes | bytearray:
     return out
 
 
-def read_member_head(member: Member, limit: int, until: bytes) -> bytes:
-    """A wheel member's first bytes, inflated in steps until ``until`` appears (or ``limit``);
-    the member is not read to its end, so neither its size nor its CRC-32 is checked."""
+HEAD_STEP = 4096
+
+
+def head_chunks(member: Member, step: int = HEAD_STEP):
+    """A wheel member's bytes from its start in ``step``-byte pieces, inflated only as far as
+    they are taken (no more output than asked for per piece); neither size nor CRC-32 is
+    checked, the member is not meant to be read to its end this way."""
     assert member.wheel is not None
+    info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        yield from _pieces(member, check_crc=False, step=step)
+        return
+    fd, wheel_size = _fd(member.wheel)
+    pos = _data_range(fd, info, wheel_size)
+    end = pos + info.compress_size
+    if info.compress_type == zipfile.ZIP_STORED:
+        while pos < end:
+            chunk = os.pread(fd, min(step, end - pos), pos)
+            if not chunk:
+                raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
+            pos += len(chunk)
+            yield chunk
+        return
+    inflate = inflate_backend().decompressobj(-15)
     out = b""
-    step = 16384
-    pieces = _pieces(member, check_crc=False, step=step)
-    for piece in pieces:
-        while piece:
-            chunk, piece = piece[:step], piece[step:]
+    while True:
+        while len(out) < step and not inflate.eof:
+            if inflate.unconsumed_tail:
+                data = inflate.unconsumed_tail
+            elif pos < end:
+                data = os.pread(fd, min(step, end - pos), pos)
+                if not data:
+                    raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
+                pos += len(data)
+            else:
+                break
+            out += inflate.decompress(data, step - len(out))
+        if not out:
+            return
+        yield out
+        out = b""
+
+
+def read_member_head(member: Member, limit: int, until: bytes, started=None) -> bytes:
+    """A wheel member's first bytes, inflated in HEAD_STEP steps until ``until`` appears (then
+    4 kB more: the rest of the note), or ``limit``; the member is not read to its end, so
+    neither its size nor its CRC-32 is checked. ``started``: (a ``head_chunks`` generator,
+    the bytes already taken from it)."""
+    pieces, out = started if started is not None else (head_chunks(member), b"")
+    try:
+        if until in out:
+            return out + next(pieces, b"")[:4096]
+        for chunk in pieces:
             out += chunk
             if until in out[-len(chunk) - len(until) :]:
-                rest = piece[:4096]  # the rest of the note
-                if len(rest) < 4096:
-                    rest += next(pieces, b"")[: 4096 - len(rest)]
-                pieces.close()
-                return out + rest
+                return out + next(pieces, b"")[:4096]  # the rest of the note
             if len(out) >= limit:
-                pieces.close()
                 return out
-    return out
+        return out
+    finally:
+        pieces.close()
 
 
 def extract_member(member: Member) -> str:
