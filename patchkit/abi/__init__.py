@@ -12,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from patchkit.abi import torchsyms
 from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache, run_key
 from patchkit.abi.checks import Context, Finding, detect_driver, predict, run_checks
@@ -121,7 +122,13 @@ def verify(
         wh = read_wheelhouse(wheelhouse, scratch, cache) if wheelhouse else None
         tree = env_tree.overlay(wh) if env_tree and wh else (wh or env_tree)
         assert tree is not None
+        prefetch = None
+        if prof.torch_symbols and "torch/version.py" not in tree.texts:
+            # checks.load_profile_torch will need it: read while the workers read the files
+            prefetch = torchsyms.prefetch(prof.data_file(prof.torch_symbols))
         reports = analyze_tree(tree, cache, jobs=jobs)
+        if prefetch is not None:
+            prefetch.join()
         ctx = Context(
             tree=tree,
             reports=reports,

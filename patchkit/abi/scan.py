@@ -40,6 +40,7 @@ from patchkit.abi.sources import (
     forget_open,
     head_chunks,
     member_head,
+    prefetch_heads,
     read_member,
     read_member_head,
     store_listing,
@@ -410,6 +411,7 @@ def _worker(args: tuple[list, ResultCache, bool]) -> list:
     Installed files' cache entries are written here."""
     batch, cache, by_index = args
     members = [_SHARED[i] for i in batch] if by_index else batch
+    prefetch_heads(members)
     out: list = []
     for member in members:
         report = _analyze_member(member)
@@ -452,6 +454,8 @@ def _batches(todo: list[Member], jobs: int) -> list[list[Member]]:
         else:
             small.append(m)
     per = max(1, len(small) // (jobs * 4) or 1)
+    # in the order they lie in their wheel: a batch reads one stretch of it
+    small.sort(key=lambda m: (m.wheel or "", m.zinfo.header_offset if m.zinfo else 0))
     out += [small[i : i + per] for i in range(0, len(small), per)]
     return out
 
@@ -521,22 +525,29 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
         # Objects alive now stay out of the collector's sight: a forked worker collecting would
         # touch every one of them and copy the parent's whole heap, page by page.
         gc.freeze()
+        results: list[FileReport | None] = []
         try:
             with ProcessPoolExecutor(
                 max_workers=jobs, mp_context=context, initializer=forget_open
             ) as pool:
-                encoded = [r for rs in pool.map(_worker, args) for r in rs]
+                # decoded batch by batch as they come, while the workers read the next ones
+                for batch, encoded in zip(batches, pool.map(_worker, args), strict=True):
+                    for member, got in zip(batch, encoded, strict=True):
+                        if isinstance(got, str):
+                            texts[member.relpath] = got
+                            rep = FileReport.from_json(
+                                json.loads(got), member.relpath, member.origin
+                            )
+                        elif got is not None:
+                            rep = FileReport(
+                                member.relpath, member.origin, kind=got[0], error=got[1]
+                            )
+                        else:
+                            rep = None
+                        results.append(rep)
         finally:
             _SHARED.clear()
             gc.unfreeze()
-        results = []
-        for member, got in zip(todo, encoded, strict=True):
-            if isinstance(got, str):
-                texts[member.relpath] = got
-                got = FileReport.from_json(json.loads(got), member.relpath, member.origin)
-            elif got is not None:
-                got = FileReport(member.relpath, member.origin, kind=got[0], error=got[1])
-            results.append(got)
     else:
         results = [_analyze_and_store(m, cache) for m in todo]
     unreadable: dict[str, str] = {}

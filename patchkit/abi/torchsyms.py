@@ -21,6 +21,7 @@ import posixpath
 import re
 import sys
 import tempfile
+import threading
 import zipfile
 import zlib
 
@@ -84,8 +85,43 @@ def _gunzip(raw: bytes) -> bytes:
     return out if inflate.eof and not inflate.unused_data else gzip.decompress(raw)
 
 
+_LOADED: dict[tuple, dict] = {}
+
+
 def load(path: str) -> dict:
-    """Read and check a symbol-set file; raises ValueError on anything malformed."""
+    """Read and check a symbol-set file; raises ValueError on anything malformed. A file
+    read before in this process (same path, size, mtime) is not read again; the document
+    returned is shared, never to be changed."""
+    try:
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None
+    if key in _LOADED:
+        return _LOADED[key]
+    doc = _read(path)
+    if key is not None:
+        _LOADED.clear()
+        _LOADED[key] = doc
+    return doc
+
+
+def prefetch(path: str) -> threading.Thread:
+    """Read ``path`` in a thread (the parent is idle while the workers read the files); a
+    later ``load`` then finds it read, or reads it itself, with the same errors."""
+
+    def run() -> None:
+        try:
+            load(path)
+        except ValueError:
+            pass
+
+    thread = threading.Thread(target=run, name="torch-symbols", daemon=True)
+    thread.start()
+    return thread
+
+
+def _read(path: str) -> dict:
     try:
         with open(path, "rb") as fh:
             doc = json.loads(_gunzip(fh.read()))
