@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -122,13 +123,11 @@ def verify(
         wh = read_wheelhouse(wheelhouse, scratch, cache) if wheelhouse else None
         tree = env_tree.overlay(wh) if env_tree and wh else (wh or env_tree)
         assert tree is not None
-        prefetch = None
+        meanwhile = None
         if prof.torch_symbols and "torch/version.py" not in tree.texts:
             # checks.load_profile_torch will need it: read while the workers read the files
-            prefetch = torchsyms.prefetch(prof.data_file(prof.torch_symbols))
-        reports = analyze_tree(tree, cache, jobs=jobs)
-        if prefetch is not None:
-            prefetch.join()
+            meanwhile = functools.partial(torchsyms.preload, prof.data_file(prof.torch_symbols))
+        reports = analyze_tree(tree, cache, jobs=jobs, meanwhile=meanwhile)
         ctx = Context(
             tree=tree,
             reports=reports,

@@ -482,14 +482,18 @@ def _wheel_key(wheel: str) -> tuple[str, int, int]:
     return "wheel:" + os.path.realpath(wheel), st.st_size, st.st_mtime_ns
 
 
-def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dict[str, FileReport]:
+def analyze_tree(
+    tree: Tree, cache: ResultCache, jobs: int | None = None, meanwhile=None
+) -> dict[str, FileReport]:
     """A FileReport per object in ``tree``: from the cache, else computed in parallel.
 
     Installed files are cached one entry per file; the members of a wheel one entry per wheel
     (a wheel of 5,000 cubins is one file to write and read, not 5,000). Wheel members not yet
     classified are classified by the worker that reads them: those that are no ELF object and
     no device code leave ``tree.members``; one whose head cannot be read makes its wheel
-    invalid (``tree.invalid``), as listing it would have. Each wheel's listing is stored."""
+    invalid (``tree.invalid``), as listing it would have. Each wheel's listing is stored.
+    ``meanwhile``: called once in this process while the workers read (after they are forked:
+    no thread runs across a fork), or at the end when there are none."""
     reports: dict[str, FileReport] = {}
     todo: list[Member] = []
     wheels: dict[str, list[Member]] = {}
@@ -547,8 +551,12 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
             with ProcessPoolExecutor(
                 max_workers=jobs, mp_context=context, initializer=_worker_init
             ) as pool:
+                done = pool.map(_worker, args)  # the workers are forked here
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None
                 # decoded batch by batch as they come, while the workers read the next ones
-                for batch, encoded in zip(batches, pool.map(_worker, args), strict=True):
+                for batch, encoded in zip(batches, done, strict=True):
                     for member, got in zip(batch, encoded, strict=True):
                         if isinstance(got, str):
                             texts[member.relpath] = got
@@ -567,6 +575,8 @@ def analyze_tree(tree: Tree, cache: ResultCache, jobs: int | None = None) -> dic
             gc.unfreeze()
     else:
         results = [_analyze_and_store(m, cache) for m in todo]
+    if meanwhile is not None:
+        meanwhile()
     unreadable: dict[str, str] = {}
     for member, report in zip(todo, results, strict=True):
         if report is None:  # no ELF object, no device code

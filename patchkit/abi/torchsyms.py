@@ -21,7 +21,6 @@ import posixpath
 import re
 import sys
 import tempfile
-import threading
 import zipfile
 import zlib
 
@@ -106,19 +105,12 @@ def load(path: str) -> dict:
     return doc
 
 
-def prefetch(path: str) -> threading.Thread:
-    """Read ``path`` in a thread (the parent is idle while the workers read the files); a
-    later ``load`` then finds it read, or reads it itself, with the same errors."""
-
-    def run() -> None:
-        try:
-            load(path)
-        except ValueError:
-            pass
-
-    thread = threading.Thread(target=run, name="torch-symbols", daemon=True)
-    thread.start()
-    return thread
+def preload(path: str) -> None:
+    """``load`` ahead of need; an unreadable file is left for ``load`` to report."""
+    try:
+        load(path)
+    except ValueError:
+        pass
 
 
 def _read(path: str) -> dict:
