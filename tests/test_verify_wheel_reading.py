@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import importlib
+import json
 import os
 import struct
 import zipfile
@@ -307,3 +308,38 @@ def test_small_cubins_read_to_their_note(tmp_path):
             assert (g.archs, g.toolkit, g.has_kernels) == (w.archs, w.toolkit, True), m.relpath
             assert w.kernels and w.kernels > 0
     assert sum(inflated) < sum(m.size for m in sample) / 2  # read whole: all of it
+
+
+def test_tampered_listing_is_a_miss(tmp_path):
+    """A wheel's cached listing is data checked field by field: one naming a member of an
+    unknown kind, or with a field of the wrong type, is a miss -- the wheel is listed again
+    and the findings are those of a cold run."""
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _wheel(house / "demo-1.0-py3-none-any.whl", objs, zipfile.ZIP_DEFLATED)
+    cache = ResultCache(str(tmp_path / "cache"))
+    cold = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "cache"))
+    stamp = sources._stamp(wheel)
+    path = cache._path("listing:" + stamp[0])
+    doc = json.loads(open(path, encoding="utf-8").read())
+    assert {m[0] for m in doc["value"]["members"]} == set(objs)
+    for tamper in ("kind", "type"):
+        bad = json.loads(json.dumps(doc))
+        if tamper == "kind":
+            bad["value"]["members"][0][1] = "shell"
+        else:
+            bad["value"]["members"][0][2] = "0"
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(bad, fh)
+        assert sources._load_listing(cache, wheel, os.path.basename(wheel), stamp, "x") is None
+        os.unlink(cache._path("run:" + str(house)))  # so the run reads the listing
+        listed: list[str] = []
+        real = sources.central_directory
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(
+                sources, "central_directory", lambda p, seen=listed, f=real: seen.append(p) or f(p)
+            )
+            again = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "cache"))
+        assert listed and not again.cached  # listed again, not taken from the entry
+        assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in cold.findings]

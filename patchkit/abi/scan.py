@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import re
 import struct
+import sys
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -445,7 +446,9 @@ def _worker_init() -> None:
 
 
 def _pool_context():
-    """fork where there is one (the workers see ``_SHARED``), else the platform's default."""
+    """fork on Linux (the workers see ``_SHARED``), else the platform's default."""
+    if not sys.platform.startswith("linux"):
+        return None, False
     try:
         return multiprocessing.get_context("fork"), True
     except ValueError:
