@@ -17,6 +17,7 @@ import os
 import re
 import struct
 import sys
+import threading
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -403,6 +404,7 @@ def _analyze_and_store(member: Member, cache: ResultCache) -> FileReport | None:
 # The members a forked worker reads by index (set before the pool starts, so a batch is a
 # list of numbers, not thousands of pickled members).
 _SHARED: list[Member] = []
+_FORK_LOCK = threading.Lock()
 
 
 def _worker(args: tuple[list, ResultCache, bool]) -> list:
@@ -538,7 +540,6 @@ def analyze_tree(
         batches = _batches(todo, jobs)
         todo = [m for b in batches for m in b]
         context, by_index = _pool_context()
-        _SHARED[:] = todo if by_index else []
         if by_index:
             args, at = [], 0
             for b in batches:
@@ -550,11 +551,17 @@ def analyze_tree(
         # touch every one of them and copy the parent's whole heap, page by page.
         gc.freeze()
         results: list[FileReport | None] = []
+        _FORK_LOCK.acquire()  # one tree in _SHARED until its workers are forked
+        forked = False
         try:
+            _SHARED[:] = todo if by_index else []
             with ProcessPoolExecutor(
                 max_workers=jobs, mp_context=context, initializer=_worker_init
             ) as pool:
                 done = pool.map(_worker, args)  # the workers are forked here
+                _SHARED.clear()
+                forked = True
+                _FORK_LOCK.release()
                 if meanwhile is not None:
                     meanwhile()
                     meanwhile = None
@@ -574,7 +581,9 @@ def analyze_tree(
                             rep = None
                         results.append(rep)
         finally:
-            _SHARED.clear()
+            if not forked:
+                _SHARED.clear()
+                _FORK_LOCK.release()
             gc.unfreeze()
     else:
         results = [_analyze_and_store(m, cache) for m in todo]
