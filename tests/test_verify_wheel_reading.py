@@ -4,7 +4,9 @@ member is an ``invalid archive`` error, never a wrong report."""
 
 from __future__ import annotations
 
+import glob
 import importlib
+import json
 import os
 import struct
 import zipfile
@@ -12,7 +14,8 @@ import zlib
 
 import pytest
 
-from patchkit.abi import scan, sources
+from patchkit.abi import scan, sources, verify
+from patchkit.abi.cache import ResultCache
 from patchkit.abi.scan import analyze_file
 from tests.abi import builders
 
@@ -82,6 +85,7 @@ def test_member_reports_equal_extracted_file(tmp_path, monkeypatch, method, back
     house.mkdir()
     _wheel(house / "demo-1.0-py3-none-any.whl", objs, {**METHODS, **OTHER_METHODS}[method])
     tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    sources.classify_pending(tree)
     assert set(tree.members) == set(objs)
     for rel, src in objs.items():
         member = tree.members[rel]
@@ -157,11 +161,185 @@ def test_damaged_member_is_invalid_archive(tmp_path, method, damage):
     else:
         _patch(wheel, info.header_offset + 30, b"d" + b"X")  # "dXmo/libuse.so"
     sources.forget_open()
-    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
     if damage == "renamed header":  # refused where the member's head is read
+        tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+        sources.classify_pending(tree)
         assert tree.invalid and "local header names" in tree.invalid[0][1]
-        assert not tree.members
+        assert not tree.members and not tree.dists
+        # the same where verify reads it: in the worker that classifies the member
+        tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+        reports = scan.analyze_tree(tree, ResultCache(str(tmp_path / "cache")), jobs=1)
+        assert not reports and not tree.members and not tree.dists
+        assert tree.invalid and "local header names" in tree.invalid[0][1]
         return
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    sources.classify_pending(tree)
     report = scan._analyze_member(tree.members["demo/libuse.so"])
     assert report.error and report.error.startswith("invalid archive"), report.error
     assert report.elf is None
+    # read unclassified, as verify's workers read it: the same error for the member
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    reports = scan.analyze_tree(tree, ResultCache(str(tmp_path / "cache")), jobs=1)
+    assert reports["demo/libuse.so"].error == report.error
+    assert tree.members["demo/libuse.so"].kind == "elf" and not tree.invalid
+
+
+def test_verify_damaged_wheel_in_workers(tmp_path, monkeypatch):
+    """The renamed local header, found by a forked worker: the wheel is one invalid-archive
+    error and nothing else, as when it was found listing the wheel; the other wheel is read."""
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _wheel(house / "demo-1.0-py3-none-any.whl", objs, zipfile.ZIP_DEFLATED)
+    _, info = _data_offset(wheel, "demo/libuse.so")
+    _patch(wheel, info.header_offset + 30, b"dX")
+    _wheel(house / "good-1.0-py3-none-any.whl", {"good/liblogf.so": objs["demo/liblogf.so"]},
+           zipfile.ZIP_DEFLATED)  # fmt: skip
+    sources.forget_open()
+    monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)  # a pool of workers however small
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=2)
+    demo = [f for f in report.findings if "demo-1.0" in f.file]
+    assert [f.check for f in demo] == ["invalid-archive"]
+    assert "local header names" in demo[0].message
+    assert report.files == 1  # good/liblogf.so
+
+
+def _zipinfo_entries(path: str) -> list:
+    with zipfile.ZipFile(path) as zf:
+        return [
+            (i.filename, i.header_offset, i.compress_size, i.file_size, i.CRC, i.compress_type,
+             i.flag_bits, i.external_attr)
+            for i in zf.infolist()
+        ]  # fmt: skip
+
+
+def test_central_directory_equals_zipfile(tmp_path):
+    """The one-read directory parser gives zipfile's entries, on real wheels from the index
+    (where cached) and on a zip with bytes prepended, which goes through zipfile itself."""
+    paths = sorted(glob.glob(os.path.join(builders.WHEELS, "*.whl")))
+    odd = tmp_path / "odd.zip"
+    with zipfile.ZipFile(odd, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a/b\u00e9.so", b"\x7fELF" + b"\0" * 60)  # a UTF-8 name
+        zf.writestr(zipfile.ZipInfo("c/d.so"), b"x" * 100)
+    prepended = tmp_path / "prepended.zip"
+    prepended.write_bytes(b"#!/bin/sh\n" * 10 + odd.read_bytes())
+    for path in [*paths, str(odd), str(prepended)]:
+        got = [
+            (e.filename, e.header_offset, e.compress_size, e.file_size, e.CRC, e.compress_type,
+             e.flag_bits, e.external_attr)
+            for e in sources.central_directory(path)
+        ]  # fmt: skip
+        assert got == _zipinfo_entries(path), path
+    assert sources._fast_directory(str(odd)) is not None
+    assert sources._fast_directory(str(prepended)) is None  # zipfile's way
+
+
+def test_unchanged_wheelhouse_is_not_opened(tmp_path, monkeypatch):
+    """Warm: each wheel known by (path, size, mtime) -- no central directory is parsed, the
+    same findings come back; a wheel touched since is listed again, the others are not."""
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    _wheel(house / "demo-1.0-py3-none-any.whl", objs, zipfile.ZIP_DEFLATED)
+    _wheel(house / "other-1.0-py3-none-any.whl", {"other/liblogf.so": objs["demo/liblogf.so"]},
+           zipfile.ZIP_DEFLATED)  # fmt: skip
+    cache = str(tmp_path / "cache")
+    cold = verify(wheelhouse=str(house), cache_dir=cache)
+    listed: list[str] = []
+    real = sources.central_directory
+    monkeypatch.setattr(
+        sources, "central_directory", lambda path: listed.append(path) or real(path)
+    )
+    warm = verify(wheelhouse=str(house), cache_dir=cache)
+    assert warm.cached and not listed
+    assert [f.to_dict() for f in warm.findings] == [f.to_dict() for f in cold.findings]
+    assert warm.files == cold.files == len(objs) + 1
+    # another profile: the run misses, each wheel's listing and reports are reused
+    other = verify(wheelhouse=str(house), cache_dir=cache, profile="cu130-sm90")
+    assert not other.cached and not listed and other.files == cold.files
+    st = os.stat(house / "other-1.0-py3-none-any.whl")
+    os.utime(house / "other-1.0-py3-none-any.whl", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = verify(wheelhouse=str(house), cache_dir=cache)
+    assert not again.cached and [os.path.basename(p) for p in listed] == [
+        "other-1.0-py3-none-any.whl"
+    ]
+    assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in cold.findings]
+
+
+def test_small_cubins_read_to_their_note(tmp_path):
+    """flashinfer-cubin 0.6.3's raw cubins (real, from PyPI): each member is inflated only as
+    far as its tkinfo note, and says what the whole file says -- SM, a/f variant, toolkit, that
+    it holds kernels (its section names, first in the file, name `.text.` sections)."""
+    wheel = builders.real_wheel("flashinfer-cubin==0.6.3", "flashinfer_cubin-0.6.3-*.whl")
+    if wheel is None:
+        pytest.skip("cannot download flashinfer-cubin 0.6.3")
+    house = tmp_path / "house"
+    house.mkdir()
+    os.symlink(os.path.realpath(wheel), house / os.path.basename(wheel))
+    tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
+    members = sorted(tree.members.values(), key=lambda m: m.size)
+    sample = members[:: max(1, len(members) // 40)]
+    inflated = []
+    real = sources.head_chunks
+
+    def counting(member, step=sources.HEAD_STEP):
+        for piece in real(member, step):
+            inflated.append(len(piece))
+            yield piece
+
+    def whole(member):
+        data = sources.read_member(member)
+        inflated.append(len(data))
+        return data
+
+    sources.forget_open()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sources, "head_chunks", counting)
+        mp.setattr(scan, "head_chunks", counting)
+        mp.setattr(scan, "read_member", whole)
+        got = {m.relpath: scan._analyze_member(m) for m in sample}
+    with zipfile.ZipFile(wheel) as zf:
+        for m in sample:
+            path = tmp_path / "one.cubin"
+            path.write_bytes(zf.read(m.relpath))
+            want = analyze_file(str(path), m.relpath, m.origin, "cubin")
+            (g,), (w,) = got[m.relpath].fatbins, want.fatbins
+            assert got[m.relpath].kind == "cubin" and got[m.relpath].error is None
+            assert (g.archs, g.toolkit, g.has_kernels) == (w.archs, w.toolkit, True), m.relpath
+            assert w.kernels and w.kernels > 0
+    assert sum(inflated) < sum(m.size for m in sample) / 2  # read whole: all of it
+
+
+def test_tampered_listing_is_a_miss(tmp_path):
+    """A wheel's cached listing is data checked field by field: one naming a member of an
+    unknown kind, or with a field of the wrong type, is a miss -- the wheel is listed again
+    and the findings are those of a cold run."""
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _wheel(house / "demo-1.0-py3-none-any.whl", objs, zipfile.ZIP_DEFLATED)
+    cache = ResultCache(str(tmp_path / "cache"))
+    cold = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "cache"))
+    stamp = sources._stamp(wheel)
+    path = cache._path("listing:" + stamp[0])
+    doc = json.loads(open(path, encoding="utf-8").read())
+    assert {m[0] for m in doc["value"]["members"]} == set(objs)
+    for tamper in ("kind", "type"):
+        bad = json.loads(json.dumps(doc))
+        if tamper == "kind":
+            bad["value"]["members"][0][1] = "shell"
+        else:
+            bad["value"]["members"][0][2] = "0"
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(bad, fh)
+        assert sources._load_listing(cache, wheel, os.path.basename(wheel), stamp, "x") is None
+        os.unlink(cache._path("run:" + str(house)))  # so the run reads the listing
+        listed: list[str] = []
+        real = sources.central_directory
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(
+                sources, "central_directory", lambda p, seen=listed, f=real: seen.append(p) or f(p)
+            )
+            again = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "cache"))
+        assert listed and not again.cached  # listed again, not taken from the entry
+        assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in cold.findings]

@@ -6,18 +6,26 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 
+from patchkit.abi import torchsyms
 from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache, run_key
 from patchkit.abi.checks import Context, Finding, detect_driver, predict, run_checks
 from patchkit.abi.profiles import Profile, load_profile
 from patchkit.abi.scan import FileReport, analyze_file, analyze_tree
-from patchkit.abi.sources import Tree, default_site_packages, read_env, read_wheelhouse
+from patchkit.abi.sources import (
+    Tree,
+    default_site_packages,
+    read_env,
+    read_wheelhouse,
+    wheel_stamps,
+)
 
 __all__ = ["CC", "Finding", "VerifyReport", "analyze_file", "predict", "verify", "load_profile"]
 
@@ -91,29 +99,35 @@ def verify(
     cache = ResultCache(cache_dir, enabled=use_cache)
     scratch = tempfile.mkdtemp(prefix="patchkit-verify-") if wheelhouse else None
     try:
-        tree: Tree | None = read_env(env) if env else None
-        if wheelhouse:
-            wh = read_wheelhouse(wheelhouse, scratch)
-            tree = tree.overlay(wh) if tree else wh
-        if tree is None:
-            tree = read_env(default_site_packages())
+        env_tree: Tree | None = read_env(env) if env else None
+        if env_tree is None and not wheelhouse:
+            env_tree = read_env(default_site_packages())
+        # A wheel is known by its (path, size, mtime): an unchanged wheelhouse is not opened.
+        stamps = wheel_stamps(wheelhouse) if wheelhouse else None
         if host_checks is None:
             host_checks = wheelhouse is None
         driver = detect_driver() if host_checks else None
         source = os.path.abspath(wheelhouse if wheelhouse else (env or default_site_packages()))
-        key = _run_key(tree, source, prof, targets, environ, driver)
-        hit = cache.load("run:" + source, 0, key, _decode_findings)
+        key = _run_key(env_tree, stamps, source, prof, targets, environ, driver)
+        hit = cache.load("run:" + source, 0, key, _decode_run)
         if hit is not None:
             return VerifyReport(
                 profile=prof.name,
                 targets=[str(t) for t in targets],
                 source=source,
-                files=len(tree.members),
-                findings=hit,
+                files=hit[0],
+                findings=hit[1],
                 seconds=time.perf_counter() - started,
                 cached=True,
             )
-        reports = analyze_tree(tree, cache, jobs=jobs)
+        wh = read_wheelhouse(wheelhouse, scratch, cache) if wheelhouse else None
+        tree = env_tree.overlay(wh) if env_tree and wh else (wh or env_tree)
+        assert tree is not None
+        meanwhile = None
+        if prof.torch_symbols and "torch/version.py" not in tree.texts:
+            # checks.load_profile_torch will need it: read while the workers read the files
+            meanwhile = functools.partial(torchsyms.preload, prof.data_file(prof.torch_symbols))
+        reports = analyze_tree(tree, cache, jobs=jobs, meanwhile=meanwhile)
         ctx = Context(
             tree=tree,
             reports=reports,
@@ -124,7 +138,12 @@ def verify(
             environ=environ,
         )
         findings = run_checks(ctx)
-        cache.store("run:" + source, 0, key, [f.to_dict() for f in findings])
+        cache.store(
+            "run:" + source,
+            0,
+            key,
+            {"files": len(reports), "findings": [f.to_dict() for f in findings]},
+        )
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -139,20 +158,25 @@ def verify(
     )
 
 
-def _decode_findings(value) -> list[Finding]:
-    if not isinstance(value, list):
-        raise TypeError("findings")
-    return [Finding.from_dict(d) for d in value]
+def _decode_run(value) -> tuple[int, list[Finding]]:
+    files, findings = value["files"], value["findings"]
+    if type(files) is not int or not isinstance(findings, list):
+        raise TypeError("run")
+    return files, [Finding.from_dict(d) for d in findings]
 
 
 # Environment variables some check reads.
 _ENV_KEYS = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PATH", "FLASHINFER_CUDA_ARCH_LIST")
 
 
-def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -> str:
-    """Everything the findings depend on: files (path, size, mtime), metadata, profile, host."""
+def _run_key(
+    env: Tree | None, stamps: list | None, source: str, prof: Profile, targets, environ, driver
+) -> str:
+    """Everything the findings depend on: installed files (path, size, mtime) and metadata,
+    each wheel's (path, size, mtime) — what a wheel holds is a function of those, so an
+    unchanged wheel is not opened again (sources.read_wheelhouse's listing) — the profile, the
+    host."""
     # A wheelhouse is unpacked into a fresh scratch folder each run: its name is no input.
-    env_root = tree.root if tree.kind == "env" else None
     prof_bytes = []
     for path in (prof.path, prof.data_file(prof.torch_symbols) if prof.torch_symbols else None):
         try:
@@ -172,17 +196,22 @@ def _run_key(tree: Tree, source: str, prof: Profile, targets, environ, driver) -
         if name.endswith((".py", ".toml")):
             st = os.stat(os.path.join(here, name))
             code.append((name, st.st_size, st.st_mtime_ns))
+    env_part = None
+    if env is not None:
+        env_part = [
+            env.root,
+            sorted((m.relpath, m.size, m.mtime) for m in env.members.values()),
+            sorted(env.candidates),
+            sorted(env.texts.items()),
+            sorted((d.name, d.version, d.wheel, tuple(d.requires)) for d in env.dists.values()),
+        ]
     return run_key(
         [
             code,
-            tree.kind,
+            "wheelhouse" if stamps is not None else "env",
             source,
-            env_root,
-            sorted((m.relpath, m.size, m.mtime) for m in tree.members.values()),
-            sorted(tree.candidates),
-            sorted(tree.texts.items()),
-            sorted((d.name, d.version, d.wheel, tuple(d.requires)) for d in tree.dists.values()),
-            tree.invalid,
+            env_part,
+            stamps,
             prof_bytes,
             prof.severity,
             [str(t) for t in targets],

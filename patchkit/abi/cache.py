@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 # Bump when FileReport or the analysis changes meaning.
-FORMAT = 6
+FORMAT = 7
 
 
 def cache_root() -> str:
@@ -67,14 +67,21 @@ class ResultCache:
         """Store ``value`` (plain JSON data) for (key, size, mtime)."""
         if not self.enabled:
             return
+        try:
+            text = encode(value)
+        except (ValueError, TypeError):
+            return
+        self.store_encoded(key, size, mtime, text)
+
+    def store_encoded(self, key: str, size: int, mtime: int, value: str) -> None:
+        """Store a value already encoded as JSON text (``encode``), e.g. by a worker."""
+        if not self.enabled:
+            return
         path = self._path(key)
         tmp = None
         try:
-            data = json.dumps(
-                {"format": FORMAT, "key": key, "size": size, "mtime": mtime, "value": value},
-                separators=(",", ":"),
-                ensure_ascii=False,
-            ).encode("utf-8", "surrogateescape")
+            head = encode({"format": FORMAT, "key": key, "size": size, "mtime": mtime})
+            data = f'{head[:-1]},"value":{value}}}'.encode("utf-8", "surrogateescape")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
@@ -87,6 +94,11 @@ class ResultCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
+
+
+def encode(value: Any) -> str:
+    """The JSON text an entry's value is stored as."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def run_key(parts) -> str:

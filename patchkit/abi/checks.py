@@ -1038,33 +1038,47 @@ def check_coverage(ctx: Context) -> None:
 
 
 def check_device_files(ctx: Context) -> None:
-    """Raw cubins, fatbins and PTX files (``cuModuleLoad`` inputs), one finding per package."""
+    """Raw cubins, fatbins and PTX files (``cuModuleLoad`` inputs), one finding per package.
+
+    A wheel may hold thousands (flashinfer-cubin: 5,363): files are grouped by the images
+    they hold (kind, SM, variant), and each distinct set is judged once per target."""
     groups: dict[str, list[tuple[str, FileReport]]] = defaultdict(list)
     for rel, rep in sorted(ctx.reports.items()):
         if rep.kind != "elf" and rep.fatbins:
             groups[owner_label(ctx, rel, rep)].append((rel, rep))
     optional = [p.replace("{common_ops}", "*") for p in ctx.profile.optional]
+    # fnmatch.fnmatch over posix paths, every pattern in one expression
+    is_optional = (
+        re.compile("|".join(fnmatch.translate(p) for p in optional)).match if optional else None
+    )
+    verdicts: dict[tuple, bool] = {}
+
+    def lacks(rep: FileReport, cc: CC) -> bool:
+        fats = rep.kernel_fatbins
+        key = (cc, tuple(frozenset((e.kind, e.arch, e.variant) for e in f.entries) for f in fats))
+        got = verdicts.get(key)
+        if got is None:
+            got = verdicts[key] = bool(fats) and all(
+                coverage(f, cc).verdict == "none" for f in fats
+            )
+        return got
+
     for label, files in sorted(groups.items()):
-        archs = sorted({a for _, rep in files for f in rep.fatbins for a in f.archs}, key=_arch_key)
+        by_arch: dict[str, int] = defaultdict(int)
+        for _, rep in files:
+            for f in rep.fatbins:
+                for a in f.archs:
+                    by_arch[a] += 1
+        archs = sorted(by_arch, key=_arch_key)
         for cc in ctx.targets:
-            lacking = [
-                rel
-                for rel, rep in files
-                if all(coverage(f, cc).verdict == "none" for f in rep.kernel_fatbins)
-                and rep.kernel_fatbins
-            ]
+            lacking = [rel for rel, rep in files if lacks(rep, cc)]
             if not lacking:
                 continue
             kind = (
                 "optional"
-                if all(any(fnmatch.fnmatch(rel, p) for p in optional) for rel in lacking)
+                if is_optional is not None and all(is_optional(rel) for rel in lacking)
                 else "required"
             )
-            by_arch: dict[str, int] = defaultdict(int)
-            for _, rep in files:
-                for f in rep.fatbins:
-                    for a in f.archs:
-                        by_arch[a] += 1
             ctx.emit(
                 "device-files-optional" if kind == "optional" else "device-files",
                 label,

@@ -284,17 +284,23 @@ def cubin_info(image: bytes) -> CubinInfo:
     (shoff,) = struct.unpack_from("<Q", image, 0x28)
     shnum, shstrndx = struct.unpack_from("<HH", image, 0x3C)
     if shoff + shnum * 64 <= len(image) and shstrndx < shnum:
-        secs = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * 64) for i in range(shnum)]
+        # The table in one unpack; names compared in place (a cubin of 5,000 in a wheel).
+        secs = list(_SECTION.iter_unpack(image[shoff : shoff + shnum * 64]))
         stroff, strsize = secs[shstrndx][4], secs[shstrndx][5]
-        names = image[stroff : stroff + strsize]
+        names = bytes(image[stroff : stroff + strsize])
+        starts = names.startswith
+        kernels = sum(1 for sec in secs if starts(b".text.", sec[0]))
         for name_off, stype, _f, _a, off, size, *_ in secs:
-            end = names.find(b"\0", name_off)
-            name = names[name_off : end if end >= 0 else None]
-            if name.startswith(b".text."):
-                kernels += 1
-            elif stype == 7 and name == b".note.nv.tkinfo":
+            if (
+                stype == 7
+                and starts(b".note.nv.tkinfo", name_off)
+                and names[name_off + 15 : name_off + 16] in (b"\0", b"")
+            ):
                 toolkit, target = _tkinfo(image[off : off + size])
     return CubinInfo(sm, arch_a, abiver, kernels, toolkit, target)
+
+
+_SECTION = struct.Struct("<IIQQQQIIQQ")
 
 
 _RELEASE = re.compile(rb"release (\d+)\.(\d+)")

@@ -19,6 +19,7 @@ import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from packaging.utils import canonicalize_name
 
@@ -67,7 +68,7 @@ class Member:
     scratch: str | None = None  # where it may be extracted
     kind: str = "elf"  # scan.classify: elf | cubin | fatbin | ptx
     # the member's central-directory entry, so a worker reads it without parsing the directory
-    zinfo: zipfile.ZipInfo | None = None
+    zinfo: Entry | zipfile.ZipInfo | None = None
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Tree:
     # every file whose bytes were (or would be) looked at: (relpath, size, mtime)
     candidates: list[tuple[str, int, int]] = field(default_factory=list)
     has_env: bool = False  # a wheelhouse laid over an installed environment
+    wheels: dict[str, Wheel] = field(default_factory=dict)  # by path
 
     def has(self, relpath: str) -> bool:
         return relpath in self.members
@@ -110,6 +112,7 @@ class Tree:
         merged.dirs = self.dirs | other.dirs
         merged.candidates = self.candidates + other.candidates
         merged.has_env = self.kind == "env" or self.has_env or other.has_env
+        merged.wheels = {**self.wheels, **other.wheels}
         return merged
 
 
@@ -262,91 +265,395 @@ def _read_dist_info(tree: Tree, folder: str) -> None:
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
-def read_wheelhouse(folder: str, scratch: str) -> Tree:
-    """Read every ``.whl`` in ``folder`` through zipfile; shared objects are extracted lazily."""
+class Entry(NamedTuple):
+    """A central-directory entry: what reading a member needs (the attribute names are
+    zipfile.ZipInfo's, so archives.member_problem reads it as it reads a ZipInfo)."""
+
+    filename: str
+    raw_name: bytes  # as stored, what the local header must repeat
+    header_offset: int
+    compress_size: int
+    file_size: int
+    CRC: int
+    compress_type: int
+    flag_bits: int
+    external_attr: int
+
+    def is_dir(self) -> bool:
+        return self.filename.endswith("/")
+
+
+@dataclass
+class Wheel:
+    """One wheel of a wheelhouse as listed: its identity, metadata and the checks' text files."""
+
+    path: str
+    name: str  # file name
+    stamp: tuple  # (realpath, size, mtime_ns): the wheel's identity for every cache entry
+    invalid: str | None = None
+    metadata: tuple[str, str, list[str]] | None = None
+    texts: dict[str, str] = field(default_factory=dict)
+    names: str = ""  # every member name, "\0"-joined (Dist.files)
+    listed: bool = False  # read from the listing cache (members classified already)
+
+
+def read_wheelhouse(folder: str, scratch: str, cache=None) -> Tree:
+    """List every ``.whl`` in ``folder``; no member is extracted.
+
+    A wheel whose (path, size, mtime) has a listing in ``cache`` (a ResultCache) is not
+    opened: its members, metadata and text files come from that listing. Otherwise its central
+    directory is parsed and its candidate members (files not named as source or data) are left
+    unclassified (``kind == ""``): whoever reads a member reads its head first
+    (scan.analyze_tree in the workers, or ``classify_pending``)."""
     folder = os.path.abspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(folder)
     tree = Tree(kind="wheelhouse", root=scratch)
     for wheel in sorted(os.listdir(folder)):
         if wheel.endswith(".whl"):
-            _read_wheel(tree, os.path.join(folder, wheel), scratch)
+            _read_wheel(tree, os.path.join(folder, wheel), scratch, cache)
     return tree
 
 
-def _read_wheel(tree: Tree, path: str, scratch: str) -> None:
-    from patchkit.abi.scan import classify
-
-    wheel = os.path.basename(path)
-    try:
-        zf = zipfile.ZipFile(path)
-        infos = zf.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        tree.invalid.append((wheel, f"invalid archive: {exc}"))
-        return
-    problem = archive_problem(infos)
-    if problem:
-        tree.invalid.append((wheel, f"invalid archive: {problem}"))
-        zf.close()
-        return
-    if not any(i.filename.endswith(".dist-info/RECORD") for i in infos):
-        tree.invalid.append(
-            (wheel, "invalid archive: no *.dist-info/RECORD (not a wheel pip would install)")
-        )
-        zf.close()
-        return
-    st = os.stat(path)
-    real = os.path.realpath(path)
-    m = _WHEEL_NAME.match(wheel)
-    metadata = None
-    fd = os.open(path, os.O_RDONLY)
-    for info in infos:
-        name = info.filename
-        if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
-            metadata = zf.read(info).decode("utf-8", "replace")
-        elif name in TEXT_FILES:
-            tree.texts[name] = zf.read(info).decode("utf-8", "replace")
-        elif not info.is_dir() and info.file_size >= 20 and _maybe_code(name.rsplit("/", 1)[-1]):
+def wheel_stamps(folder: str) -> list[tuple[str, tuple | None]]:
+    """(file name, (realpath, size, mtime_ns)) of every ``.whl`` in ``folder``, by name."""
+    folder = os.path.abspath(folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(folder)
+    out = []
+    for wheel in sorted(os.listdir(folder)):
+        if wheel.endswith(".whl"):
             try:
-                head = _head(fd, info, HEAD_BYTES)
-            except Exception as exc:  # zipfile/zlib errors on a corrupt member
-                tree.invalid.append((wheel, f"invalid archive: {name}: {exc}"))
-                zf.close()
-                os.close(fd)
-                return
-            kind = classify(head, name)
-            if kind is None:
-                continue
-            tree.members[name] = Member(
-                relpath=name,
-                path=None,
-                size=info.file_size,
-                mtime=st.st_mtime_ns ^ info.CRC,
-                origin=f"{wheel}!{name}",
-                cache_key=f"{real}!{name}",
-                wheel=path,
-                zinfo=info,
-                scratch=scratch,
-                kind=kind,
-            )
-            tree.dirs.add(os.path.dirname(name))
-    zf.close()
-    os.close(fd)
-    if metadata is None:
-        tree.invalid.append((wheel, "invalid archive: no *.dist-info/METADATA"))
+                out.append((wheel, _stamp(os.path.join(folder, wheel))))
+            except OSError:
+                out.append((wheel, None))
+    return out
+
+
+def _stamp(path: str) -> tuple:
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+def _read_wheel(tree: Tree, path: str, scratch: str, cache=None) -> None:
+    name = os.path.basename(path)
+    try:
+        stamp = _stamp(path)
+    except OSError as exc:
+        tree.wheels[path] = Wheel(path, name, (path, -1, -1), invalid=f"invalid archive: {exc}")
+        tree.invalid.append((name, f"invalid archive: {exc}"))
         return
-    dname, version, requires = _parse_metadata(metadata)
-    names = {i.filename for i in infos}
-    dist = Dist(
+    if cache is not None:
+        listed = _load_listing(cache, path, name, stamp, scratch)
+        if listed is not None:
+            wheel, members = listed
+            _add_wheel(tree, wheel, members)
+            return
+    wheel = Wheel(path, name, stamp)
+    members = _list_wheel(wheel, scratch)
+    _add_wheel(tree, wheel, members)
+
+
+def _add_wheel(tree: Tree, wheel: Wheel, members: list[Member]) -> None:
+    tree.wheels[wheel.path] = wheel
+    tree.texts.update(wheel.texts)
+    if wheel.invalid and wheel.metadata is None and not members:
+        tree.invalid.append((wheel.name, wheel.invalid))
+        return
+    for m in members:
+        tree.members[m.relpath] = m
+        if m.kind:
+            tree.dirs.add(os.path.dirname(m.relpath))
+    if wheel.invalid:  # no METADATA: the members are still read
+        tree.invalid.append((wheel.name, wheel.invalid))
+        return
+    tree.dists[_dist(wheel).name] = _dist(wheel)
+
+
+def _dist(wheel: Wheel) -> Dist:
+    assert wheel.metadata is not None
+    dname, version, requires = wheel.metadata
+    m = _WHEEL_NAME.match(wheel.name)
+    names = wheel.names
+
+    def files(names: str = names) -> list[str]:
+        return sorted(names.split("\0")) if names else []
+
+    return Dist(
         canonicalize_name(dname),
         version,
-        requires,
-        owns=lambda prefix, names=names: any(n.startswith(prefix) for n in names),
-        wheel=wheel,
+        list(requires),
+        owns=lambda prefix, files=files: any(n.startswith(prefix) for n in files()),
+        wheel=wheel.name,
         filename_version=m.group("ver") if m else None,
-        files=lambda names=names: sorted(names),
+        files=files,
     )
-    tree.dists[dist.name] = dist
+
+
+def _list_wheel(wheel: Wheel, scratch: str) -> list[Member]:
+    """Parse the central directory; read METADATA and the checks' text files; return the
+    candidate members, unclassified. A problem with the archive sets ``wheel.invalid``."""
+    path = wheel.path
+    try:
+        entries = central_directory(path)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
+        wheel.invalid = f"invalid archive: {exc}"
+        return []
+    problem = _archive_problem(entries)
+    if problem:
+        wheel.invalid = f"invalid archive: {problem}"
+        return []
+    wheel.names = "\0".join(e.filename for e in entries)
+    if not any(e.filename.endswith(".dist-info/RECORD") for e in entries):
+        wheel.invalid = "invalid archive: no *.dist-info/RECORD (not a wheel pip would install)"
+        return []
+    real = wheel.stamp[0]
+    mtime = wheel.stamp[2]
+    members: list[Member] = []
+    metadata = None
+    for e in entries:
+        name = e.filename
+        if name.endswith(".dist-info/METADATA") and name.count("/") == 1:
+            metadata = _small(wheel, e, scratch)
+        elif name in TEXT_FILES:
+            text = _small(wheel, e, scratch)
+            if text is not None:
+                wheel.texts[name] = text
+        elif e.file_size >= 20 and not name.endswith("/") and _maybe_code(name.rsplit("/", 1)[-1]):
+            members.append(
+                Member(
+                    relpath=name,
+                    path=None,
+                    size=e.file_size,
+                    mtime=mtime ^ e.CRC,
+                    origin=f"{wheel.name}!{name}",
+                    cache_key=f"{real}!{name}",
+                    wheel=path,
+                    zinfo=e,
+                    scratch=scratch,
+                    kind="",
+                )
+            )
+        if wheel.invalid:
+            return []
+    if metadata is None:
+        wheel.invalid = "invalid archive: no *.dist-info/METADATA"
+    else:
+        wheel.metadata = _parse_metadata(metadata)
+    return members
+
+
+def _small(wheel: Wheel, e: Entry, scratch: str) -> str | None:
+    """A text member (METADATA, version.py), read whole; a damaged one makes the wheel invalid."""
+    member = Member(e.filename, None, e.file_size, 0, "", "", wheel=wheel.path, zinfo=e)
+    try:
+        return bytes(read_member(member)).decode("utf-8", "replace")
+    except Exception as exc:  # zipfile/zlib errors on a corrupt member
+        wheel.invalid = f"invalid archive: {e.filename}: {exc}"
+        return None
+
+
+_CENTRAL = struct.Struct(zipfile.structCentralDir)
+
+
+def central_directory(path: str) -> list[Entry]:
+    """The wheel's central directory, read with one read and parsed entry by entry with
+    struct (no ZipInfo objects). An archive this reader does not take the short way with
+    (bytes prepended to the zip, ZIP64 sizes or offsets, a newer version) goes through zipfile,
+    which also gives its errors for a damaged one."""
+    entries = _fast_directory(path)
+    if entries is not None:
+        return entries
+    with zipfile.ZipFile(path) as zf:
+        return [
+            Entry(
+                i.filename,
+                i.orig_filename.encode("utf-8" if i.flag_bits & 0x800 else "cp437"),
+                i.header_offset,
+                i.compress_size,
+                i.file_size,
+                i.CRC,
+                i.compress_type,
+                i.flag_bits,
+                i.external_attr,
+            )
+            for i in zf.infolist()
+        ]
+
+
+def _fast_directory(path: str) -> list[Entry] | None:
+    with open(path, "rb") as fp:
+        end = zipfile._EndRecData(fp)
+        if end is None or end[zipfile._ECD_SIGNATURE] != zipfile.stringEndArchive:
+            return None
+        size_cd, offset_cd = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]
+        if end[zipfile._ECD_LOCATION] - size_cd - offset_cd != 0 or 0xFFFFFFFF in (
+            size_cd,
+            offset_cd,
+        ):
+            return None
+        fp.seek(offset_cd)
+        data = fp.read(size_cd)
+    if len(data) != size_cd:
+        return None
+    out: list[Entry] = []
+    pos, unpack, fixed = 0, _CENTRAL.unpack_from, _CENTRAL.size
+    while pos < size_cd:
+        if pos + fixed > size_cd:
+            return None
+        f = unpack(data, pos)
+        if f[0] != b"PK\x01\x02" or f[3] > zipfile.MAX_EXTRACT_VERSION:
+            return None
+        csize, usize, offset = f[10], f[11], f[18]
+        if 0xFFFFFFFF in (csize, usize, offset):
+            return None  # ZIP64 extra fields: zipfile decodes them
+        name_end = pos + fixed + f[12]
+        raw = data[pos + fixed : name_end]
+        if f[5] & 0x800:
+            name = raw.decode("utf-8")
+        else:
+            name = raw.decode("ascii") if raw.isascii() else raw.decode("cp437")
+        if "\0" in name:
+            name = name[: name.index("\0")]
+        out.append(Entry(name, raw, offset, csize, usize, f[9], f[6], f[5], f[17]))
+        pos = name_end + f[13] + f[14]
+    return out
+
+
+def _archive_problem(entries: list[Entry]) -> str | None:
+    """archives.archive_problem, with the common case (nothing wrong) decided over all entries
+    at once; anything suspicious is handed to it for the exact first problem."""
+    from patchkit.archives import KNOWN_COMPRESSION, MAX_MEMBER_BYTES, MAX_RATIO, MAX_WHEEL_BYTES
+
+    names = [e.filename for e in entries]
+    suspicious = (
+        ".." in "\0".join(names)
+        or any(n.startswith(("/", "\\")) or n[1:2] == ":" for n in names)
+        or len(set(names)) != len(names)
+        or any((e.external_attr >> 28) == 0xA for e in entries)  # S_IFLNK
+        or any(e.flag_bits & 0x1 for e in entries)
+        or any(e.compress_type not in KNOWN_COMPRESSION for e in entries)
+        or any(
+            e.file_size > MAX_MEMBER_BYTES
+            or (e.file_size > (1 << 20) and e.file_size > MAX_RATIO * max(e.compress_size, 1))
+            for e in entries
+        )
+        or sum(e.file_size for e in entries) > MAX_WHEEL_BYTES
+    )
+    return archive_problem(entries) if suspicious else None
+
+
+_LISTING = 1  # bump when the listing's fields change
+
+
+def _load_listing(cache, path: str, name: str, stamp: tuple, scratch: str):
+    """(Wheel, members) from the cache's listing of this wheel (same path, size, mtime)."""
+
+    def decode(d):
+        if d["v"] != _LISTING:
+            raise ValueError("listing version")
+        wheel = Wheel(path, name, stamp, listed=True)
+        if d["invalid"] is not None:
+            wheel.invalid = str(d["invalid"])
+        if d["metadata"] is not None:
+            dname, version, requires = d["metadata"]
+            if not all(isinstance(x, str) for x in (dname, version, *requires)):
+                raise TypeError("metadata")
+            wheel.metadata = (dname, version, list(requires))
+        texts = d["texts"]
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in texts.items()):
+            raise TypeError("texts")
+        wheel.texts = dict(texts)
+        if not isinstance(d["names"], str):
+            raise TypeError("names")
+        wheel.names = d["names"]
+        members = []
+        for rel, kind, offset, csize, usize, crc, method, flags in d["members"]:
+            if kind not in ("elf", "cubin", "fatbin", "ptx") or not isinstance(rel, str):
+                raise ValueError("member")
+            ints = (offset, csize, usize, crc, method, flags)
+            if not all(type(i) is int for i in ints):
+                raise TypeError("member fields")
+            raw = rel.encode("utf-8" if flags & 0x800 else "cp437")
+            entry = Entry(rel, raw, offset, csize, usize, crc, method, flags, 0)
+            members.append(
+                Member(
+                    relpath=rel,
+                    path=None,
+                    size=usize,
+                    mtime=stamp[2] ^ crc,
+                    origin=f"{name}!{rel}",
+                    cache_key=f"{stamp[0]}!{rel}",
+                    wheel=path,
+                    zinfo=entry,
+                    scratch=scratch,
+                    kind=kind,
+                )
+            )
+        return wheel, members
+
+    return cache.load("listing:" + stamp[0], stamp[1], stamp[2], decode)
+
+
+def store_listing(cache, wheel: Wheel, members: list[Member]) -> None:
+    """Record what listing ``wheel`` found (its members classified), for the next run."""
+    if wheel.listed or wheel.stamp[1] < 0 or any(not m.kind for m in members):
+        return
+    value = {
+        "v": _LISTING,
+        "invalid": wheel.invalid,
+        "metadata": list(wheel.metadata) if wheel.metadata else None,
+        "texts": wheel.texts,
+        "names": wheel.names,
+        "members": [
+            [m.relpath, m.kind, *(m.zinfo[2:8] if m.zinfo else ())]
+            for m in members
+            if m.zinfo is not None
+        ],
+    }
+    cache.store("listing:" + wheel.stamp[0], wheel.stamp[1], wheel.stamp[2], value)
+
+
+def drop_wheel(tree: Tree, wheel: Wheel, reason: str) -> None:
+    """A wheel found invalid while its members were read: it contributes nothing but the error."""
+    wheel.invalid = reason
+    for rel in [r for r, m in tree.members.items() if m.wheel == wheel.path]:
+        del tree.members[rel]
+    for key in wheel.texts:
+        tree.texts.pop(key, None)
+    wheel.texts = {}
+    wheel.metadata = None
+    for dname in [d for d, dist in tree.dists.items() if dist.wheel == wheel.name]:
+        del tree.dists[dname]
+    tree.invalid.append((wheel.name, reason))
+
+
+def member_head(member: Member) -> bytes:
+    """A wheel member's first HEAD_BYTES (what classifies it), inflated only that far."""
+    assert member.wheel is not None and member.zinfo is not None
+    fd, _ = _fd(member.wheel)
+    return _head(fd, member.zinfo, HEAD_BYTES)
+
+
+def classify_pending(tree: Tree) -> None:
+    """Classify the members ``read_wheelhouse`` left unclassified, here and now, by their heads
+    (what scan.analyze_tree does in its workers as it reads them): non-code members are dropped,
+    a member whose head cannot be read makes its wheel invalid."""
+    from patchkit.abi.scan import classify
+
+    for rel, member in list(tree.members.items()):
+        if member.kind or rel not in tree.members:
+            continue
+        try:
+            kind = classify(member_head(member), rel)
+        except Exception as exc:  # zipfile/zlib errors on a corrupt member
+            drop_wheel(tree, tree.wheels[member.wheel], f"invalid archive: {rel}: {exc}")
+            continue
+        if kind is None:
+            del tree.members[rel]
+        else:
+            member.kind = kind
+            tree.dirs.add(os.path.dirname(rel))
 
 
 _OPEN: dict[str, zipfile.ZipFile] = {}
@@ -392,6 +699,22 @@ def _fd(path: str) -> tuple[int, int]:
     return fd, st.st_size
 
 
+def prefetch_heads(members: list[Member], head: int = 64 << 10) -> None:
+    """Ask the disk for the start of each wheel member at once (local header and up to
+    ``head`` stored bytes; POSIX_FADV_WILLNEED), so a cold wheel serves those reads in flight
+    together instead of one blocking read per member."""
+    for member in members:
+        info = member.zinfo
+        if member.wheel is None or info is None:
+            continue
+        try:
+            fd, _ = _fd(member.wheel)
+            length = _LOCAL_HEADER.size + 1024 + min(info.compress_size, head)
+            os.posix_fadvise(fd, info.header_offset, length, os.POSIX_FADV_WILLNEED)
+        except (AttributeError, OSError):
+            return
+
+
 def forget_open() -> None:
     """In a forked worker: drop the parent's open wheels (their file offsets are shared)."""
     _OPEN.clear()
@@ -421,7 +744,7 @@ def inflate_backend():
     return _BACKEND[0]
 
 
-def _data_range(fd: int, info: zipfile.ZipInfo, file_size: int | None = None) -> int:
+def _data_range(fd: int, info, file_size: int | None = None) -> int:
     """Where the member's stored bytes start, after its local header (checked as zipfile
     checks it: signature, not encrypted, the same name as the central directory's)."""
     what = f"member {info.filename!r}"
@@ -437,7 +760,10 @@ def _data_range(fd: int, info: zipfile.ZipInfo, file_size: int | None = None) ->
     name = head[_LOCAL_HEADER.size : _LOCAL_HEADER.size + name_len]
     if len(name) < name_len:
         name = os.pread(fd, name_len, info.header_offset + _LOCAL_HEADER.size)
-    want = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+    if isinstance(info, Entry):
+        want = info.raw_name
+    else:
+        want = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
     if name != want:
         raise ValueError(f"{what}: local header names {name!r}")
     start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
@@ -447,11 +773,13 @@ def _data_range(fd: int, info: zipfile.ZipInfo, file_size: int | None = None) ->
     return start
 
 
-def _head(fd: int, info: zipfile.ZipInfo, n: int) -> bytes:
+def _head(fd: int, info, n: int) -> bytes:
     """A member's first ``n`` bytes (its local header checked; inflated only that far)."""
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        with zipfile.ZipFile(os.fdopen(os.dup(fd), "rb")) as zf, zf.open(info) as src:
-            return src.read(n)
+        with zipfile.ZipFile(os.fdopen(os.dup(fd), "rb")) as zf:
+            zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
+            with zf.open(zinfo) as src:
+                return src.read(n)
     start = _data_range(fd, info)
     if info.compress_type == zipfile.ZIP_STORED:
         return os.pread(fd, min(n, info.compress_size), start)
@@ -475,7 +803,9 @@ def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
     assert member.wheel is not None
     info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        with _zip(member.wheel).open(info) as src:
+        zf = _zip(member.wheel)
+        zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
+        with zf.open(zinfo) as src:
             while chunk := src.read(step or INFLATE_STEP):
                 yield chunk
         return
@@ -487,10 +817,11 @@ def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
             os.posix_fadvise(fd, start, info.compress_size, os.POSIX_FADV_WILLNEED)
         except (AttributeError, OSError):
             pass
-    inflate = z.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
+    deflated = info.compress_type == zipfile.ZIP_DEFLATED
+    inflate = z.decompressobj(-15) if deflated else None
     pos, left, produced, crc = start, info.compress_size, 0, 0
+    chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos) if left else b""
     while left:
-        chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos)
         if not chunk:
             raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
         pos += len(chunk)
@@ -504,6 +835,7 @@ def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
         if check_crc:
             crc = z.crc32(piece, crc)
         yield piece
+        chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos) if left else b""
     if inflate is not None and not inflate.eof:
         raise ValueError(f"member {member.relpath!r}: deflate stream is truncated")
     if produced != info.file_size:
@@ -538,27 +870,67 @@ def read_member(member: Member) -> bytes | bytearray:
     return out
 
 
-def read_member_head(member: Member, limit: int, until: bytes) -> bytes:
-    """A wheel member's first bytes, inflated in steps until ``until`` appears (or ``limit``);
-    the member is not read to its end, so neither its size nor its CRC-32 is checked."""
+HEAD_STEP = 4096
+
+
+def head_chunks(member: Member, step: int = HEAD_STEP):
+    """A wheel member's bytes from its start in ``step``-byte pieces, inflated only as far as
+    they are taken (no more output than asked for per piece); neither size nor CRC-32 is
+    checked, the member is not meant to be read to its end this way."""
     assert member.wheel is not None
+    info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        yield from _pieces(member, check_crc=False, step=step)
+        return
+    fd, wheel_size = _fd(member.wheel)
+    pos = _data_range(fd, info, wheel_size)
+    end = pos + info.compress_size
+    if info.compress_type == zipfile.ZIP_STORED:
+        while pos < end:
+            chunk = os.pread(fd, min(step, end - pos), pos)
+            if not chunk:
+                raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
+            pos += len(chunk)
+            yield chunk
+        return
+    inflate = inflate_backend().decompressobj(-15)
     out = b""
-    step = 16384
-    pieces = _pieces(member, check_crc=False, step=step)
-    for piece in pieces:
-        while piece:
-            chunk, piece = piece[:step], piece[step:]
+    while True:
+        while len(out) < step and not inflate.eof:
+            if inflate.unconsumed_tail:
+                data = inflate.unconsumed_tail
+            elif pos < end:
+                data = os.pread(fd, min(step, end - pos), pos)
+                if not data:
+                    raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
+                pos += len(data)
+            else:
+                break
+            out += inflate.decompress(data, step - len(out))
+        if not out:
+            return
+        yield out
+        out = b""
+
+
+def read_member_head(member: Member, limit: int, until: bytes, started=None) -> bytes:
+    """A wheel member's first bytes, inflated in HEAD_STEP steps until ``until`` appears (then
+    4 kB more: the rest of the note), or ``limit``; the member is not read to its end, so
+    neither its size nor its CRC-32 is checked. ``started``: (a ``head_chunks`` generator,
+    the bytes already taken from it)."""
+    pieces, out = started if started is not None else (head_chunks(member), b"")
+    try:
+        if until in out:
+            return out + next(pieces, b"")[:4096]
+        for chunk in pieces:
             out += chunk
             if until in out[-len(chunk) - len(until) :]:
-                rest = piece[:4096]  # the rest of the note
-                if len(rest) < 4096:
-                    rest += next(pieces, b"")[: 4096 - len(rest)]
-                pieces.close()
-                return out + rest
+                return out + next(pieces, b"")[:4096]  # the rest of the note
             if len(out) >= limit:
-                pieces.close()
                 return out
-    return out
+        return out
+    finally:
+        pieces.close()
 
 
 def extract_member(member: Member) -> str:
