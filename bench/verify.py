@@ -38,6 +38,7 @@ import zipfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from bench.pagecache import evict  # noqa: E402
 from patchkit.abi import verify  # noqa: E402
 from patchkit.abi.sources import (  # noqa: E402
     classify_pending,
@@ -76,31 +77,6 @@ def _files(site: str | None, house: str | None, scratch: str) -> tuple[list, flo
                 for m in members:
                     out.append((zf.extract(m.relpath, os.path.join(scratch, "x")), m.kind))
     return out, time.perf_counter() - started
-
-
-def _evict(paths: list[str]) -> int:
-    """Drop each file from the page cache; returns the bytes still resident (fincore)."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)  # pages just written (extracted members) are dirty until then
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    if not shutil.which("fincore"):
-        return -1
-    resident = 0
-    for i in range(0, len(paths), 200):
-        out = subprocess.run(
-            ["fincore", "--bytes", "--noheadings", "--output", "RES", *paths[i : i + 200]],
-            capture_output=True,
-            text=True,
-        ).stdout
-        resident += sum(int(x) for x in out.split() if x.isdigit())
-    return resident
 
 
 def _pipeline(files: list[tuple[str, str]], jobs: int, cuobjdump: str | None) -> float:
@@ -193,7 +169,7 @@ def main() -> int:
         if house:
             print(f"       wheel members extracted for the pipeline in {extract_s:.2f} s")
 
-        left = _evict([p for p, _ in files])
+        left = evict([p for p, _ in files])
         c0 = _cpu()
         base = _pipeline(files, args.jobs, cuobjdump)
         base_cpu = _cpu() - c0
@@ -205,7 +181,7 @@ def main() -> int:
         base_warm = _pipeline(files, args.jobs, cuobjdump)
         print(f"pipeline, warm page cache:                 {base_warm:8.2f} s")
 
-        left = _evict(inputs)
+        left = evict(inputs)
         c0, t0 = _cpu(), time.perf_counter()
         cold = verify(
             env=site, wheelhouse=house, profile=args.profile, cache_dir=cache, jobs=args.jobs
