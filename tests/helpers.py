@@ -117,3 +117,17 @@ def error_of(stdout: str) -> dict:
     document = json.loads(stdout)
     assert document["ok"] is False and document["error"] is not None, document
     return document["error"]
+
+
+def loosen_packs(mirror: Path) -> None:
+    """Turn every pack of a bare repository into loose objects (tests that rewrite one object
+    of a mirror need it loose; a private cache's packs are its own, not hard links)."""
+    for pack in sorted((mirror / "objects" / "pack").glob("pack-*.pack")):
+        moved = pack.with_name("moved.pack")
+        pack.rename(moved)
+        pack.with_suffix(".idx").unlink()
+        with moved.open("rb") as fh:
+            subprocess.run(
+                ["git", "--git-dir", str(mirror), "unpack-objects", "-q"], stdin=fh, check=True
+            )
+        moved.unlink()

@@ -211,12 +211,10 @@ def _cuobjdump() -> str | None:
 @pytest.mark.slow
 def test_real_flashinfer_cubin_coverage(tmp_path, cache_dir):
     """flashinfer-cubin 0.6.3 from PyPI: thousands of raw cubins, none for SM90 or SM120."""
-    wheel = builders.real_wheel("flashinfer-cubin==0.6.3", "flashinfer_cubin-0.6.3-*.whl")
-    if wheel is None:
-        pytest.skip("cannot download flashinfer-cubin 0.6.3")
-    house = tmp_path / "house"
-    house.mkdir()
-    os.symlink(os.path.realpath(wheel), house / os.path.basename(wheel))
+    wheel = builders.real_wheelhouse(
+        tmp_path / "house", "flashinfer-cubin==0.6.3", "flashinfer_cubin-0.6.3-*.whl"
+    )
+    house = wheel.parent
     report = verify(wheelhouse=str(house), gpus=["12.0", "9.0"], cache_dir=cache_dir)
     found = [f for f in report.findings if f.check.startswith("device-files")]
     by_cc = {re.search(r"sm_(\d+) \(has", f.message).group(1): f for f in found}

@@ -270,12 +270,10 @@ def test_small_cubins_read_to_their_note(tmp_path):
     """flashinfer-cubin 0.6.3's raw cubins (real, from PyPI): each member is inflated only as
     far as its tkinfo note, and says what the whole file says -- SM, a/f variant, toolkit, that
     it holds kernels (its section names, first in the file, name `.text.` sections)."""
-    wheel = builders.real_wheel("flashinfer-cubin==0.6.3", "flashinfer_cubin-0.6.3-*.whl")
-    if wheel is None:
-        pytest.skip("cannot download flashinfer-cubin 0.6.3")
-    house = tmp_path / "house"
-    house.mkdir()
-    os.symlink(os.path.realpath(wheel), house / os.path.basename(wheel))
+    wheel = builders.real_wheelhouse(
+        tmp_path / "house", "flashinfer-cubin==0.6.3", "flashinfer_cubin-0.6.3-*.whl"
+    )
+    house = wheel.parent
     tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
     members = sorted(tree.members.values(), key=lambda m: m.size)
     sample = members[:: max(1, len(members) // 40)]

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sysconfig
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -353,6 +354,21 @@ def device_code(kind: str, arch: str) -> str:
 WHEELS = os.environ.get("PATCHKIT_TEST_WHEELS") or os.path.join(
     os.path.dirname(ARTIFACTS), "wheels"
 )
+
+
+def real_wheelhouse(dest: Path, spec: str, pattern: str) -> Path:
+    """A wheelhouse at ``dest`` holding one real wheel from the package index (a link to the
+    test wheel cache's copy), returned; the test is skipped when the index cannot be
+    reached."""
+    import pytest
+
+    wheel = real_wheel(spec, pattern)
+    if wheel is None:
+        pytest.skip(f"cannot download {spec}")
+    dest.mkdir()
+    linked = dest / os.path.basename(wheel)
+    os.symlink(os.path.realpath(wheel), linked)
+    return linked
 
 
 def real_wheel(spec: str, pattern: str) -> str | None:

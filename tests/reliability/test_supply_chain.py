@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from helpers import loosen_packs
 from reliability_support import (
     ROOT,
     cli,
@@ -251,15 +252,7 @@ def _tamper(mirror: Path, sha: str) -> None:
     """Rewrite one loose object's content (breaking the hard link the private cache shares)."""
     path = mirror / "objects" / sha[:2] / sha[2:]
     if not path.exists():  # packed mirror: turn its packs into loose objects first
-        for pack in sorted((mirror / "objects" / "pack").glob("pack-*.pack")):
-            moved = pack.with_name("moved.pack")
-            pack.rename(moved)
-            pack.with_suffix(".idx").unlink()
-            with moved.open("rb") as fh:
-                subprocess.run(
-                    ["git", "--git-dir", str(mirror), "unpack-objects", "-q"], stdin=fh, check=True
-                )
-            moved.unlink()
+        loosen_packs(mirror)
     raw = zlib.decompress(path.read_bytes())
     header, body = raw.split(b"\0", 1)
     evil = body.replace(b"SGLang", b"EVILng", 1)
