@@ -182,20 +182,18 @@ def main() -> int:
         )
         for regime in regimes:
             raw_times, pk_times, resident = [], [], []
-
-            def cold(paths: list[str], regime: str = regime, resident: list = resident) -> None:
-                if regime == "cold":
-                    resident.append(evict(paths))
-
+            is_cold = regime == "cold"
             for i in range(args.runs):
                 raw_dest, pk_dest = Path(tmp) / f"raw{i}", Path(tmp) / f"pk{i}"
                 os.sync()  # flush the previous run's writes so they are not billed to this one
-                cold(read_by_both)
+                if is_cold:
+                    resident.append(evict(read_by_both))
                 t0 = time.perf_counter()
                 raw_git(mirror, base.commit, patches, raw_dest)
                 raw_times.append(time.perf_counter() - t0)
                 os.sync()
-                cold(read_by_both + python_files)
+                if is_cold:
+                    resident.append(evict(read_by_both + python_files))
                 t0 = time.perf_counter()
                 with_patchkit(args.target, pk_dest)
                 pk_times.append(time.perf_counter() - t0)
