@@ -513,7 +513,7 @@ def scratch_index(repo: Path, tree: str, bare: bool = False) -> Iterator[dict[st
     os.unlink(path)
     env = {"GIT_INDEX_FILE": path}
     try:
-        run(repo, "read-tree", tree, env=env, bare=bare)
+        read_tree_into(repo, env, tree, bare=bare)
         yield env
     finally:
         for leftover in (path, path + ".lock"):
@@ -560,7 +560,10 @@ def apply_to_index(
         args.append("--3way")
     if include:
         args.append(f"--include={include}")
-    args.append(str(patch_file))
+    return _apply_cached(repo, env, [*args, str(patch_file)], bare)
+
+
+def _apply_cached(repo: Path, env: dict[str, str], args: list[str], bare: bool) -> tuple[bool, str]:
     try:
         run(repo, *args, env=env, bare=bare)
     except GitError as exc:
@@ -574,12 +577,8 @@ def apply_all_to_index(
     """One `git apply --cached` of several patches, in order, into the scratch index. git
     checks every patch before it writes the index: when one does not apply, the index is
     left as it was and False is returned."""
-    try:
-        run(repo, "apply", "--cached", "--whitespace=nowarn", *map(str, patch_files), env=env,
-            bare=bare)  # fmt: skip
-    except GitError:
-        return False
-    return True
+    args = ["apply", "--cached", "--whitespace=nowarn", *map(str, patch_files)]
+    return _apply_cached(repo, env, args, bare)[0]
 
 
 def patch_file_paths(repo: Path, patch_files: list[Path], bare: bool = False) -> list[str]:
