@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.fixed_cost import patchkit_env  # noqa: E402
 from bench.pagecache import evict, files_under  # noqa: E402
 from patchkit.upstream import Mirror, acquire  # noqa: E402
 from patchkit.workspace import Workspace  # noqa: E402
@@ -91,7 +92,7 @@ def with_patchkit(target: str, dest: Path) -> None:
         [sys.executable, "-m", "patchkit", "apply", "--target", target, "--into", str(dest)],
         check=True,
         stdout=subprocess.DEVNULL,
-        env={**os.environ, "PATCHKIT_OFFLINE_GIT": "1"},
+        env=patchkit_env(),
         cwd=ROOT,
     )
 
@@ -125,7 +126,7 @@ def python_files_read(target: str, dest: Path) -> list[str]:
         [sys.executable, "-c", code],
         check=True,
         stdout=subprocess.DEVNULL,
-        env={**os.environ, "PATCHKIT_OFFLINE_GIT": "1"},
+        env=patchkit_env(),
         cwd=ROOT,
     )
     shutil.rmtree(dest)
@@ -180,6 +181,12 @@ def main() -> int:
         python_files = (
             python_files_read(args.target, Path(tmp) / "probe") if "cold" in regimes else []
         )
+        # One untimed run of each side first: git's and Python's caches (bytecode included,
+        # as an installed patchkit has it) are then as every later run finds them.
+        raw_git(mirror, base.commit, patches, Path(tmp) / "warmup-raw")
+        remove_worktree(mirror, Path(tmp) / "warmup-raw")
+        with_patchkit(args.target, Path(tmp) / "warmup-pk")
+        shutil.rmtree(Path(tmp) / "warmup-pk")
         for regime in regimes:
             raw_times, pk_times, resident = [], [], []
             is_cold = regime == "cold"

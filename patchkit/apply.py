@@ -14,7 +14,8 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -466,35 +467,54 @@ def apply_series(
         state = _target_state(into)
         if state == "repo":
             _refuse_unsafe_checkout(into)
-        try:
-            result, results = build_series(
-                mirror, base.commit, series, options, bare=True, progress=progress
-            )
-        except ApplyError as exc:
-            report.patches = getattr(exc, "results", [])
-            report.status = "failed"
-            report.error = exc.message
-            report.next_step = exc.hint
-            exc.report = report  # type: ignore[attr-defined]
-            raise
-        report.patches = results
-        report.result = result
-        if state == "repo" and gitops.head(into) == result:
-            report.status = "nothing-to-do"
-            for r in report.patches:
-                if r.status == "applied":
-                    r.status = "present"
-            exc = NothingToDo(
-                f"{into} already carries the {series.target} series "
-                f"{series_version} ({result[:12]}); nothing to do"
-            )
-            exc.report = report  # type: ignore[attr-defined]
-            raise exc
-        if state == "repo":
+            result = _build(mirror, base, series, options, progress, report)
+            if gitops.head(into) == result:
+                _nothing_to_do(report, series, series_version, into, result)
             _publish_existing(mirror, into, series.target, base, result)
         else:
-            _publish_new(mirror, into, series.target, base, result)
+            with _new_checkout(mirror, into, base) as finish:
+                result = _build(mirror, base, series, options, progress, report)
+                finish(series.target, result)
     return report
+
+
+def _build(
+    mirror: Path,
+    base: Base,
+    series: Series,
+    options: ApplyOptions,
+    progress: Progress,
+    report: ApplyReport,
+) -> str:
+    try:
+        result, results = build_series(
+            mirror, base.commit, series, options, bare=True, progress=progress
+        )
+    except ApplyError as exc:
+        report.patches = getattr(exc, "results", [])
+        report.status = "failed"
+        report.error = exc.message
+        report.next_step = exc.hint
+        exc.report = report  # type: ignore[attr-defined]
+        raise
+    report.patches = results
+    report.result = result
+    return result
+
+
+def _nothing_to_do(
+    report: ApplyReport, series: Series, series_version: str, into: Path, result: str
+) -> None:
+    report.status = "nothing-to-do"
+    for r in report.patches:
+        if r.status == "applied":
+            r.status = "present"
+    exc = NothingToDo(
+        f"{into} already carries the {series.target} series "
+        f"{series_version} ({result[:12]}); nothing to do"
+    )
+    exc.report = report  # type: ignore[attr-defined]
+    raise exc
 
 
 def _target_state(into: Path) -> str:
@@ -514,17 +534,25 @@ def _target_state(into: Path) -> str:
     return "empty"
 
 
-def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str) -> None:
+@contextmanager
+def _new_checkout(mirror: Path, into: Path, base: Base) -> Iterator[Callable[[str, str], None]]:
+    """A new checkout for `into`, made in a scratch folder beside it while the body builds the
+    series (the base's files are written meanwhile); `finish(target, result)` completes it and
+    moves it into place in one rename. Nothing is left behind if the body fails."""
     into.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=into.parent, prefix=f".{into.name}.patchkit-"))
+    clone = scratch / "tree"
     try:
-        clone = scratch / "tree"
-        gitops.clone_local(mirror, clone, [result, base.commit])
-        _record_refs(clone, target, base, result)
-        gitops.checkout_branch(clone, BRANCH.format(target=target), result)
-        if into.exists():
-            into.rmdir()  # empty: checked by _target_state
-        os.replace(clone, into)
+        with gitops.cloning(mirror, clone, base.commit) as complete:
+
+            def finish(target: str, result: str) -> None:
+                refs = _patchkit_refs(target, base, result)
+                complete([result, base.commit], refs, BRANCH.format(target=target), result)
+                if into.exists():
+                    into.rmdir()  # empty: checked by _target_state
+                os.replace(clone, into)
+
+            yield finish
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -633,8 +661,11 @@ def _keep_previous_branch(repo: Path, target: str, result: str) -> None:
 
 
 def _record_refs(repo: Path, target: str, base: Base, result: str) -> None:
-    gitops.update_ref(repo, BASE_REF.format(target=target), base.commit)
-    gitops.update_ref(repo, SERIES_REF.format(target=target), result)
+    gitops.update_refs(repo, _patchkit_refs(target, base, result))
+
+
+def _patchkit_refs(target: str, base: Base, result: str) -> dict[str, str]:
+    return {BASE_REF.format(target=target): base.commit, SERIES_REF.format(target=target): result}
 
 
 # --- interruption: scratch sweep and the publish journal ------------------------------------

@@ -23,10 +23,11 @@ import shutil
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.locks import held_lock_fds
@@ -117,6 +118,7 @@ SETTINGS = {
     "rebase.autoStash": "false",
     "rebase.updateRefs": "false",
     "submodule.recurse": "false",
+    "checkout.workers": "0",  # parallel checkout, a worker per core: the same files, sooner
     "format.signOff": "false",
     "format.coverLetter": "false",
     "format.useAutoBase": "false",
@@ -328,16 +330,34 @@ class Repo:
         try:
             out, err = proc.communicate(stdin)
         except BaseException:
-            proc.terminate()  # git removes its own lock files on SIGTERM
-            proc.wait()
+            _stop(proc)
             raise
         if check and proc.returncode != 0:
-            text = err.decode("utf-8", "replace")
-            lock = _LOCK_RE.search(text)
-            if lock:
-                raise GitLockError(list(args), proc.returncode, text, lock.group(1))
-            raise GitError(list(args), proc.returncode, text)
+            _raise_for(list(args), proc.returncode, err)
         return out if binary else out.decode("utf-8", "replace")
+
+    @contextmanager
+    def running(self, *args: str) -> Iterator[Running]:
+        """Run one git command while the with-body runs and yield it as a `Running`; leaving
+        the body waits for it (if the body did not) and raises GitError if it failed. An
+        exception in the body (an interrupt) stops git and waits for it before going on."""
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                self.command(*args),
+                cwd=None if self.bare else str(self.path),
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # stderr in a file: a pipe nobody reads could fill
+                stderr=err,
+                pass_fds=held_lock_fds(),
+            )
+            job = Running(list(args), proc, err)
+            try:
+                yield job
+                job.wait()
+            except BaseException:
+                _stop(proc)
+                raise
 
     def ok(self, *args: str, env: dict[str, str] | None = None) -> bool:
         """True when the git command exits 0."""
@@ -351,6 +371,33 @@ class Repo:
         if self.bare:
             return self.path
         return Path(str(self.run("rev-parse", "--absolute-git-dir")).strip())
+
+
+class Running:
+    """A git command started by `Repo.running`."""
+
+    def __init__(self, args: list[str], proc: subprocess.Popen, err: IO[bytes]) -> None:
+        self.args, self.proc, self.err = args, proc, err
+
+    def wait(self) -> None:
+        """Wait for git to exit; raise GitError if it failed."""
+        self.proc.wait()
+        if self.proc.returncode != 0:
+            self.err.seek(0)
+            _raise_for(self.args, self.proc.returncode, self.err.read())
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()  # git removes its own lock files on SIGTERM
+    proc.wait()
+
+
+def _raise_for(args: list[str], status: int, err: bytes) -> None:
+    text = err.decode("utf-8", "replace")
+    lock = _LOCK_RE.search(text)
+    if lock:
+        raise GitLockError(args, status, text, lock.group(1))
+    raise GitError(args, status, text)
 
 
 def run(
@@ -401,9 +448,57 @@ def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None
     are streamed as one pack that `git index-pack` writes inside `dest`. Nothing is written
     into the mirror.
     """
+    _init_with_packs(mirror, dest)
+    _copy_loose_objects(mirror, dest, tips)
+
+
+@contextmanager
+def cloning(mirror: Path, dest: Path, first: str) -> Iterator[Callable[..., None]]:
+    """Start making `dest` a clone of the mirror (as `clone_local`) checked out at `first`,
+    and yield `finish(tips, refs, branch, sha)` to complete it: `refs` set, the objects
+    reachable from `tips` copied in and `branch` at `sha` checked out.
+
+    The checkout of `first` runs while the with-body does (the body builds `sha` in the
+    mirror) and while `finish` copies the loose objects, reading the mirror's objects
+    through an alternates entry; `finish` removes it before the checkout of `sha`, which
+    reads only the clone's objects: the clone ends sharing no file with the mirror. Leaving
+    the body by an exception stops the checkout.
+    """
+    _init_with_packs(mirror, dest)
+    alternates = dest / ".git" / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(_quoted_path(mirror.resolve() / "objects") + "\n", encoding="utf-8")
+    repo = Repo(dest)
+
+    def finish(tips: list[str], refs: dict[str, str], branch: str, sha: str) -> None:
+        update_refs(dest, {**refs, f"refs/heads/{branch}": sha})
+        _copy_loose_objects(mirror, dest, tips)
+        first_checkout.wait()
+        alternates.unlink()
+        # From `first` to `sha`, reading only the clone's own objects now: the files that
+        # differ are written and the index kept for the rest (`checkout` would first re-read
+        # every file just written, all of them racily clean).
+        run(dest, "read-tree", "-m", "-u", first, sha)
+        run(dest, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+
+    with repo.running("checkout", "--quiet", "--detach", first) as first_checkout:
+        yield finish
+
+
+def _quoted_path(path: Path) -> str:
+    """A path as git's alternates file reads it quoted (any byte but NUL may be in it)."""
+    text = str(path)
+    for char, escaped in (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\t", "\\t")):
+        text = text.replace(char, escaped)
+    return f'"{text}"'
+
+
+def _init_with_packs(mirror: Path, dest: Path) -> None:
     run(dest.parent, "init", "--quiet", "--", str(dest))
-    pack_dir = dest / ".git" / "objects" / "pack"
-    copy_packs(mirror / "objects" / "pack", pack_dir)
+    copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
+
+
+def _copy_loose_objects(mirror: Path, dest: Path, tips: list[str] | None) -> None:
     revs = "".join(f"{tip}\n" for tip in tips or [])
     # No delta search (--window=0): git am writes these objects loose and undeltified too,
     # and the search was a third of a 1,000-patch apply.
@@ -480,6 +575,12 @@ def list_remote(source: str) -> dict[str, str]:
 
 def update_ref(repo: Path, ref: str, sha: str, bare: bool = False) -> None:
     run(repo, "update-ref", ref, sha, bare=bare)
+
+
+def update_refs(repo: Path, refs: dict[str, str], bare: bool = False) -> None:
+    """Point every ref of `refs` at its commit, all or none (one transaction)."""
+    lines = "".join(f"update {ref} {sha}\n" for ref, sha in refs.items())
+    run(repo, "update-ref", "--stdin", stdin=lines.encode(), bare=bare)
 
 
 def delete_ref(repo: Path, ref: str, bare: bool = False) -> None:

@@ -339,6 +339,8 @@ def checkout_problems(tree: Path, allowed_heads: set[str]) -> list[str]:
     )
     if status.returncode != 0 or status.stdout.strip():
         problems.append(f"not clean: {status.stdout.strip()[:200] or status.stderr.strip()}")
+    if (tree / ".git" / "objects" / "info" / "alternates").exists():
+        problems.append("it reads objects of another repository (objects/info/alternates)")
     if not git_ok(tree, "fsck", "--no-dangling", "--no-progress"):
         problems.append("git fsck fails")
     return problems
