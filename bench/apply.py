@@ -13,7 +13,10 @@ baseline clone, the patches, and each side's own program: git's binaries (``git`
 by an untimed apply under an audit hook); the bytes still resident are printed (``fincore``).
 Shared system libraries (libc, libz) stay resident for both.
 
-    .venv/bin/python bench/apply.py [--runs 7] [--target sglang] [--regimes warm,cold]
+    .venv/bin/python bench/apply.py [--runs 7] [--target sglang] [--regimes warm,cold] [--old DIR]
+
+With `--old DIR` (a copy of an earlier patchkit: `git archive REV | tar -x -C DIR`) that
+patchkit's apply of this project's series runs third in each rotation and gets its own line.
 """
 
 from __future__ import annotations
@@ -87,13 +90,17 @@ def remove_worktree(mirror: Path, dest: Path) -> None:
     )
 
 
-def with_patchkit(target: str, dest: Path) -> None:
+def with_patchkit(target: str, dest: Path, old: Path | None = None) -> None:
+    """This patchkit's apply, or (`old`) that of an earlier copy, on this project's series."""
+    env = patchkit_env()
+    if old is not None:
+        env.update(PATCHKIT_PROJECT=str(ROOT), PYTHONPATH=str(old))
     subprocess.run(
         [sys.executable, "-m", "patchkit", "apply", "--target", target, "--into", str(dest)],
         check=True,
         stdout=subprocess.DEVNULL,
-        env=patchkit_env(),
-        cwd=ROOT,
+        env=env,
+        cwd=old or ROOT,
     )
 
 
@@ -139,7 +146,13 @@ def _git_core() -> list[str]:
     return [out.stdout.strip()]
 
 
-def report(label: str, raw_times: list[float], pk_times: list[float], note: str) -> None:
+def report(
+    label: str,
+    raw_times: list[float],
+    pk_times: list[float],
+    note: str,
+    old_times: list[float] | None = None,
+) -> None:
     ratios = sorted(p / r for p, r in zip(pk_times, raw_times, strict=True))
     raw, pk = statistics.median(raw_times), statistics.median(pk_times)
     print(f"{label:34}{'median':>10}{'min':>10}{'max':>10}")
@@ -150,11 +163,25 @@ def report(label: str, raw_times: list[float], pk_times: list[float], note: str)
         f"{'patchkit apply (CLI, whole run)':34}{pk:10.3f}"
         f"{min(pk_times):10.3f}{max(pk_times):10.3f}"
     )
+    if old_times:
+        old, fastest, slowest = statistics.median(old_times), min(old_times), max(old_times)
+        print(f"{'earlier patchkit (--old)':34}{old:10.3f}{fastest:10.3f}{slowest:10.3f}")
     print(note)
     print(
         f"ratio patchkit/raw = {pk / raw:.2f}x of medians, {statistics.median(ratios):.2f}x "
-        "median of paired runs (goal <= 1.15x)\n"
+        "median of paired runs (goal <= 1.15x)"
     )
+    print("paired runs (raw, patchkit" + (", old):" if old_times else "):"), end="")
+    for i, (r, p) in enumerate(zip(raw_times, pk_times, strict=True)):
+        print(f" {r:.2f}/{p:.2f}" + (f"/{old_times[i]:.2f}" if old_times else ""), end="")
+    print()
+    if old_times:
+        paired = sorted(p / o for p, o in zip(pk_times, old_times, strict=True))
+        print(
+            f"ratio earlier/raw = {statistics.median(old_times) / raw:.2f}x of medians; "
+            f"patchkit/earlier = {statistics.median(paired):.2f}x median of paired runs"
+        )
+    print()
 
 
 def main() -> int:
@@ -163,6 +190,11 @@ def main() -> int:
     parser.add_argument("--target", default="sglang")
     parser.add_argument(
         "--regimes", default="warm,cold", help="warm, cold or both (default), in that order"
+    )
+    parser.add_argument(
+        "--old",
+        type=Path,
+        help="an earlier patchkit (`git archive REV | tar -x -C DIR`) run in the same rotation",
     )
     args = parser.parse_args()
     regimes = [r for r in args.regimes.split(",") if r]
@@ -188,7 +220,7 @@ def main() -> int:
         with_patchkit(args.target, Path(tmp) / "warmup-pk")
         shutil.rmtree(Path(tmp) / "warmup-pk")
         for regime in regimes:
-            raw_times, pk_times, resident = [], [], []
+            raw_times, pk_times, old_times, resident = [], [], [], []
             is_cold = regime == "cold"
             for i in range(args.runs):
                 raw_dest, pk_dest = Path(tmp) / f"raw{i}", Path(tmp) / f"pk{i}"
@@ -204,6 +236,15 @@ def main() -> int:
                 t0 = time.perf_counter()
                 with_patchkit(args.target, pk_dest)
                 pk_times.append(time.perf_counter() - t0)
+                if args.old:
+                    old_dest = Path(tmp) / f"old{i}"
+                    os.sync()
+                    if is_cold:
+                        resident.append(evict(read_by_both + python_files))
+                    t0 = time.perf_counter()
+                    with_patchkit(args.target, old_dest, args.old)
+                    old_times.append(time.perf_counter() - t0)
+                    shutil.rmtree(old_dest)
                 remove_worktree(mirror, raw_dest)
                 shutil.rmtree(pk_dest)
             note = (
@@ -215,7 +256,7 @@ def main() -> int:
                 most = max(resident)
                 note += f" ({evicted} files evicted before each run"
                 note += f", at most {most / 1e6:.1f} MB left resident)" if most >= 0 else ")"
-            report(f"{regime}:", raw_times, pk_times, note)
+            report(f"{regime}:", raw_times, pk_times, note, old_times)
     return 0
 
 
