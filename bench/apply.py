@@ -14,7 +14,10 @@ by an untimed apply under an audit hook); the bytes still resident are printed (
 Shared system libraries (libc, libz) stay resident for both.
 
     .venv/bin/python bench/apply.py [--runs 7] [--target sglang] [--regimes warm,cold] [--old DIR]
+        [--work DIR]
 
+With `--work DIR` the checkouts (both sides') are made under DIR, e.g. /dev/shm, where writing
+the 2,500 files is cheap and steady: the regime where each side's fixed cost shows most.
 With `--old DIR` (a copy of an earlier patchkit: `git archive REV | tar -x -C DIR`) that
 patchkit's apply of this project's series runs third in each rotation and gets its own line.
 """
@@ -196,6 +199,11 @@ def main() -> int:
         type=Path,
         help="an earlier patchkit (`git archive REV | tar -x -C DIR`) run in the same rotation",
     )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="where the checkouts are made (default: the temp dir; /dev/shm: file writes cheap)",
+    )
     args = parser.parse_args()
     regimes = [r for r in args.regimes.split(",") if r]
     if not regimes or set(regimes) - {"warm", "cold"}:
@@ -206,7 +214,7 @@ def main() -> int:
     base = acquire(target, None, offline_git=True)
     patchkit_mirror = Mirror(target).path
     patches = [series.directory / name for name in series.names]
-    with tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-apply-", dir=args.work) as tmp:
         mirror = baseline_mirror(patchkit_mirror, Path(tmp))
         git_files = files_under([shutil.which("git") or "/usr/bin/git", *_git_core()])
         read_by_both = files_under([patchkit_mirror, mirror, *patches]) + git_files

@@ -14,8 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -472,9 +471,8 @@ def apply_series(
                 _nothing_to_do(report, series, series_version, into, result)
             _publish_existing(mirror, into, series.target, base, result)
         else:
-            with _new_checkout(mirror, into, base) as finish:
-                result = _build(mirror, base, series, options, progress, report)
-                finish(series.target, result)
+            result = _build(mirror, base, series, options, progress, report)
+            _publish_new(mirror, into, series.target, base, result)
     return report
 
 
@@ -534,25 +532,17 @@ def _target_state(into: Path) -> str:
     return "empty"
 
 
-@contextmanager
-def _new_checkout(mirror: Path, into: Path, base: Base) -> Iterator[Callable[[str, str], None]]:
-    """A new checkout for `into`, made in a scratch folder beside it while the body builds the
-    series (the base's files are written meanwhile); `finish(target, result)` completes it and
-    moves it into place in one rename. Nothing is left behind if the body fails."""
+def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str) -> None:
     into.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=into.parent, prefix=f".{into.name}.patchkit-"))
-    clone = scratch / "tree"
     try:
-        with gitops.cloning(mirror, clone, base.commit) as complete:
-
-            def finish(target: str, result: str) -> None:
-                refs = _patchkit_refs(target, base, result)
-                complete([result, base.commit], refs, BRANCH.format(target=target), result)
-                if into.exists():
-                    into.rmdir()  # empty: checked by _target_state
-                os.replace(clone, into)
-
-            yield finish
+        clone = scratch / "tree"
+        refs = _patchkit_refs(target, base, result)
+        branch = BRANCH.format(target=target)
+        gitops.clone_checked_out(mirror, clone, [result, base.commit], refs, branch, result)
+        if into.exists():
+            into.rmdir()  # empty: checked by _target_state
+        os.replace(clone, into)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -23,11 +23,10 @@ import shutil
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.locks import held_lock_fds
@@ -337,10 +336,10 @@ class Repo:
         return out if binary else out.decode("utf-8", "replace")
 
     @contextmanager
-    def running(self, *args: str) -> Iterator[Running]:
-        """Run one git command while the with-body runs and yield it as a `Running`; leaving
-        the body waits for it (if the body did not) and raises GitError if it failed. An
-        exception in the body (an interrupt) stops git and waits for it before going on."""
+    def running(self, *args: str) -> Iterator[None]:
+        """Run one git command while the with-body runs; leaving the body waits for it and
+        raises GitError if it failed. An exception in the body (an interrupt) stops git and
+        waits for it before going on."""
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
                 self.command(*args),
@@ -351,13 +350,15 @@ class Repo:
                 stderr=err,
                 pass_fds=held_lock_fds(),
             )
-            job = Running(list(args), proc, err)
             try:
-                yield job
-                job.wait()
+                yield
+                proc.wait()
             except BaseException:
                 _stop(proc)
                 raise
+            if proc.returncode != 0:
+                err.seek(0)
+                _raise_for(list(args), proc.returncode, err.read())
 
     def ok(self, *args: str, env: dict[str, str] | None = None) -> bool:
         """True when the git command exits 0."""
@@ -371,20 +372,6 @@ class Repo:
         if self.bare:
             return self.path
         return Path(str(self.run("rev-parse", "--absolute-git-dir")).strip())
-
-
-class Running:
-    """A git command started by `Repo.running`."""
-
-    def __init__(self, args: list[str], proc: subprocess.Popen, err: IO[bytes]) -> None:
-        self.args, self.proc, self.err = args, proc, err
-
-    def wait(self) -> None:
-        """Wait for git to exit; raise GitError if it failed."""
-        self.proc.wait()
-        if self.proc.returncode != 0:
-            self.err.seek(0)
-            _raise_for(self.args, self.proc.returncode, self.err.read())
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -452,37 +439,25 @@ def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None
     _copy_loose_objects(mirror, dest, tips)
 
 
-@contextmanager
-def cloning(mirror: Path, dest: Path, first: str) -> Iterator[Callable[..., None]]:
-    """Start making `dest` a clone of the mirror (as `clone_local`) checked out at `first`,
-    and yield `finish(tips, refs, branch, sha)` to complete it: `refs` set, the objects
-    reachable from `tips` copied in and `branch` at `sha` checked out.
+def clone_checked_out(
+    mirror: Path, dest: Path, tips: list[str], refs: dict[str, str], branch: str, sha: str
+) -> None:
+    """`clone_local(mirror, dest, tips)` with `refs` set and `branch` at `sha` checked out.
 
-    The checkout of `first` runs while the with-body does (the body builds `sha` in the
-    mirror) and while `finish` copies the loose objects, reading the mirror's objects
-    through an alternates entry; `finish` removes it before the checkout of `sha`, which
-    reads only the clone's objects: the clone ends sharing no file with the mirror. Leaving
-    the body by an exception stops the checkout.
+    The files are written while the objects are copied in (packs and loose objects): until
+    the copy is complete the checkout reads the mirror's objects through an alternates
+    entry, removed then, so the clone ends sharing no file with the mirror, as clone_local's
+    does.
     """
-    _init_with_packs(mirror, dest)
+    run(dest.parent, "init", "--quiet", "--", str(dest))
     alternates = dest / ".git" / "objects" / "info" / "alternates"
     alternates.parent.mkdir(parents=True, exist_ok=True)
     alternates.write_text(_quoted_path(mirror.resolve() / "objects") + "\n", encoding="utf-8")
-    repo = Repo(dest)
-
-    def finish(tips: list[str], refs: dict[str, str], branch: str, sha: str) -> None:
-        update_refs(dest, {**refs, f"refs/heads/{branch}": sha})
+    with Repo(dest).running("checkout", "--quiet", "-B", branch, sha):
+        copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
         _copy_loose_objects(mirror, dest, tips)
-        first_checkout.wait()
-        alternates.unlink()
-        # From `first` to `sha`, reading only the clone's own objects now: the files that
-        # differ are written and the index kept for the rest (`checkout` would first re-read
-        # every file just written, all of them racily clean).
-        run(dest, "read-tree", "-m", "-u", first, sha)
-        run(dest, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
-
-    with repo.running("checkout", "--quiet", "--detach", first) as first_checkout:
-        yield finish
+        update_refs(dest, refs)
+    alternates.unlink()
 
 
 def _quoted_path(path: Path) -> str:
