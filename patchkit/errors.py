@@ -39,6 +39,10 @@ class PinError(PatchkitError):
     exit_code = 1
 
 
+class DamagedBaseError(PinError):
+    """The base's objects in the mirror no longer hash to their ids (damage or tampering)."""
+
+
 class FetchError(PatchkitError):
     """An upstream could not be obtained from any source."""
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.errors import ApplyError, PatchkitError
+from patchkit.errors import ApplyError, DamagedBaseError, PatchkitError
 from patchkit.series import PATCH_NAME_RE, Patch, parse_patch, safe_repo_path
 
 # rule id -> (severity, what it checks)
@@ -35,6 +35,7 @@ RULES: dict[str, tuple[str, str]] = {
     "overlap": ("warning", "two patches of the target change the same hunk region"),
     "reexport": ("error", "apply + export does not reproduce the file byte for byte"),
     "reexport-skipped": ("warning", "the re-export check could not run"),
+    "base-damaged": ("error", "the pinned base in the mirror is damaged or tampered"),
 }
 REQUIRED = ("Origin", "Forwarded", "Last-Update")
 ORIGIN_RE = re.compile(r"^(upstream|backport|vendor|other)(?:,\s*(\S.*))?$")
@@ -382,6 +383,9 @@ def _check_reexport(
                 "reexport", target, None, f"the series does not apply to its pin: {exc.message}"
             )
         )
+        return
+    except DamagedBaseError as exc:  # not "could not run": nothing built on it can be trusted
+        add(Finding("base-damaged", target, None, f"re-export not checked: {exc.message}"))
         return
     except PatchkitError as exc:
         add(Finding("reexport-skipped", target, None, f"re-export not checked: {exc.message}"))

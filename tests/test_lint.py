@@ -224,7 +224,7 @@ def test_the_round_trip_stamp_names_every_input(tmp_path, series_dir):
 
 def test_a_stamp_does_not_hide_a_tampered_mirror(cache, tmp_path):
     """The stamp is read only after `acquire` checked the base's objects: a tampered base is
-    reported (the re-export not checked), as without a stamp, never passed as proven."""
+    reported as an error (the re-export not checked), never passed as proven."""
     import zlib
 
     from helpers import git, loosen_packs
@@ -242,4 +242,5 @@ def test_a_stamp_does_not_hide_a_tampered_mirror(cache, tmp_path):
     path.unlink()
     path.write_bytes(zlib.compress(b"blob %d\0" % len(evil) + evil))
     r = patchkit("lint", "--target", "sglang")
-    assert "[reexport-skipped]" in r.stdout and "damaged or tampered" in r.stdout, r.stdout
+    assert "[base-damaged]" in r.stdout and "damaged or tampered" in r.stdout, r.stdout
+    assert r.returncode == 1, "a damaged base fails lint, not a warning"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import gitops
-from patchkit.errors import PinError
+from patchkit.errors import DamagedBaseError
 from patchkit.project import cache_root
 from patchkit.targets import Target
 
@@ -108,7 +108,7 @@ class Mirror:
         except gitops.GitError as exc:
             bad = [first_line(str(exc))]
         if bad:
-            raise PinError(
+            raise DamagedBaseError(
                 f"the {self.target.name} mirror is damaged or tampered: {len(bad)} object(s) of "
                 f"{commit[:12]} do not match their hash (first: {bad[0][:40]}); refusing",
                 hint=f"remove {self.path} and run again to fetch or import it afresh",
