@@ -682,3 +682,34 @@ def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, pr
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert (tree / "python" / rel).read_text() == edited
     assert patchkit("export", str(tree), "--check").returncode == 0
+
+
+def test_an_overlap_on_a_new_file_names_the_file_not_line_0(tmp_path):
+    """Both the series and the import create the same file: said as that, not "lines 0-0"."""
+    from patchkit.import_.propose import find_overlaps
+    from patchkit.series import Series, SeriesEntry, parse_patch
+
+    raw = (
+        b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        b"From: A <a@example.com>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\n"
+        b"Subject: [PATCH] Add a helper\n\nAdd a helper module.\n---\n"
+        b"diff --git a/python/sglang/helper.py b/python/sglang/helper.py\nnew file mode 100644\n"
+        b"--- /dev/null\n+++ b/python/sglang/helper.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = 2\n"
+        b"-- \n2.39.5\n\n"
+    )
+    existing = Series(
+        "sglang",
+        tmp_path,
+        [SeriesEntry("add-helper.patch", 1)],
+        [parse_patch("add-helper.patch", raw)],
+    )
+    found = find_overlaps(existing, [("mine.patch", "python/sglang/helper.py", 0, 0)], on_top=False)
+    assert [o.text() for o in found] == [
+        "python/sglang/helper.py is created by mine.patch and by add-helper.patch"
+    ]
+    on_line = find_overlaps(
+        existing, [("mine.patch", "python/sglang/helper.py", 2, 1)], on_top=True
+    )
+    assert [o.text() for o in on_line] == [
+        "python/sglang/helper.py lines 2-2 in mine.patch meet lines 1-2 changed by add-helper.patch"
+    ]

@@ -94,6 +94,9 @@ class ProposedPatch:
         }
 
 
+NEW_FILE = "the new file"
+
+
 @dataclass
 class Overlap:
     path: str
@@ -103,9 +106,10 @@ class Overlap:
     lines: str
 
     def text(self) -> str:
+        if self.hunk == self.lines == NEW_FILE:
+            return f"{self.path} is created by {self.patch} and by {self.existing}"
         return (
-            f"{self.path} {self.hunk} in {self.patch} meet lines {self.lines} changed by "
-            f"{self.existing}"
+            f"{self.path} {self.hunk} in {self.patch} meet {self.lines} changed by {self.existing}"
         )
 
 
@@ -606,8 +610,13 @@ def find_overlaps(
         lo, hi = start, start + max(length, 1) - 1
         for other, a, b in ranges.get(path, []):
             if a <= hi and lo <= b:
-                found.append(Overlap(path, f"lines {lo}-{hi}", name, other, f"{a}-{b}"))
+                found.append(Overlap(path, _span(lo, hi), name, other, _span(a, b)))
     return found
+
+
+def _span(first: int, last: int) -> str:
+    """A hunk's lines as a reader says them; line 0 is a file not there before (created)."""
+    return NEW_FILE if first == 0 else f"lines {first}-{last}"
 
 
 # --- writing --------------------------------------------------------------------------------
