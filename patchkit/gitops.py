@@ -435,8 +435,8 @@ def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None
     are streamed as one pack that `git index-pack` writes inside `dest`. Nothing is written
     into the mirror.
     """
-    _init_with_packs(mirror, dest)
-    _copy_loose_objects(mirror, dest, tips)
+    run(dest.parent, "init", "--quiet", "--", str(dest))
+    _copy_objects(mirror, dest, tips)
 
 
 def clone_checked_out(
@@ -454,8 +454,7 @@ def clone_checked_out(
     alternates.parent.mkdir(parents=True, exist_ok=True)
     alternates.write_text(_quoted_path(mirror.resolve() / "objects") + "\n", encoding="utf-8")
     with Repo(dest).running("checkout", "--quiet", "-B", branch, sha):
-        copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
-        _copy_loose_objects(mirror, dest, tips)
+        _copy_objects(mirror, dest, tips)
         update_refs(dest, refs)
     alternates.unlink()
 
@@ -468,12 +467,10 @@ def _quoted_path(path: Path) -> str:
     return f'"{text}"'
 
 
-def _init_with_packs(mirror: Path, dest: Path) -> None:
-    run(dest.parent, "init", "--quiet", "--", str(dest))
-    copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
-
-
-def _copy_loose_objects(mirror: Path, dest: Path, tips: list[str] | None) -> None:
+def _copy_objects(mirror: Path, dest: Path, tips: list[str] | None) -> None:
+    """The loose objects reachable from `tips` streamed first, then the packs copied: a
+    repack of the mirror in between (an import) packs those objects into a pack copied
+    after, or removes a pack while it is copied (an error), never leaves one out."""
     revs = "".join(f"{tip}\n" for tip in tips or [])
     # No delta search (--window=0): git am writes these objects loose and undeltified too,
     # and the search was a third of a 1,000-patch apply.
@@ -483,6 +480,7 @@ def _copy_loose_objects(mirror: Path, dest: Path, tips: list[str] | None) -> Non
     stream = bytes(run(mirror, *args, stdin=revs.encode(), binary=True, bare=True))
     if len(stream) > 32:  # header and trailer only: no object was missing
         run(dest, "index-pack", "--stdin", stdin=stream)
+    copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
 
 
 FICLONE = 0x40049409  # linux/fs.h: share the blocks copy-on-write (btrfs, xfs, bcachefs)
