@@ -101,18 +101,26 @@ def medians(results: dict) -> dict[str, dict[str, float]]:
 
 
 def ratios(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """For each ``X+threshold``: median tok/s over max(baseline, X), per concurrency."""
+    """For each ``X+threshold``: median tok/s over max(baseline, X), per concurrency; over
+    the baseline alone where X was not run (`reference` names what the ratio is to)."""
     out = {}
     for label, row in table.items():
         base, plus, _ = label.partition("+threshold")
-        if not plus or "baseline" not in table or base not in table:
+        if not plus or "baseline" not in table:
             continue
+        others = [table["baseline"]] + ([table[base]] if base in table else [])
         out[label] = {
-            c: v / max(table["baseline"][c], table[base][c])
+            c: v / max(other[c] for other in others)
             for c, v in row.items()
-            if c in table["baseline"] and c in table[base]
+            if all(c in other for other in others)
         }
     return out
+
+
+def reference(label: str, table: dict[str, dict[str, float]]) -> str:
+    """What the ratio of `label` (an ``X+threshold``) is to."""
+    base = label.partition("+threshold")[0]
+    return f"max(baseline, {base})" if base in table else f"baseline ({base} not run)"
 
 
 def render(results: dict, levels: list[int], markdown: bool = False) -> str:
@@ -126,14 +134,13 @@ def render(results: dict, levels: list[int], markdown: bool = False) -> str:
             cells = [f"{row[c]:,.0f}" if c in row else "-" for c in cols]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         for label, row in rel.items():
-            base = label.partition("+threshold")[0]
             cells = [
                 (f"**{row[c]:.2f}**" if row[c] < GOAL else f"{row[c]:.2f}") if c in row else "-"
                 for c in cols
             ]
-            lines.append(f"| {label} / max(baseline, {base}) | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} / {reference(label, table)} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
-    width = max([len("output tok/s")] + [len(label) + 6 for label in table]) + 2
+    width = max([len("output tok/s")] + [len(f"{x} / {reference(x, table)}") for x in rel]) + 2
     lines = ["output tok/s".ljust(width) + "".join(f"{c:>10}" for c in cols)]
     for label, row in table.items():
         lines.append(
@@ -142,7 +149,7 @@ def render(results: dict, levels: list[int], markdown: bool = False) -> str:
         )
     for label, row in rel.items():
         lines.append(
-            f"{label} ratio".ljust(width)
+            f"{label} / {reference(label, table)}".ljust(width)
             + "".join(f"{row[c]:>10.2f}" if c in row else f"{'-':>10}" for c in cols)
         )
     return "\n".join(lines)

@@ -99,7 +99,7 @@ def test_levels_medians_ratios_and_the_warm_up_outside_the_results(servers, tmp_
         assert ratio["eagle3+threshold"][c] == pytest.approx(table["eagle3+threshold"][c] / best)
         assert ratio["eagle3+threshold"][c] < bench.GOAL  # slower than the baseline stand-in
     out = capsys.readouterr().out
-    assert "eagle3+threshold ratio" in out
+    assert "eagle3+threshold / max(baseline, eagle3)" in out
     markdown = (tmp_path / "table.md").read_text()
     assert "| eagle3+threshold / max(baseline, eagle3) | **" in markdown
 
@@ -109,3 +109,14 @@ def test_a_server_label_without_url_is_refused(capsys):
         bench.main(["--server", "baseline"])
     assert exit_info.value.code == 2
     assert "--server wants LABEL=URL" in capsys.readouterr().err
+
+
+def test_without_the_plain_speculation_run_the_ratio_is_to_the_baseline():
+    table = {"baseline": {"4": 100.0, "8": 200.0}, "eagle3+threshold": {"4": 120.0, "8": 190.0}}
+    assert bench.ratios(table) == {
+        "eagle3+threshold": {"4": pytest.approx(1.2), "8": pytest.approx(0.95)}
+    }
+    text = bench.render(
+        {k: {c: [{"output_tok_s": v}] for c, v in row.items()} for k, row in table.items()}, [4, 8]
+    )
+    assert "eagle3+threshold / baseline (eagle3 not run)" in text, text
