@@ -650,3 +650,35 @@ def test_repack_adds_and_removes_files_as_the_series_does(toy, tmp_path):
     assert "toy/extra.py,sha256=" in record and "toy/__init__.py,sha256=" in record
     assert not [n for n in names if n.startswith("toy-1.0.dist-info/")]  # renamed, not kept
     assert patchkit("inspect", str(wheel)).returncode == 0
+
+
+def test_a_pep503_html_index_page_lists_the_same_entries_as_the_json_api():
+    """An index without the JSON API (PEP 503 HTML): names, absolute URLs, sha256 fragments."""
+    from patchkit.upstream.index import _html_files
+
+    page = "https://mirror.example/simple/sglang/"
+    text = (
+        "<!DOCTYPE html><html><body><h1>Links for sglang</h1>\n"
+        '<a href="../../packages/sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl'
+        '#sha256=abc123">sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl</a><br/>\n'
+        '<a href="https://files.example/sglang-0.5.9.tar.gz#md5=ff" data-requires-python=">=3.10">'
+        "sglang-0.5.9.tar.gz</a>\n"
+        '<a href="sglang-0.5.8.tar.gz"></a></body></html>'
+    )
+    assert _html_files(text, page) == [
+        {
+            "filename": "sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl",
+            "url": "https://mirror.example/packages/sglang-0.5.12-cp311-cp311-manylinux_2_34_x86_64.whl",
+            "hashes": {"sha256": "abc123"},
+        },
+        {
+            "filename": "sglang-0.5.9.tar.gz",
+            "url": "https://files.example/sglang-0.5.9.tar.gz",
+            "hashes": {},
+        },
+        {
+            "filename": "sglang-0.5.8.tar.gz",
+            "url": "https://mirror.example/simple/sglang/sglang-0.5.8.tar.gz",
+            "hashes": {},
+        },
+    ]

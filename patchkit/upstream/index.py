@@ -9,7 +9,6 @@ nothing behind.
 from __future__ import annotations
 
 import hashlib
-import html.parser
 import json
 import os
 import re
@@ -86,30 +85,31 @@ def project_files(name: str) -> list[dict]:
     return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
 
 
-class _Anchors(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-            self._text = []
-
-    def handle_data(self, data):
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, "".join(self._text).strip()))
-            self._href = None
-
-
 def _html_files(text: str, page: str) -> list[dict]:
     """PEP 503 anchors -> the JSON API's file entries (filename, url, hashes)."""
+    import html.parser  # only for an index without the JSON API: 6 ms of every other run
+
+    class _Anchors(html.parser.HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.links: list[tuple[str, str]] = []
+            self._href: str | None = None
+            self._text: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "a":
+                self._href = dict(attrs).get("href")
+                self._text = []
+
+        def handle_data(self, data):
+            if self._href is not None:
+                self._text.append(data)
+
+        def handle_endtag(self, tag):
+            if tag == "a" and self._href is not None:
+                self.links.append((self._href, "".join(self._text).strip()))
+                self._href = None
+
     parser = _Anchors()
     parser.feed(text)
     files = []
