@@ -26,6 +26,7 @@ VERBS = {
     "review": "review",
     "import": "import_",
     "doctor": "doctor",
+    "cache": "cache",
     "schema": "schema",
 }
 
@@ -43,6 +44,7 @@ SHORT_HELP = {
     "review": "The upstream-diff review: patch table, upstream status, combined delta.",
     "import": "Turn a monolithic diff or an overlay directory into a per-concern series.",
     "doctor": "Check inputs before a long run (e.g. an EAGLE-3 draft checkpoint).",
+    "cache": "Show what the cache holds; --prune removes old objects nothing refers to.",
     "schema": "Print the JSON Schema of every verb's --json document.",
 }
 

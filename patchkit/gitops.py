@@ -556,6 +556,18 @@ def update_refs(repo: Path, refs: dict[str, str], bare: bool = False) -> None:
     run(repo, "update-ref", "--stdin", stdin=lines.encode(), bare=bare)
 
 
+def unreachable_loose_objects(repo: Path) -> list[str]:
+    """The loose objects of a bare repository that no ref reaches (whatever their age)."""
+    out = str(run(repo, "prune", "--dry-run", "--expire=now", bare=True))
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def prune_unreachable(repo: Path, older_than: float) -> None:
+    """Remove the loose objects no ref reaches whose files are older than `older_than` (a
+    Unix time); git keeps any object a younger unreachable object needs."""
+    run(repo, "prune", f"--expire=@{int(older_than)}", bare=True)
+
+
 def delete_ref(repo: Path, ref: str, bare: bool = False) -> None:
     run(repo, "update-ref", "-d", ref, bare=bare, check=False)
 

@@ -39,6 +39,7 @@ def test_schema_is_a_valid_json_schema():
         ("rebase", ["rebase", "--target", "flashinfer@0.6.3"]),
         ("inspect", ["inspect", "--installed", "click"]),
         ("verify", ["verify", "--env", sys.prefix]),
+        ("cache", ["cache"]),
     ],
 )
 def test_successful_runs_print_one_valid_envelope(cache, command, argv):
@@ -78,6 +79,7 @@ def test_errors_are_envelopes_too(cache, tmp_path, verb):
         "lint": ["lint", "--target", "nope"],
         "review": ["review", "--target", "nope"],
         "import": ["import", str(tmp_path / "missing.diff"), "--target", "sglang"],
+        "cache": ["cache", "--older-than", "0"],
         "doctor": [
             "doctor",
             "draft",
