@@ -9,12 +9,11 @@ independent oracle for these facts instead.
 from __future__ import annotations
 
 import mmap
-import operator
 import os
 import re
 import struct
 from dataclasses import dataclass, field
-from itertools import accumulate, compress, count
+from itertools import compress, repeat
 
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
@@ -358,20 +357,19 @@ _VISIBLE = bytes(1 if (i & 3) in (0, 3) else 0 for i in range(256))
 _NONZERO = bytes([0] + [1] * 255)
 
 
-def _names(text: str, name, offsets) -> list[str]:
-    """Strings of .dynstr at ``offsets``: through an index of string starts, ``name`` (find)
-    for offsets inside another string (the linker merges common suffixes)."""
+def _names(text, offsets) -> list:
+    """The NUL-terminated strings of ``text`` (.dynstr, as str or bytes) at ``offsets``, sliced
+    in C (``map`` over ``find``): offsets inside another string (the linker merges common
+    suffixes) need nothing special, and only the strings asked for are made."""
     offsets = list(offsets)
-    if len(offsets) < 64:
-        return [name(o) for o in offsets]
-    parts = text.split("\0")
-    # start of part i = total length of the parts before it + i separators
-    starts = map(operator.add, accumulate(map(len, parts), initial=0), count())
-    index = dict(zip(starts, parts, strict=False))
-    out = list(map(index.get, offsets))
-    if None in out:
-        out = [v if v is not None else name(o) for v, o in zip(out, offsets, strict=True)]
-    return out
+    if not offsets:
+        return []
+    nul = "\0" if isinstance(text, str) else b"\0"
+    if max(offsets) > text.rfind(nul):
+        bad = next(o for o in offsets if o > text.rfind(nul))
+        raise MalformedElf(f"symbol name at {bad:#x} runs past .dynstr")
+    ends = map(text.find, repeat(nul), offsets)
+    return list(map(text.__getitem__, map(slice, offsets, ends)))
 
 
 def _symbols(buf, sections, version_index: dict[int, str]):
@@ -393,19 +391,12 @@ def _symbols(buf, sections, version_index: dict[int, str]):
     text = table.decode("utf-8", "surrogateescape")
     if len(text) != len(table):  # non-ASCII names: offsets are byte offsets, decode per name
 
-        def name(off: int) -> str:
-            end = table.find(b"\0", off)
-            if end < 0:
-                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
-            return table[off:end].decode("utf-8", "replace")
+        def names_at(offsets) -> list[str]:
+            return [b.decode("utf-8", "replace") for b in _names(table, offsets)]
     else:
-        find = text.find
 
-        def name(off: int) -> str:
-            end = find("\0", off)
-            if end < 0:
-                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
-            return text[off:end]
+        def names_at(offsets) -> list[str]:
+            return _names(text, offsets)
 
     # The filters run as byte-string operations, not a Python loop over ~100k symbols:
     # bindings GLOBAL 1, WEAK 2, GNU_UNIQUE 10; visibility DEFAULT 0 / PROTECTED 3 exported.
@@ -419,9 +410,9 @@ def _symbols(buf, sections, version_index: dict[int, str]):
     ones = int.from_bytes(b"\x01" * n, "little")
     defined_mask = (bound & visible & in_section).to_bytes(n, "little")
     undefined_mask = (strong_bind & (ones ^ in_section)).to_bytes(n, "little")
-    defined = frozenset(_names(text, name, filter(None, compress(names, defined_mask))))
+    defined = frozenset(names_at(filter(None, compress(names, defined_mask))))
     strong = [k for k in compress(range(n), undefined_mask) if names[k]]
-    undefined = tuple(_names(text, name, (names[k] for k in strong)))
+    undefined = tuple(names_at(names[k] for k in strong))
     versions: dict[str, str] = {}
     ver = sections.get(".gnu.version")
     if ver is not None and version_index and ver[1] >= count * 2:
