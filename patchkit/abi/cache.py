@@ -73,19 +73,23 @@ class ResultCache:
             return
         self.store_encoded(key, size, mtime, text)
 
-    def store_encoded(self, key: str, size: int, mtime: int, value: str) -> None:
-        """Store a value already encoded as JSON text (``encode``), e.g. by a worker."""
+    def store_encoded(self, key: str, size: int, mtime: int, value: str | list[str]) -> None:
+        """Store a value already encoded as JSON text (``encode``), e.g. by a worker; a list
+        is the text in pieces, written one after the other (tens of MB are not joined)."""
         if not self.enabled:
             return
         path = self._path(key)
         tmp = None
         try:
             head = encode({"format": FORMAT, "key": key, "size": size, "mtime": mtime})
-            data = f'{head[:-1]},"value":{value}}}'.encode("utf-8", "surrogateescape")
+            pieces = [value] if isinstance(value, str) else value
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                fh.write(f'{head[:-1]},"value":'.encode("utf-8", "surrogateescape"))
+                for piece in pieces:
+                    fh.write(piece.encode("utf-8", "surrogateescape"))
+                fh.write(b"}")
             os.replace(tmp, path)
         except (OSError, ValueError, TypeError):
             # A read-only or full cache only costs speed.
