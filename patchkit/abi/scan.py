@@ -24,24 +24,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from patchkit.abi.cache import ResultCache, encode
-from patchkit.abi.elf import (
-    WILLNEED_PIECE,
-    ElfInfo,
-    MalformedElf,
-    open_mapped,
-    pieces,
-    read_elf,
-)
+from patchkit.abi.elf import ElfInfo, MalformedElf, open_mapped, read_elf
 from patchkit.abi.fatbin import (
     EM_CUDA,
-    FATBIN_MAGIC,
     Fatbin,
     FatbinEntry,
     MalformedFatbin,
     cubin_info,
     describe,
     ptx_kernels,
-    wrapper_versions,
 )
 from patchkit.abi.sources import (
     HEAD_BYTES,
@@ -418,131 +409,6 @@ def _analyze_data(member: Member, data) -> FileReport:
     return analyze_buffer(data, member.relpath, member.origin)
 
 
-# Section ranges the ELF reader reads whole (elf._parse asks for the same ones).
-_PREFETCH_SECTIONS = (
-    b".dynamic", b".dynsym", b".dynstr", b".gnu.version", b".gnu.version_r",
-    b".gnu.version_d", b".nvFatBinSegment",
-)  # fmt: skip
-_FAT_HEADER = struct.Struct("<IHHQ")
-_ENTRY_SIZES = struct.Struct("<4xIQ")  # an entry header's own size and its payload's
-
-
-class Prefetcher(threading.Thread):
-    """Reads ahead, for the workers, the pages of installed files that the analysis will
-    touch: ELF header, section table, the dynamic sections, then the fatbin and entry
-    headers — all files at once, level by level (each entry header's place depends on the
-    previous entry's size), each level's pages requested together (POSIX_FADV_WILLNEED) and
-    then read with ``pread``, which waits without holding the GIL.
-
-    On a cold page cache the analysis of one file is a chain of dependent small reads (one
-    per fatbin entry, ~15,000 runs of pages for torch's CUDA stack); the workers walk one file
-    each, so only two or so chains are in flight and the disk mostly waits for the next
-    request. Walking every file's chains together keeps thousands in flight. Nothing read
-    here is used: results come from the workers' own reading, so a wrong guess (a damaged
-    file, an unexpected layout) costs at most some wasted reads, never a different report.
-    """
-
-    def __init__(self, paths: list[str], group: int = 256) -> None:
-        super().__init__(name="patchkit-prefetch", daemon=True)
-        self.paths, self.group = paths, group
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        for i in range(0, len(self.paths), self.group):
-            if self.stop.is_set():
-                return
-            fds = []
-            try:
-                for path in self.paths[i : i + self.group]:
-                    try:
-                        fd = os.open(path, os.O_RDONLY)
-                    except OSError:
-                        continue
-                    fds.append(fd)
-                    # no read-ahead around the small reads below: only their own pages
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-                self._walk(fds)
-            except Exception:  # only a read-ahead: the workers report what is wrong
-                pass
-            finally:
-                for fd in fds:
-                    os.close(fd)
-
-    def _walk(self, fds: list[int]) -> None:
-        will, page = os.POSIX_FADV_WILLNEED, mmap.PAGESIZE
-        pread, advise = os.pread, os.posix_fadvise
-
-        def ask(items) -> None:  # (fd, offset, length): all requested before any is read
-            for fd, off, length in items:
-                if length <= WILLNEED_PIECE:
-                    advise(fd, off - off % page, length + off % page, will)
-                else:
-                    for start, n in pieces(off, length, off + length):
-                        advise(fd, start, n, will)
-
-        ask((fd, 0, 64) for fd in fds)
-        tables = []
-        for fd in fds:
-            head = pread(fd, 64, 0)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:
-                continue
-            (shoff,) = struct.unpack_from("<Q", head, 0x28)
-            shnum, shstrndx = struct.unpack_from("<HH", head, 0x3C)
-            if 0 < shnum and shstrndx < shnum:
-                tables.append((fd, shoff, shnum, shstrndx))
-        ask((fd, off, n * 64) for fd, off, n, _ in tables)
-        sections = []
-        for fd, off, n, strndx in tables:
-            raw = pread(fd, n * 64, off)
-            rows = [struct.unpack_from("<I12xQQQ", raw, k * 64) for k in range(len(raw) // 64)]
-            if strndx < len(rows):
-                sections.append((fd, rows, rows[strndx]))
-        ask((fd, names[2], names[3]) for fd, _, names in sections)
-        ranges, fatbins = [], []
-        for fd, rows, names in sections:
-            table = pread(fd, min(names[3], 1 << 20), names[2])
-            found = {}
-            for name_off, addr, off, size in rows:
-                end = table.find(b"\0", name_off)
-                found[table[name_off:end]] = (off, size, addr)
-            ranges += [(fd, *found[n][:2]) for n in _PREFETCH_SECTIONS if n in found]
-            if b".nv_fatbin" in found:
-                fatbins.append((fd, found[b".nv_fatbin"], found.get(b".nvFatBinSegment")))
-        ask(ranges)
-        # Round 0: every fatbin header (from .nvFatBinSegment, else the first one's chain).
-        frontier = []  # (fd, position, end of fatbin or section, is a fatbin header)
-        chained = set()  # files without hints: each fatbin header found from the previous
-        for fd, (off, size, addr), seg in fatbins:
-            end = off + size
-            hints = []
-            if seg is not None and seg[1] < (1 << 24):
-                hints = [p for _, p in wrapper_versions(pread(fd, seg[1], seg[0]))]
-            starts = {off + p - addr for p in hints if addr <= p < addr + size}
-            frontier += [(fd, p, end, True) for p in sorted(starts) or [off]]
-            if not starts:
-                chained.add(fd)
-        while frontier and not self.stop.is_set():
-            ask((fd, pos, 64) for fd, pos, _, _ in frontier)
-            nxt = []
-            for fd, pos, end, is_fat in frontier:
-                if is_fat:
-                    magic, _, hsize, fsize = _FAT_HEADER.unpack(pread(fd, 16, pos))
-                    if magic == 0 and fd in chained and pos + 24 <= end:
-                        nxt.append((fd, pos + 8, end, True))  # padding between fatbins
-                    if magic != FATBIN_MAGIC or not 16 <= hsize <= 0x100:
-                        continue
-                    stop = min(pos + hsize + fsize, end)
-                    nxt.append((fd, pos + hsize, stop, False))
-                    if fd in chained and stop + 16 <= end:
-                        nxt.append((fd, (stop + 7) & ~7, end, True))
-                else:
-                    hsize, psize = _ENTRY_SIZES.unpack(pread(fd, 16, pos))
-                    at = pos + hsize + psize
-                    if 0x40 <= hsize <= 0x1000 and at + 0x40 <= end:
-                        nxt.append((fd, at, end, False))
-            frontier = nxt
-
-
 # The members a forked worker reads by index (set before the pool starts, so a batch is a
 # list of numbers, not thousands of pickled members).
 _SHARED: list[Member] = []
@@ -676,22 +542,6 @@ def _batches(todo: list[Member], jobs: int) -> list[list[Member]]:
     return out
 
 
-def _prefetch(todo: list[Member]) -> Prefetcher | None:
-    """A Prefetcher over the installed ELF objects of ``todo``, started (None if none)."""
-    paths = [m.path for m in todo if m.wheel is None and m.path and m.kind == "elf"]
-    if len(paths) < 2:
-        return None
-    ahead = Prefetcher(paths)
-    ahead.start()
-    return ahead
-
-
-def _stop(ahead: Prefetcher | None) -> None:
-    if ahead is not None:
-        ahead.stop.set()
-        ahead.join()
-
-
 def _decode_batches(batches, done, texts: dict, results: list) -> None:
     """The workers' reports, batch by batch as they come: JSON text (kept for the cache),
     None (no ELF object, no device code) or (HEAD_UNREADABLE, error)."""
@@ -791,24 +641,20 @@ def analyze_tree(
                 _SHARED.clear()
                 forked = True
                 _FORK_LOCK.release()
-                ahead = _prefetch(todo)
                 if meanwhile is not None:
                     meanwhile()
                     meanwhile = None
                 # decoded batch by batch as they come, while the workers read the next ones
                 with _no_collector():
                     _decode_batches(batches, done, texts, results)
-                _stop(ahead)
         finally:
             if not forked:
                 _SHARED.clear()
                 _FORK_LOCK.release()
             gc.unfreeze()
     else:
-        ahead = _prefetch(todo)
         with _no_collector():
             results = [_analyze_member(m) for m in todo]
-        _stop(ahead)
     if meanwhile is not None:
         meanwhile()
     unreadable: dict[str, str] = {}
