@@ -74,6 +74,11 @@ class Names(Set):
     __hash__ = Set._hash
 
 
+def name_set(names: frozenset[str] | Names) -> frozenset[str]:
+    """The exported names as a frozenset (for lookups in a loop, without Names' own call)."""
+    return names.names() if isinstance(names, Names) else names
+
+
 @dataclass
 class ElfInfo:
     """What the dynamic loader sees of one shared object."""
@@ -235,13 +240,20 @@ def prefetch(buf, ranges) -> None:
     (MADV_WILLNEED); a no-op for bytes already in memory."""
     if not isinstance(buf, mmap.mmap):
         return
-    size = len(buf)
-    for off, length in ranges:
-        try:
+    size, advise, willneed = len(buf), buf.madvise, mmap.MADV_WILLNEED
+    asked = set()  # pages already asked for (fatbin entry headers often share one)
+    try:
+        for off, length in ranges:
+            start = off - off % PAGE
+            if length + off - start <= PAGE:
+                if start not in asked:
+                    asked.add(start)
+                    advise(willneed, start, min(PAGE, size - start))
+                continue
             for start, n in pieces(off, length, size):
-                buf.madvise(mmap.MADV_WILLNEED, start, n)
-        except (OSError, ValueError, OverflowError):
-            return
+                advise(willneed, start, n)
+    except (OSError, ValueError, OverflowError):
+        return
 
 
 def is_elf(path: str) -> bool:

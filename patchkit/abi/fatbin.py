@@ -129,7 +129,8 @@ class Fatbin:
     def from_worker(cls, d: list) -> Fatbin:
         """from_json for this program's own worker output: the same object, unchecked."""
         offset, size, entries, wrapper, has, kernels, toolkit = d
-        out = [FatbinEntry(*e[:9], (e[9][0], e[9][1]), e[10]) for e in entries]
+        new = tuple.__new__
+        out = [new(FatbinEntry, (*e[:9], (e[9][0], e[9][1]), e[10])) for e in entries]
         return cls(offset, size, out, wrapper, has, kernels, toolkit)
 
 
