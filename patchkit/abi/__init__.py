@@ -127,17 +127,22 @@ def verify(
         if prof.torch_symbols and "torch/version.py" not in tree.texts:
             # checks.load_profile_torch will need it: read while the workers read the files
             meanwhile = functools.partial(torchsyms.preload, prof.data_file(prof.torch_symbols))
-        reports = analyze_tree(tree, cache, jobs=jobs, meanwhile=meanwhile)
-        ctx = Context(
-            tree=tree,
-            reports=reports,
-            profile=prof,
-            targets=targets,
-            cache=cache,
-            driver=driver,
-            environ=environ,
-        )
-        findings = run_checks(ctx)
+        writes: list = []  # cache writes still under way while the checks run
+        try:
+            reports = analyze_tree(tree, cache, jobs=jobs, meanwhile=meanwhile, writes=writes)
+            ctx = Context(
+                tree=tree,
+                reports=reports,
+                profile=prof,
+                targets=targets,
+                cache=cache,
+                driver=driver,
+                environ=environ,
+            )
+            findings = run_checks(ctx)
+        finally:
+            for thread in writes:
+                thread.join()
         cache.store(
             "run:" + source,
             0,

@@ -509,9 +509,10 @@ def _load_files(cache: ResultCache, root: str, members: list[Member], reports: d
     return missed
 
 
-def _store_files(cache: ResultCache, root: str, members: list[Member], reports, texts) -> None:
-    """One entry for a folder's installed files (a file per object would be hundreds of
-    file creations, each a journal commit: 1 ms apiece on ext4 here, more than parsing)."""
+def _files_entry(members: list[Member], reports, texts) -> list[str] | str:
+    """The text, in pieces, of the one entry for a folder's installed files (a file per
+    object would be hundreds of file creations, each a journal commit: 1 ms apiece on ext4
+    here, more than parsing them)."""
     pieces = []
     for m in members:
         r = reports.get(m.relpath)
@@ -523,7 +524,7 @@ def _store_files(cache: ResultCache, root: str, members: list[Member], reports, 
             texts.get(m.relpath) or encode(r.to_json()),
             "]",
         ]
-    cache.store_encoded("files:" + root, 0, 0, pieces + ["}"] if pieces else "{}")
+    return pieces + ["}"] if pieces else "{}"
 
 
 def _batches(todo: list[Member], jobs: int) -> list[list[Member]]:
@@ -563,7 +564,11 @@ def _wheel_key(wheel: str) -> tuple[str, int, int]:
 
 
 def analyze_tree(
-    tree: Tree, cache: ResultCache, jobs: int | None = None, meanwhile=None
+    tree: Tree,
+    cache: ResultCache,
+    jobs: int | None = None,
+    meanwhile=None,
+    writes: list[threading.Thread] | None = None,
 ) -> dict[str, FileReport]:
     """A FileReport per object in ``tree``: from the cache, else computed in parallel.
 
@@ -573,7 +578,9 @@ def analyze_tree(
     no device code leave ``tree.members``; one whose head cannot be read makes its wheel
     invalid (``tree.invalid``), as listing it would have. Each wheel's listing is stored.
     ``meanwhile``: called once in this process while the workers read (after they are forked:
-    no thread runs across a fork), or at the end when there are none."""
+    no thread runs across a fork), or at the end when there are none. ``writes``: where given,
+    the entries of files and wheels are written by threads appended to it, which the caller
+    joins (their writes wait in the kernel, not on the GIL, while the caller goes on)."""
     reports: dict[str, FileReport] = {}
     todo: list[Member] = []
     wheels: dict[str, list[Member]] = {}
@@ -673,8 +680,18 @@ def analyze_tree(
             reports.pop(m.relpath, None)
         if info is not None:
             drop_wheel(tree, info, reason)
+
+    def store(key: str, size: int, mtime: int, value) -> None:
+        if writes is None:
+            cache.store_encoded(key, size, mtime, value)
+        else:  # the write (tens of MB) overlaps the caller's checks: it waits in the kernel
+            writes.append(
+                threading.Thread(target=cache.store_encoded, args=(key, size, mtime, value))
+            )
+            writes[-1].start()
+
     for root in stale if cache.enabled else ():
-        _store_files(cache, root, files[root], reports, texts)
+        store("files:" + root, 0, 0, _files_entry(files[root], reports, texts))
     for wheel in computed:
         if wheel in unreadable:
             continue
@@ -688,7 +705,7 @@ def analyze_tree(
         value = ",".join(
             f"{encode(r.relpath)}:{texts.get(r.relpath) or encode(r.to_json())}" for r in members
         )
-        cache.store_encoded(*key, "{" + value + "}")
+        store(*key, "{" + value + "}")
     for info in tree.wheels.values():
         if info.listed or (info.path in wheels and info.path not in computed):
             continue
