@@ -73,9 +73,12 @@ class ResultCache:
             return
         self.store_encoded(key, size, mtime, text)
 
-    def store_encoded(self, key: str, size: int, mtime: int, value: str | list[str]) -> None:
+    def store_encoded(
+        self, key: str, size: int, mtime: int, value: str | list[bytes | str]
+    ) -> None:
         """Store a value already encoded as JSON text (``encode``), e.g. by a worker; a list
-        is the text in pieces, written one after the other (tens of MB are not joined)."""
+        is the text in pieces (str, or bytes already UTF-8), written one after the other
+        (tens of MB are not joined)."""
         if not self.enabled:
             return
         path = self._path(key)
@@ -88,7 +91,9 @@ class ResultCache:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(f'{head[:-1]},"value":'.encode("utf-8", "surrogateescape"))
                 for piece in pieces:
-                    fh.write(piece.encode("utf-8", "surrogateescape"))
+                    if isinstance(piece, str):
+                        piece = piece.encode("utf-8", "surrogateescape")
+                    fh.write(piece)
                 fh.write(b"}")
             os.replace(tmp, path)
         except (OSError, ValueError, TypeError):

@@ -416,9 +416,10 @@ _FORK_LOCK = threading.Lock()
 
 
 def _worker(args: tuple[list, bool]) -> list:
-    """Each member's report as JSON text (what the cache stores; the parent decodes it and
-    stores a wheel's texts without encoding them again), None for a member that is no ELF
-    object or device code, (HEAD_UNREADABLE, error) for one whose head cannot be read.
+    """Each member's report as JSON text, UTF-8 encoded (what the cache stores; the parent
+    decodes it and stores it as it is: bytes cross the pipe without being transcoded, and
+    are written without being encoded again), None for a member that is no ELF object or
+    device code, (HEAD_UNREADABLE, error) for one whose head cannot be read.
     """
     batch, by_index = args
     members = [_SHARED[i] for i in batch] if by_index else batch
@@ -432,7 +433,11 @@ def _worker(args: tuple[list, bool]) -> list:
             elif report.kind == HEAD_UNREADABLE:
                 out.append((HEAD_UNREADABLE, report.error))
             else:
-                out.append(encode(report.to_json()))
+                text = encode(report.to_json())
+                try:
+                    out.append(text.encode("utf-8", "surrogateescape"))
+                except UnicodeEncodeError:  # a lone surrogate in a name: sent as text
+                    out.append(text)
     return out
 
 
@@ -509,7 +514,7 @@ def _load_files(cache: ResultCache, root: str, members: list[Member], reports: d
     return missed
 
 
-def _files_entry(members: list[Member], reports, texts) -> list[str] | str:
+def _files_entry(members: list[Member], reports, texts) -> list[bytes | str] | str:
     """The text, in pieces, of the one entry for a folder's installed files (a file per
     object would be hundreds of file creations, each a journal commit: 1 ms apiece on ext4
     here, more than parsing them)."""
@@ -543,14 +548,23 @@ def _batches(todo: list[Member], jobs: int) -> list[list[Member]]:
     return out
 
 
+def _loads(text: bytes | str):
+    """A worker's JSON; bytes that are not UTF-8 (a path's undecodable bytes, escaped) are
+    decoded as they were encoded."""
+    try:
+        return json.loads(text)
+    except UnicodeDecodeError:
+        return json.loads(text.decode("utf-8", "surrogateescape"))
+
+
 def _decode_batches(batches, done, texts: dict, results: list) -> None:
     """The workers' reports, batch by batch as they come: JSON text (kept for the cache),
     None (no ELF object, no device code) or (HEAD_UNREADABLE, error)."""
     for batch, encoded in zip(batches, done, strict=True):
         for member, got in zip(batch, encoded, strict=True):
-            if isinstance(got, str):
+            if isinstance(got, (bytes, str)):
                 texts[member.relpath] = got
-                rep = FileReport.from_worker(json.loads(got), member.relpath, member.origin)
+                rep = FileReport.from_worker(_loads(got), member.relpath, member.origin)
             elif got is not None:
                 rep = FileReport(member.relpath, member.origin, kind=got[0], error=got[1])
             else:
@@ -621,7 +635,7 @@ def analyze_tree(
     todo.sort(key=lambda m: -m.size)
     jobs = jobs if jobs is not None else min(len(todo), os.cpu_count() or 1)
     big = sum(m.size for m in todo)
-    texts: dict[str, str] = {}  # relpath -> the report as JSON text, from a worker
+    texts: dict[str, bytes | str] = {}  # relpath -> the report as JSON, from a worker
     if jobs > 1 and len(todo) > 1 and big > PARALLEL_BYTES:
         batches = _batches(todo, jobs)
         todo = [m for b in batches for m in b]
@@ -702,10 +716,11 @@ def analyze_tree(
             key = _wheel_key(wheel)
         except OSError:
             continue
-        value = ",".join(
-            f"{encode(r.relpath)}:{texts.get(r.relpath) or encode(r.to_json())}" for r in members
-        )
-        store(*key, "{" + value + "}")
+        pieces: list[bytes | str] = []
+        for r in members:
+            sep = "," if pieces else "{"
+            pieces += [f"{sep}{encode(r.relpath)}:", texts.get(r.relpath) or encode(r.to_json())]
+        store(*key, pieces + ["}"] if pieces else "{}")
     for info in tree.wheels.values():
         if info.listed or (info.path in wheels and info.path not in computed):
             continue
