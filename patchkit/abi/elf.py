@@ -496,7 +496,14 @@ def _symbols(buf, sections, version_index: dict[int, str]):
     ones = int.from_bytes(b"\x01" * n, "little")
     defined_mask = (bound & visible & in_section).to_bytes(n, "little")
     undefined_mask = (strong_bind & (ones ^ in_section)).to_bytes(n, "little")
-    defined = frozenset(names_at(filter(None, compress(names, defined_mask))))
+    exported = names_at(filter(None, compress(names, defined_mask)))
+    # Kept joined (what to_json stores) and made a set only when looked up: a worker never
+    # looks one up, and a run looks up the exports of the libraries extensions load.
+    joined = "\n".join(exported)
+    if joined.count("\n") == max(len(exported) - 1, 0):
+        defined: frozenset[str] | Names = Names(joined)
+    else:  # a name with a newline in it
+        defined = frozenset(exported)
     strong = [k for k in compress(range(n), undefined_mask) if names[k]]
     undefined = tuple(names_at(names[k] for k in strong))
     versions: dict[str, str] = {}
