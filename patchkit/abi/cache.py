@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 # Bump when FileReport or the analysis changes meaning.
-FORMAT = 7
+FORMAT = 8
 
 
 def cache_root() -> str:

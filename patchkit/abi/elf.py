@@ -40,8 +40,14 @@ DT_NULL, DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 14, 15, 29
 VER_FLG_BASE = 0x1
 
 
+# Exported names are stored joined by a space (JSON escapes a newline, 272,000 times for an
+# installed torch stack's exports, and unescapes it again: a space costs neither); a name
+# holding a space, which ELF allows, makes the set a list instead.
+SEP = " "
+
+
 class Names(Set):
-    """Exported names kept as the newline-joined text they were stored as, made a set on the
+    """Exported names kept as the SEP-joined text they were stored as, made a set on the
     first lookup: a report decoded from the cache or from a worker has its exports read by
     the checks only where an extension's scope holds the library (of an installed torch
     stack's 272,000 exports, most are never looked up; cuSPARSELt's alone are 26 MB)."""
@@ -54,7 +60,7 @@ class Names(Set):
 
     def names(self) -> frozenset[str]:
         if self._set is None:
-            self._set = frozenset(self._text.split("\n") if self._text else ())
+            self._set = frozenset(self._text.split(SEP) if self._text else ())
             self._text = None
         return self._set
 
@@ -68,8 +74,8 @@ class Names(Set):
         return len(self.names())
 
     def joined(self) -> str:
-        """The names one per line (as stored), without making the set."""
-        return self._text if self._text is not None else "\n".join(self._set or ())
+        """The names joined by SEP (as stored), without making the set."""
+        return self._text if self._text is not None else SEP.join(self._set or ())
 
     __hash__ = Set._hash
 
@@ -181,19 +187,19 @@ class ElfInfo:
 
 
 def _names_of(x) -> frozenset[str] | Names:
-    """``defined`` from its stored form: one newline-joined string (kept as it is, made a set
-    on the first lookup) or, where a name holds a newline, a list."""
+    """``defined`` from its stored form: one SEP-joined string (kept as it is, made a set on
+    the first lookup) or, where a name holds SEP, a list."""
     if isinstance(x, str):
         return Names(x)
     return frozenset(_strs(x))
 
 
 def _lines(names) -> str | list[str]:
-    """A big name set as one newline-joined string (fast to encode and decode as JSON)."""
+    """A big name set as one SEP-joined string (fast to encode and decode as JSON)."""
     if isinstance(names, Names):
         return names.joined()
-    joined = "\n".join(names)
-    return joined if joined.count("\n") == max(len(names) - 1, 0) else list(names)
+    joined = SEP.join(names)
+    return joined if joined.count(SEP) == max(len(names) - 1, 0) else list(names)
 
 
 def _str(x) -> str:
@@ -499,10 +505,10 @@ def _symbols(buf, sections, version_index: dict[int, str]):
     exported = names_at(filter(None, compress(names, defined_mask)))
     # Kept joined (what to_json stores) and made a set only when looked up: a worker never
     # looks one up, and a run looks up the exports of the libraries extensions load.
-    joined = "\n".join(exported)
-    if joined.count("\n") == max(len(exported) - 1, 0):
+    joined = SEP.join(exported)
+    if joined.count(SEP) == max(len(exported) - 1, 0):
         defined: frozenset[str] | Names = Names(joined)
-    else:  # a name with a newline in it
+    else:  # a name with SEP in it
         defined = frozenset(exported)
     strong = [k for k in compress(range(n), undefined_mask) if names[k]]
     undefined = tuple(names_at(names[k] for k in strong))
