@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from patchkit.abi.cache import ResultCache, encode
-from patchkit.abi.elf import ElfInfo, MalformedElf, open_mapped, read_elf
+from patchkit.abi.elf import ElfInfo, MalformedElf, open_mapped, prefetch, read_elf
 from patchkit.abi.fatbin import (
     EM_CUDA,
     Fatbin,
@@ -220,6 +220,8 @@ def analyze_buffer(buf, relpath: str, origin: str) -> FileReport:
             report.fatbin_error = f"{type(exc).__name__}: {exc}"
     if os.path.basename(relpath) in ARCH_FLAG_FILES:
         sec = elf.section(".rodata")
+        if sec:  # searched whole: asked for at once, not faulted in 4 kB at a time
+            prefetch(buf, [sec[:2]])
         region = buf[sec[0] : sec[0] + sec[1]] if sec else buf
         m = _ARCH_FLAGS.search(region)
         if m:

@@ -239,6 +239,18 @@ def _maybe_code(name: str) -> bool:
     return name[dot:].lower() not in TEXT_SUFFIXES
 
 
+def _ask_section_table(fd: int, head: bytes) -> None:
+    """Start reading an ELF object's section table (its place is in the header just read):
+    the worker that parses the object, moments later, would otherwise wait for it."""
+    try:
+        (shoff,) = struct.unpack_from("<Q", head, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+        if shnum and shentsize == 64:
+            os.posix_fadvise(fd, shoff, shnum * 64, os.POSIX_FADV_WILLNEED)
+    except (OSError, struct.error, AttributeError, OverflowError):
+        pass
+
+
 def _kinds_of_files(files: list[tuple[str, str]], group: int = 256) -> list[str | None]:
     """``scan.classify`` of each (path, relpath)'s first bytes. The heads of a group of files
     are requested together (POSIX_FADV_WILLNEED) before any is read: on a cold disk that is
@@ -266,7 +278,10 @@ def _kinds_of_files(files: list[tuple[str, str]], group: int = 256) -> list[str 
                     head = os.pread(fd, HEAD_BYTES, 0) if fd is not None else None
                 except OSError:
                     head = None
-                out.append(classify(head, relpath) if head is not None else None)
+                kind = classify(head, relpath) if head is not None else None
+                out.append(kind)
+                if kind in ("elf", "cubin"):
+                    _ask_section_table(fd, head)
         finally:
             for fd in fds:
                 if fd is not None:
