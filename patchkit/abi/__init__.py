@@ -18,7 +18,7 @@ from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache, run_key
 from patchkit.abi.checks import Context, Finding, detect_driver, predict, run_checks
 from patchkit.abi.profiles import Profile, load_profile
-from patchkit.abi.scan import FileReport, analyze_file, analyze_tree
+from patchkit.abi.scan import FileReport, analyze_file, analyze_tree, no_collector
 from patchkit.abi.sources import (
     Tree,
     default_site_packages,
@@ -139,7 +139,8 @@ def verify(
                 driver=driver,
                 environ=environ,
             )
-            findings = run_checks(ctx)
+            with no_collector():  # no cycles; a full collection over the reports is 0.09 s
+                findings = run_checks(ctx)
         finally:
             for thread in writes:
                 thread.join()

@@ -642,9 +642,16 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
         scope = global_sets + own
         driver_api = bool({"libcuda.so.1", "libcuda.so"} & cl.exempt)
         unread = cl.exempt | {name for name, _, _ in cl.elsewhere}  # libraries not read here
+        # Names no library of the scope defines, found set by set in C (a set intersection
+        # walks the smaller side), not name by name through every library of the scope.
+        unresolved = set(rep.elf.undefined)
+        for defined in scope:
+            if not unresolved:
+                break
+            unresolved -= unresolved.intersection(defined)
         missing = []
         for name in rep.elf.undefined:
-            if any(name in defined for defined in scope):
+            if name not in unresolved:
                 continue
             lib = rep.elf.symbol_library(name)
             if lib is not None and lib in unread:
