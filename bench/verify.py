@@ -1,6 +1,7 @@
 """Benchmark `patchkit verify` on a large real stack, cold and warm, against readelf/nm/cuobjdump.
 
     python bench/verify.py [--env SITE] [--wheelhouse DIR] [--jobs N] [--profile NAME]
+                           [--cuobjdump PATH] [--no-cuobjdump] [--repeat N]
 
 The stack is a site-packages folder (default: the repository's .venv, whose torch 2.9.1 brings
 its nvidia-* libraries) and/or a folder of wheels. The baseline is the shell pipeline a person
@@ -13,7 +14,14 @@ Wheel members are extracted for the baseline first; that extraction is timed and
 "cold" = the files evicted from the page cache (posix_fadvise DONTNEED on each, checked with
 fincore) and an empty patchkit cache, before each of the two runs; "warm" = the page cache warm
 (the baseline's second run) and, for patchkit, its result cache filled (best of three).
-Goals: cold >= 10x the pipeline, warm < 0.5 s.
+Goals: cold >= 10x the pipeline, warm < 0.5 s. ``--repeat N``: N cold pairs (verify, then the
+pipeline), each printed, then their medians: the development machine is shared and one pair
+says little.
+
+For an installed environment the bench ends with the read floor: the pages of the installed
+files verify reads (ELF header, section table, dynamic and version sections, fatbin and entry
+headers), evicted and read back by a plain reader with every request in flight at once. No cold
+verify can take less; the rest of its time is CPU.
 
 For a wheelhouse the bench also times the inflate floor: inflating, once and nothing else, each
 member verify reads whole (every deflated object but the raw cubins, read only to their note),
