@@ -1,8 +1,9 @@
 """Per-file analysis results keyed by path, size and mtime: an unchanged stack re-verifies at once.
 
-One JSON document per file under ``<cache>/verify`` (``$PATCHKIT_CACHE``, else
-``$XDG_CACHE_HOME/patchkit``, else ``~/.cache/patchkit``), named by a hash of the file's
-identity. Entries are data, never code: each is parsed as JSON and checked field by field by
+One JSON document per entry under ``<cache>/verify`` (``$PATCHKIT_CACHE``, else
+``$XDG_CACHE_HOME/patchkit``, else ``~/.cache/patchkit``), named by a hash of its key (an
+installed environment's files, a wheel's members, a wheel's listing, a whole run). Entries are
+data, never code: each is parsed as JSON and checked field by field by
 the reader the caller passes; a missing, truncated, foreign or ill-typed entry is a miss.
 Writes go to a temporary name that is renamed into place, so a reader never sees half a file and
 concurrent runs cannot corrupt each other.

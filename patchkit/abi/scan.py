@@ -588,7 +588,8 @@ def analyze_tree(
 ) -> dict[str, FileReport]:
     """A FileReport per object in ``tree``: from the cache, else computed in parallel.
 
-    Installed files are cached one entry per file; the members of a wheel one entry per wheel
+    Installed files are cached one entry per folder they were found under (site-packages), each
+    file an item of its own; the members of a wheel one entry per wheel
     (a wheel of 5,000 cubins is one file to write and read, not 5,000). Wheel members not yet
     classified are classified by the worker that reads them: those that are no ELF object and
     no device code leave ``tree.members``; one whose head cannot be read makes its wheel
