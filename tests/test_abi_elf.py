@@ -163,3 +163,20 @@ def test_needed_found_through_ld_library_path(tmp_path, torch_dir, cache_dir):
     assert "needed-missing" not in {f.check for f in report.findings}
     report = verify(env=site, cache_dir=cache_dir, host_checks=False, environ={})
     assert "needed-missing" in {f.check for f in report.findings}
+
+
+def test_exported_names_stored_joined_unless_a_name_holds_the_separator():
+    """Exports are stored as one SEP-joined string and made a set on first lookup; a name
+    holding SEP (ELF allows any byte but NUL) is stored as a list, so no name is split."""
+    from patchkit.abi.elf import SEP, Names, _lines, _names_of, name_set
+
+    plain = {"_ZN3c106detail", "cudaMalloc", "f"}
+    stored = _lines(frozenset(plain))
+    assert isinstance(stored, str) and stored.count(SEP) == 2
+    back = _names_of(stored)
+    assert isinstance(back, Names) and back == plain and name_set(back) == plain
+    assert _lines(back) == stored  # kept as read until looked up
+    odd = {f"a{SEP}b", "c"}
+    assert _lines(frozenset(odd)) in ([f"a{SEP}b", "c"], ["c", f"a{SEP}b"])
+    assert _names_of(_lines(frozenset(odd))) == odd
+    assert _names_of("") == set() and _lines(_names_of("")) == ""

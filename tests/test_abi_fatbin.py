@@ -144,3 +144,28 @@ def test_random_fatbin_bytes_never_crash(data, cut):
                     payload(candidate, entry)
                 except Exception as exc:  # only the documented failures
                     assert type(exc).__name__ in ("MalformedFatbin", "CompressionUnavailable")
+
+
+def test_worker_reports_decode_as_cached_ones_do(cuda_objects, torch_dir):
+    """A report a worker sends is rebuilt without checking each field (FileReport.from_worker);
+    it must be the same object the checked reading of the cache gives, on real CUDA objects
+    (fatbins, compressed images) and on torch's own libraries (exports kept joined)."""
+    import json
+    import os
+
+    from patchkit.abi.cache import encode
+    from patchkit.abi.elf import Names, name_set
+    from patchkit.abi.scan import FileReport
+
+    paths = list(cuda_objects.values())
+    paths += [os.path.join(torch_dir, "lib", n) for n in ("libc10.so", "libtorch_cpu.so")]
+    for path in paths:
+        report = analyze_file(path, "x", path)
+        data = json.loads(encode(report.to_json()))
+        fast = FileReport.from_worker(data, "x", path)
+        checked = FileReport.from_json(data, "x", path)
+        assert fast == checked == report, path
+        assert isinstance(fast.elf.defined, Names)
+        assert (
+            name_set(fast.elf.defined) == name_set(report.elf.defined) == set(checked.elf.defined)
+        )

@@ -472,14 +472,42 @@ def test_cache_is_json_checked_on_read_under_xdg(tmp_path, monkeypatch):
     # A well-formed entry with a wrong type inside is a miss too.
     again = verify(env=site, host_checks=False)
     assert again.cached
+    tampered = 0
     for e in entries:
         doc = json.load(open(e))
-        if isinstance(doc.get("value"), dict) and "elf" in doc["value"]:
-            doc["value"]["elf"]["needed"] = [1, 2]
+        if str(doc.get("key")).startswith("files:"):  # the folder's one entry for its files
+            for item in doc["value"].values():
+                item[2]["elf"]["needed"] = [1, 2]
+                tampered += 1
             json.dump(doc, open(e, "w"))
+    assert tampered  # pk/_ops.so
     os.utime(os.path.join(site, "pk", "_ops.so"))  # invalidates the run entry only
     third = verify(env=site, host_checks=False)
     assert [f.line() for f in third.findings] == [f.line() for f in first.findings]
+
+
+def test_installed_files_share_one_entry_each_a_miss_of_its_own(tmp_path, monkeypatch):
+    """An installed environment's files are one cache entry (one file to write, not one per
+    object); a file changed since is read again, the others come from that entry."""
+    _need_gcc()
+    from patchkit.abi import scan
+
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    ext = builders.linking("needs-other", [builders.stub_library("libpk_other.so.1", ("pk_one",))])
+    site = builders.make_site(str(tmp_path), None, {"pk/_ops.so": ext})
+    first = verify(env=site, host_checks=False, jobs=1)
+    entries = [f for _, _, fs in os.walk(tmp_path / "cache") for f in fs]
+    assert len(entries) == 2  # the run, the folder's files
+    read: list[str] = []
+    real = scan._analyze_member
+    monkeypatch.setattr(scan, "_analyze_member", lambda m: read.append(m.relpath) or real(m))
+    os.utime(os.path.join(site, "pk", "_ops.so"))
+    again = verify(env=site, host_checks=False, jobs=1)
+    assert read == ["pk/_ops.so"] and not again.cached
+    assert [f.line() for f in again.findings] == [f.line() for f in first.findings]
+    read.clear()
+    assert verify(env=site, host_checks=False, profile="cu130-sm90", jobs=1).files == first.files
+    assert read == []  # another profile: every file from the entry rewritten above
 
 
 # ---------------------------------------------------------------- an installed patchkit

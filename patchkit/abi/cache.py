@@ -1,8 +1,9 @@
 """Per-file analysis results keyed by path, size and mtime: an unchanged stack re-verifies at once.
 
-One JSON document per file under ``<cache>/verify`` (``$PATCHKIT_CACHE``, else
-``$XDG_CACHE_HOME/patchkit``, else ``~/.cache/patchkit``), named by a hash of the file's
-identity. Entries are data, never code: each is parsed as JSON and checked field by field by
+One JSON document per entry under ``<cache>/verify`` (``$PATCHKIT_CACHE``, else
+``$XDG_CACHE_HOME/patchkit``, else ``~/.cache/patchkit``), named by a hash of its key (an
+installed environment's files, a wheel's members, a wheel's listing, a whole run). Entries are
+data, never code: each is parsed as JSON and checked field by field by
 the reader the caller passes; a missing, truncated, foreign or ill-typed entry is a miss.
 Writes go to a temporary name that is renamed into place, so a reader never sees half a file and
 concurrent runs cannot corrupt each other.
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 # Bump when FileReport or the analysis changes meaning.
-FORMAT = 7
+FORMAT = 8
 
 
 def cache_root() -> str:
@@ -73,19 +74,28 @@ class ResultCache:
             return
         self.store_encoded(key, size, mtime, text)
 
-    def store_encoded(self, key: str, size: int, mtime: int, value: str) -> None:
-        """Store a value already encoded as JSON text (``encode``), e.g. by a worker."""
+    def store_encoded(
+        self, key: str, size: int, mtime: int, value: str | list[bytes | str]
+    ) -> None:
+        """Store a value already encoded as JSON text (``encode``), e.g. by a worker; a list
+        is the text in pieces (str, or bytes already UTF-8), written one after the other
+        (tens of MB are not joined)."""
         if not self.enabled:
             return
         path = self._path(key)
         tmp = None
         try:
             head = encode({"format": FORMAT, "key": key, "size": size, "mtime": mtime})
-            data = f'{head[:-1]},"value":{value}}}'.encode("utf-8", "surrogateescape")
+            pieces = [value] if isinstance(value, str) else value
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                fh.write(f'{head[:-1]},"value":'.encode("utf-8", "surrogateescape"))
+                for piece in pieces:
+                    if isinstance(piece, str):
+                        piece = piece.encode("utf-8", "surrogateescape")
+                    fh.write(piece)
+                fh.write(b"}")
             os.replace(tmp, path)
         except (OSError, ValueError, TypeError):
             # A read-only or full cache only costs speed.

@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.abi.archs import CC, arch_list_runs_on, coverage, family_hint
 from patchkit.abi.cache import ResultCache
-from patchkit.abi.elf import open_mapped
+from patchkit.abi.elf import name_set, open_mapped
 from patchkit.abi.fatbin import PTX_ISA_TO_CUDA, decide_kernels
 from patchkit.abi.loader import EXEMPT, Closure, Loaded, Loader, read_ld_cache
 from patchkit.abi.profiles import CheckSpec, Profile, load_catalogue
@@ -630,7 +630,7 @@ def _bucket(name: str) -> str:
 
 def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     loader = ctx.loader
-    global_sets = [obj.report.elf.defined for obj in loader.global_scope if obj.report.elf]
+    global_sets = [name_set(o.report.elf.defined) for o in loader.global_scope if o.report.elf]
     torch_known = ctx.torch.present or bool(ctx.profile_torch)
     pending: list[tuple[str, str, str, int]] = []  # (file, mangled, bucket, count in file)
     for rel, rep in extensions.items():
@@ -638,12 +638,20 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
         if rep.elf is None or cl is None or cl.missing:
             continue  # ld.so stops at the missing library; check 7 said so
         # The extension's scope: the global scope, then its own NEEDED closure (dlopen order).
-        scope = global_sets + [o.report.elf.defined for o in cl.objects[1:] if o.report.elf]
+        own = [name_set(o.report.elf.defined) for o in cl.objects[1:] if o.report.elf]
+        scope = global_sets + own
         driver_api = bool({"libcuda.so.1", "libcuda.so"} & cl.exempt)
         unread = cl.exempt | {name for name, _, _ in cl.elsewhere}  # libraries not read here
+        # Names no library of the scope defines, found set by set in C (a set intersection
+        # walks the smaller side), not name by name through every library of the scope.
+        unresolved = set(rep.elf.undefined)
+        for defined in scope:
+            if not unresolved:
+                break
+            unresolved -= unresolved.intersection(defined)
         missing = []
         for name in rep.elf.undefined:
-            if any(name in defined for defined in scope):
+            if name not in unresolved:
                 continue
             lib = rep.elf.symbol_library(name)
             if lib is not None and lib in unread:

@@ -9,12 +9,12 @@ independent oracle for these facts instead.
 from __future__ import annotations
 
 import mmap
-import operator
 import os
 import re
 import struct
+from collections.abc import Set
 from dataclasses import dataclass, field
-from itertools import accumulate, compress, count
+from itertools import compress, repeat
 
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
@@ -40,6 +40,51 @@ DT_NULL, DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 14, 15, 29
 VER_FLG_BASE = 0x1
 
 
+# Exported names are stored joined by a space (JSON escapes a newline, 272,000 times for an
+# installed torch stack's exports, and unescapes it again: a space costs neither); a name
+# holding a space, which ELF allows, makes the set a list instead.
+SEP = " "
+
+
+class Names(Set):
+    """Exported names kept as the SEP-joined text they were stored as, made a set on the
+    first lookup: a report decoded from the cache or from a worker has its exports read by
+    the checks only where an extension's scope holds the library (of an installed torch
+    stack's 272,000 exports, most are never looked up; cuSPARSELt's alone are 26 MB)."""
+
+    __slots__ = ("_text", "_set")
+
+    def __init__(self, text: str) -> None:
+        self._text: str | None = text
+        self._set: frozenset[str] | None = None
+
+    def names(self) -> frozenset[str]:
+        if self._set is None:
+            self._set = frozenset(self._text.split(SEP) if self._text else ())
+            self._text = None
+        return self._set
+
+    def __contains__(self, name) -> bool:
+        return name in self.names()
+
+    def __iter__(self):
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def joined(self) -> str:
+        """The names joined by SEP (as stored), without making the set."""
+        return self._text if self._text is not None else SEP.join(self._set or ())
+
+    __hash__ = Set._hash
+
+
+def name_set(names: frozenset[str] | Names) -> frozenset[str]:
+    """The exported names as a frozenset (for lookups in a loop, without Names' own call)."""
+    return names.names() if isinstance(names, Names) else names
+
+
 @dataclass
 class ElfInfo:
     """What the dynamic loader sees of one shared object."""
@@ -50,7 +95,7 @@ class ElfInfo:
     needed: list[str]
     rpath: list[str]
     runpath: list[str]
-    defined: frozenset[str]
+    defined: frozenset[str] | Names
     undefined: tuple[str, ...]  # strong (non-weak) undefined dynamic symbols
     verneed: dict[str, list[str]] = field(default_factory=dict)
     verdef: list[str] = field(default_factory=list)
@@ -111,7 +156,7 @@ class ElfInfo:
             needed=_strs(d["needed"]),
             rpath=_strs(d["rpath"]),
             runpath=_strs(d["runpath"]),
-            defined=frozenset(_unlines(d["defined"])),
+            defined=_names_of(d["defined"]),
             undefined=tuple(_strs(d["undefined"])),
             verneed=verneed,
             verdef=_strs(d["verdef"]),
@@ -120,17 +165,41 @@ class ElfInfo:
             undefined_versions=versions,
         )
 
+    @classmethod
+    def from_worker(cls, d: dict) -> ElfInfo:
+        """Rebuild from to_json() output made by this program's own worker (not read from
+        the cache): the same object as from_json, without checking every field's type."""
+        return cls(
+            path=d["path"],
+            machine=d["machine"],
+            soname=d["soname"],
+            needed=d["needed"],
+            rpath=d["rpath"],
+            runpath=d["runpath"],
+            defined=_names_of(d["defined"]),
+            undefined=tuple(d["undefined"]),
+            verneed=d["verneed"],
+            verdef=d["verdef"],
+            cxx11_abi=d["cxx11_abi"],
+            sections={k: (v[0], v[1], v[2]) for k, v in d["sections"].items()},
+            undefined_versions=d["undefined_versions"],
+        )
+
+
+def _names_of(x) -> frozenset[str] | Names:
+    """``defined`` from its stored form: one SEP-joined string (kept as it is, made a set on
+    the first lookup) or, where a name holds SEP, a list."""
+    if isinstance(x, str):
+        return Names(x)
+    return frozenset(_strs(x))
+
 
 def _lines(names) -> str | list[str]:
-    """A big name set as one newline-joined string (fast to encode and decode as JSON)."""
-    joined = "\n".join(names)
-    return joined if joined.count("\n") == max(len(names) - 1, 0) else list(names)
-
-
-def _unlines(x) -> list[str]:
-    if isinstance(x, str):
-        return x.split("\n") if x else []
-    return _strs(x)
+    """A big name set as one SEP-joined string (fast to encode and decode as JSON)."""
+    if isinstance(names, Names):
+        return names.joined()
+    joined = SEP.join(names)
+    return joined if joined.count(SEP) == max(len(names) - 1, 0) else list(names)
 
 
 def _str(x) -> str:
@@ -156,6 +225,20 @@ def _dict(x) -> dict:
 
 
 PAGE = mmap.PAGESIZE
+# Linux reads at most max(read-ahead window, largest request) of one WILLNEED call (8 MB on
+# the development machine, 128 kB with the common defaults) and drops the rest of the range:
+# larger ranges are asked for in pieces of this size, all of them before any is read.
+WILLNEED_PIECE = 128 << 10
+
+
+def pieces(off: int, length: int, limit: int):
+    """``(start, length)`` of the page-aligned pieces (at most WILLNEED_PIECE) that cover
+    ``off`` .. ``off + length`` within a file of ``limit`` bytes."""
+    start = off - off % PAGE
+    end = min(off + length, limit)
+    while start < end:
+        yield start, min(WILLNEED_PIECE, end - start)
+        start += WILLNEED_PIECE
 
 
 def prefetch(buf, ranges) -> None:
@@ -163,12 +246,20 @@ def prefetch(buf, ranges) -> None:
     (MADV_WILLNEED); a no-op for bytes already in memory."""
     if not isinstance(buf, mmap.mmap):
         return
-    for off, length in ranges:
-        start = off - off % PAGE
-        try:
-            buf.madvise(mmap.MADV_WILLNEED, start, min(length + off - start, len(buf) - start))
-        except (OSError, ValueError, OverflowError):
-            return
+    size, advise, willneed = len(buf), buf.madvise, mmap.MADV_WILLNEED
+    asked = set()  # pages already asked for (fatbin entry headers often share one)
+    try:
+        for off, length in ranges:
+            start = off - off % PAGE
+            if length + off - start <= PAGE:
+                if start not in asked:
+                    asked.add(start)
+                    advise(willneed, start, min(PAGE, size - start))
+                continue
+            for start, n in pieces(off, length, size):
+                advise(willneed, start, n)
+    except (OSError, ValueError, OverflowError):
+        return
 
 
 def is_elf(path: str) -> bool:
@@ -358,20 +449,19 @@ _VISIBLE = bytes(1 if (i & 3) in (0, 3) else 0 for i in range(256))
 _NONZERO = bytes([0] + [1] * 255)
 
 
-def _names(text: str, name, offsets) -> list[str]:
-    """Strings of .dynstr at ``offsets``: through an index of string starts, ``name`` (find)
-    for offsets inside another string (the linker merges common suffixes)."""
+def _names(text, offsets) -> list:
+    """The NUL-terminated strings of ``text`` (.dynstr, as str or bytes) at ``offsets``, sliced
+    in C (``map`` over ``find``): offsets inside another string (the linker merges common
+    suffixes) need nothing special, and only the strings asked for are made."""
     offsets = list(offsets)
-    if len(offsets) < 64:
-        return [name(o) for o in offsets]
-    parts = text.split("\0")
-    # start of part i = total length of the parts before it + i separators
-    starts = map(operator.add, accumulate(map(len, parts), initial=0), count())
-    index = dict(zip(starts, parts, strict=False))
-    out = list(map(index.get, offsets))
-    if None in out:
-        out = [v if v is not None else name(o) for v, o in zip(out, offsets, strict=True)]
-    return out
+    if not offsets:
+        return []
+    nul = "\0" if isinstance(text, str) else b"\0"
+    if max(offsets) > text.rfind(nul):
+        bad = next(o for o in offsets if o > text.rfind(nul))
+        raise MalformedElf(f"symbol name at {bad:#x} runs past .dynstr")
+    ends = map(text.find, repeat(nul), offsets)
+    return list(map(text.__getitem__, map(slice, offsets, ends)))
 
 
 def _symbols(buf, sections, version_index: dict[int, str]):
@@ -393,19 +483,12 @@ def _symbols(buf, sections, version_index: dict[int, str]):
     text = table.decode("utf-8", "surrogateescape")
     if len(text) != len(table):  # non-ASCII names: offsets are byte offsets, decode per name
 
-        def name(off: int) -> str:
-            end = table.find(b"\0", off)
-            if end < 0:
-                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
-            return table[off:end].decode("utf-8", "replace")
+        def names_at(offsets) -> list[str]:
+            return [b.decode("utf-8", "replace") for b in _names(table, offsets)]
     else:
-        find = text.find
 
-        def name(off: int) -> str:
-            end = find("\0", off)
-            if end < 0:
-                raise MalformedElf(f"symbol name at {off:#x} runs past .dynstr")
-            return text[off:end]
+        def names_at(offsets) -> list[str]:
+            return _names(text, offsets)
 
     # The filters run as byte-string operations, not a Python loop over ~100k symbols:
     # bindings GLOBAL 1, WEAK 2, GNU_UNIQUE 10; visibility DEFAULT 0 / PROTECTED 3 exported.
@@ -419,9 +502,16 @@ def _symbols(buf, sections, version_index: dict[int, str]):
     ones = int.from_bytes(b"\x01" * n, "little")
     defined_mask = (bound & visible & in_section).to_bytes(n, "little")
     undefined_mask = (strong_bind & (ones ^ in_section)).to_bytes(n, "little")
-    defined = frozenset(_names(text, name, filter(None, compress(names, defined_mask))))
+    exported = names_at(filter(None, compress(names, defined_mask)))
+    # Kept joined (what to_json stores) and made a set only when looked up: a worker never
+    # looks one up, and a run looks up the exports of the libraries extensions load.
+    joined = SEP.join(exported)
+    if joined.count(SEP) == max(len(exported) - 1, 0):
+        defined: frozenset[str] | Names = Names(joined)
+    else:  # a name with SEP in it
+        defined = frozenset(exported)
     strong = [k for k in compress(range(n), undefined_mask) if names[k]]
-    undefined = tuple(_names(text, name, (names[k] for k in strong)))
+    undefined = tuple(names_at(names[k] for k in strong))
     versions: dict[str, str] = {}
     ver = sections.get(".gnu.version")
     if ver is not None and version_index and ver[1] >= count * 2:

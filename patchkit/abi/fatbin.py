@@ -125,6 +125,14 @@ class Fatbin:
             raise TypeError("toolkit")
         return cls(offset, size, out, wrapper, has, kernels, toolkit)
 
+    @classmethod
+    def from_worker(cls, d: list) -> Fatbin:
+        """from_json for this program's own worker output: the same object, unchecked."""
+        offset, size, entries, wrapper, has, kernels, toolkit = d
+        new = tuple.__new__
+        out = [new(FatbinEntry, (*e[:9], (e[9][0], e[9][1]), e[10])) for e in entries]
+        return cls(offset, size, out, wrapper, has, kernels, toolkit)
+
 
 def parse_fatbins(
     buf, start: int = 0, end: int | None = None, hints: list[int] | None = None

@@ -66,7 +66,14 @@ class Profile:
         return None
 
     def host_provides(self, soname: str) -> bool:
-        return any(fnmatch.fnmatchcase(soname, g) for g in self.host_libraries)
+        """True if ``soname`` matches one of the ``[host] libraries`` globs (one regex for all
+        of them, compiled on first use: the loader asks thousands of times a run)."""
+        pattern = self.__dict__.get("_host_pattern")
+        if pattern is None or pattern[0] != self.host_libraries:
+            globs = list(self.host_libraries)
+            joined = "|".join(f"(?:{fnmatch.translate(g)})" for g in globs) or "(?!)"
+            pattern = self.__dict__["_host_pattern"] = (globs, re.compile(joined))
+        return pattern[1].match(soname) is not None
 
     def data_file(self, name: str) -> str:
         """A data file named by the profile: beside it, else among the packaged profiles."""
