@@ -77,8 +77,8 @@ def survey(
     cutoff = time.time() - older_than_days * 86400
     mirrors = root / "mirrors"
     for path in sorted(mirrors.glob("*.git")) if mirrors.is_dir() else []:
-        if not (path / "HEAD").is_file():
-            continue
+        if path.is_symlink() or not (path / "HEAD").is_file():
+            continue  # patchkit makes its mirrors in place: a link leads to someone's repository
         name = path.name[: -len(".git")]
         with locked(root / "locks" / f"mirror-{name}.lock", f"the {name} mirror"):
             report.mirrors.append(_mirror(path, name, cutoff, prune))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 from reliability_support import cache_problems, checkout_problems, cli, git, make_toy, rev
@@ -90,3 +91,22 @@ def test_an_empty_cache_is_shown_not_created(tmp_path):
     r = cli("cache", "--prune", env={"PATCHKIT_CACHE": str(cache)})
     assert r.returncode == 0, r.stderr
     assert "0 mirror(s)" in r.stdout and not cache.exists()
+
+
+def test_a_linked_mirror_is_not_pruned(tmp_path):
+    """A mirror folder that is a link (to a user's own repository) is left alone."""
+    toy = make_toy(tmp_path / "toy")
+    theirs = tmp_path / "theirs.git"
+    git(tmp_path, "init", "--quiet", "--bare", str(theirs))
+    made = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=theirs, input="not referenced\n", capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    blob = made.stdout.strip()
+    path = theirs / "objects" / blob[:2] / blob[2:]
+    _age([path], 30)
+    (toy.cache / "mirrors").mkdir(parents=True)
+    (toy.cache / "mirrors" / "theirs.git").symlink_to(theirs)
+    r = cli("cache", "--prune", "--json", env=toy.env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["result"]["mirrors"] == [] and path.exists()
