@@ -8,11 +8,14 @@ existing checkout moves to the result with one `git checkout` (which refuses to 
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import glob
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ from patchkit.errors import (
 from patchkit.locks import locked
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series, hunk_header_at, touched_paths
 from patchkit.upstream import Base
+from patchkit.upstream.mirror import first_line
 
 BRANCH = "patchkit/{target}"
 BASE_REF = "refs/patchkit/{target}/base"
@@ -529,6 +533,11 @@ def _target_state(into: Path) -> str:
             f"{into} is a non-empty directory that is not a git checkout; "
             "pass an empty or new directory"
         )
+    if os.path.ismount(into):  # the checkout is renamed into place: a mount point cannot be
+        raise UsageError(
+            f"{into} is a mount point; pass a new directory inside it",
+            hint=f"e.g. --into {into / 'tree'}",
+        )
     return "empty"
 
 
@@ -539,9 +548,20 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
         clone = scratch / "tree"
         refs = _patchkit_refs(target, base, result)
         branch = BRANCH.format(target=target)
-        gitops.clone_checked_out(mirror, clone, [result, base.commit], refs, branch, result)
-        if into.exists():
-            into.rmdir()  # empty: checked by _target_state
+        try:
+            gitops.clone_checked_out(mirror, clone, [result, base.commit], refs, branch, result)
+        except gitops.GitError as exc:
+            raise ApplyError(
+                f"cannot make the checkout {into}: {first_line(exc.stderr) or exc}; "
+                "nothing was written there",
+                hint=f"free space or fix what git names; if it names an object, remove {mirror} "
+                "and run again",
+            ) from None
+        if into.exists():  # an empty directory (checked by _target_state): its mode and group
+            st = into.stat()  # stay, and rename() replaces it in one step
+            os.chmod(clone, stat.S_IMODE(st.st_mode))
+            with contextlib.suppress(OSError):
+                os.chown(clone, -1, st.st_gid)
         os.replace(clone, into)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -671,7 +691,7 @@ def _sweep_scratch(into: Path) -> None:
     """Remove scratch clones a killed `apply` left beside `into`."""
     if not into.parent.is_dir():
         return
-    for stale in into.parent.glob(f".{into.name}.patchkit-*"):
+    for stale in into.parent.glob(f".{glob.escape(into.name)}.patchkit-*"):
         shutil.rmtree(stale, ignore_errors=True)
 
 

@@ -23,6 +23,7 @@ Nothing here prints; `patchkit.commands.rebase` renders the report.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import os
@@ -630,7 +631,8 @@ def leave_conflict_tree(
                 f"{dest} already holds a rebase in progress",
                 hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
             )
-        for stale in dest.parent.glob(f".{dest.name}.patchkit-*"):  # left by a killed run
+        # left by a killed run
+        for stale in dest.parent.glob(f".{glob.escape(dest.name)}.patchkit-*"):
             shutil.rmtree(stale, ignore_errors=True)
         progress(f"leaving a work tree with the conflict in {dest}")
         scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -9,6 +10,7 @@ import click
 from patchkit.apply import ApplyOptions, ApplyReport, apply_series
 from patchkit.errors import ApplyError, NothingToDo, UsageError
 from patchkit.lines import line_series, pick_line
+from patchkit.project import cache_root
 from patchkit.report import render_apply
 from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire
@@ -69,6 +71,7 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
             dest = ws.project.work_dir / spec.target
         else:
             dest = into / spec.target if len(specs) > 1 else into
+        _refuse_inside_cache(dest)
         base = acquire(
             target,
             spec.ref,
@@ -112,3 +115,15 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
     if statuses == {"nothing-to-do"}:
         return 3
     return 0
+
+
+def _refuse_inside_cache(dest: Path) -> None:
+    """The cache is patchkit's to sweep and rewrite: a checkout there would be lost."""
+    cache = cache_root()
+    where = Path(os.path.realpath(dest))
+    if where == cache or cache in where.parents:
+        raise UsageError(
+            f"{dest} is inside patchkit's cache ({cache}), which patchkit sweeps and rewrites; "
+            "nothing was written",
+            hint="pass a directory outside it",
+        )

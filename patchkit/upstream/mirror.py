@@ -96,6 +96,13 @@ class Mirror:
         The full re-hash runs once per state of the object files; while no object file has
         changed since the last clean check, the recorded verdict stands.
         """
+        alternates = self.path / "objects" / "info" / "alternates"
+        if alternates.is_file() and alternates.read_bytes().strip():
+            raise DamagedBaseError(
+                f"the {self.target.name} mirror reads objects of another repository "
+                f"({alternates}); a mirror must hold its own; refusing",
+                hint=f"remove {self.path} and run again to fetch or import it afresh",
+            )
         stamp = self.root / "verified" / f"{self.target.name}-{commit}"
         signature = self._objects_signature(commit)
         try:

@@ -7,6 +7,7 @@ The core returns `BuildReport`s and never prints; progress goes through the `pro
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -461,7 +462,7 @@ def _move_aside(work: Path) -> None:
 def _sweep(work: Path) -> threading.Thread:
     """Delete earlier builds moved aside (and `.trash-*` an interrupted build left) in the
     background: deleting a few thousand files can take seconds."""
-    trash = sorted(work.parent.glob(f".trash-{work.name}-*"))
+    trash = sorted(work.parent.glob(f".trash-{glob.escape(work.name)}-*"))
 
     def sweep() -> None:
         for path in trash:

@@ -407,11 +407,14 @@ here={here}
 read -r parent < /proc/$PPID/comm
 case "$parent" in
 python*)
+    # A call's number is its line in `calls` (appends are atomic; patchkit runs some git
+    # processes side by side, which a read-increment-write counter would number twice).
+    echo "$$ $*" >> "$here/calls"
     n=0
-    [ -f "$here/count" ] && read -r n < "$here/count"
-    n=$((n + 1))
-    echo "$n" > "$here/count"
-    echo "$n $*" >> "$here/calls"
+    while read -r pid rest; do
+        n=$((n + 1))
+        [ "$pid" = "$$" ] && break
+    done < "$here/calls"
     read -r at < "$here/at"
     if [ "$n" = "$at" ]; then
         read -r sig < "$here/signal"
@@ -447,8 +450,7 @@ class GitFaults:
 
     def arm(self, at: int, signal_name: str) -> None:
         """Interrupt at call `at` (0: never) with signal `signal_name` (KILL, TERM, INT)."""
-        for name in ("count", "calls"):
-            (self.where / name).unlink(missing_ok=True)
+        (self.where / "calls").unlink(missing_ok=True)
         (self.where / "at").write_text(str(at))
         (self.where / "signal").write_text(signal_name)
 

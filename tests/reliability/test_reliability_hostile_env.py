@@ -236,15 +236,24 @@ def test_read_only_out_folder_for_build(tmp_path, read_only_view):
     record(SECTION, "read-only --out for build: refused in one line naming it, nothing written")
 
 
-@pytest.mark.parametrize("kind", ["symlinked folder", "space and newline in the path"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "symlinked folder",
+        "space and newline in the path",
+        "quote, backslash, tab and bytes that are not UTF-8 in the path",
+    ],
+)
 def test_unusual_cache_paths(toy, tmp_path, kind):
     if kind == "symlinked folder":
         real = tmp_path / "real-cache"
         real.mkdir()
         cache = tmp_path / "cache-link"
         cache.symlink_to(real)
-    else:
+    elif kind.startswith("space"):
         real = cache = tmp_path / "my cache\nfolder"
+    else:
+        real = cache = tmp_path / os.fsdecode(b'my "c\\ache\t\xff\xfe')
     env = {**toy.env, "PATCHKIT_CACHE": str(cache)}
     first, second = tmp_path / "wt1", tmp_path / "wt 2"
     for into in (first, second):

@@ -1,0 +1,73 @@
+"""Where a new checkout goes and what it may borrow: the cases a user's paths and a tampered
+mirror bring (names with glob characters, an empty folder with its own mode, the cache itself,
+a mirror that borrows objects)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+from reliability_support import checkout_problems, cli, make_toy, rev
+
+
+def test_scratch_of_a_name_with_glob_characters_is_swept_and_no_other(tmp_path):
+    toy = make_toy(tmp_path / "toy")
+    work = tmp_path / "w"
+    work.mkdir()
+    stale = work / ".run[1].patchkit-killed"  # what a killed apply into run[1] leaves
+    (stale / "tree").mkdir(parents=True)
+    live = work / ".abc.patchkit-running"  # another apply's scratch, into abc, still working
+    (live / "tree").mkdir(parents=True)
+    done = cli("apply", "--target", "toy", "--into", str(work / "run[1]"), env=toy.env)
+    assert done.returncode == 0, done.stderr
+    assert not stale.exists()
+    done = cli("apply", "--target", "toy", "--into", str(work / "a*"), env=toy.env)
+    assert done.returncode == 0, done.stderr
+    assert live.is_dir(), "the sweep for 'a*' removed the scratch of abc"
+    for tree in (work / "run[1]", work / "a*"):
+        assert not checkout_problems(tree, {rev(tree, "HEAD")})
+
+
+def test_an_empty_folder_keeps_its_mode(tmp_path):
+    toy = make_toy(tmp_path / "toy")
+    into = tmp_path / "shared"
+    into.mkdir()
+    os.chmod(into, 0o2750)
+    done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(into.stat().st_mode) == 0o2750
+    assert not checkout_problems(into, {rev(into, "HEAD")})
+
+
+def test_a_checkout_inside_the_cache_is_refused(tmp_path):
+    toy = make_toy(tmp_path / "toy")
+    assert cli("fetch", "--target", "toy", env=toy.env).returncode == 0
+    for into in (toy.cache / "tmp" / "import-mine", toy.cache / "mirrors" / "toy.git" / "x"):
+        r = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+        assert r.returncode == 2, r.stderr
+        assert "inside patchkit's cache" in r.stderr and "Traceback" not in r.stderr
+        assert not into.exists()
+
+
+def test_a_mirror_that_borrows_its_objects_is_refused(tmp_path):
+    """Objects moved out of the mirror behind its own alternates file: refused, nothing made
+    (a checkout would otherwise lack them once its own borrowing ends)."""
+    toy = make_toy(tmp_path / "toy")
+    assert cli("fetch", "--target", "toy", env=toy.env).returncode == 0
+    mirror = toy.cache / "mirrors" / "toy.git"
+    elsewhere = tmp_path / "elsewhere" / "objects"
+    shutil.copytree(mirror / "objects", elsewhere)
+    for entry in (mirror / "objects").iterdir():
+        if entry.name not in ("info", "pack"):
+            shutil.rmtree(entry)
+    for pack in (mirror / "objects" / "pack").iterdir():
+        pack.unlink()
+    (mirror / "objects" / "info" / "alternates").write_text(f"{elsewhere}\n")
+    into = tmp_path / "wt"
+    r = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "reads objects of another repository" in r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2  # the error and its next step
+    assert not into.exists()
+    assert not list(tmp_path.glob(".wt.patchkit-*"))
