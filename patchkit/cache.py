@@ -80,6 +80,9 @@ def survey(
         if path.is_symlink() or not (path / "HEAD").is_file():
             continue  # patchkit makes its mirrors in place: a link leads to someone's repository
         name = path.name[: -len(".git")]
+        if not prune:  # reading only: no lock, so a read-only cache can be shown
+            report.mirrors.append(_mirror(path, name, cutoff, prune))
+            continue
         with locked(root / "locks" / f"mirror-{name}.lock", f"the {name} mirror"):
             report.mirrors.append(_mirror(path, name, cutoff, prune))
     report.download_bytes = sum(

@@ -218,9 +218,14 @@ def test_read_only_cache_is_refused_in_one_line(toy, tmp_path, read_only_view):
         assert str(ro) in done.stderr and "PATCHKIT_CACHE" in done.stderr, done.stderr
     assert not (tmp_path / "new").exists()
     assert cli("status", str(into), env=env).returncode == 0
+    shown = cli("cache", env=env)
+    assert shown.returncode == 0 and "toy: " in shown.stdout, shown.stderr
+    pruned = cli("cache", "--prune", env=env)
+    assert pruned.returncode == 2 and one_or_two_lines(pruned.stderr), pruned.stderr
     assert snapshot(toy.cache) == before
-    record(SECTION, "read-only cache: apply and fetch refused in one line naming it (exit 2), "
-                    "0 bytes changed, no checkout made; status works")  # fmt: skip
+    record(SECTION, "read-only cache: apply, fetch and cache --prune refused in one line "
+                    "naming it (exit 2), 0 bytes changed, no checkout made; status and cache "
+                    "work")  # fmt: skip
 
 
 def test_read_only_out_folder_for_build(tmp_path, read_only_view):
