@@ -110,4 +110,3 @@ def test_a_linked_mirror_is_not_pruned(tmp_path):
     r = cli("cache", "--prune", "--json", env=toy.env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["result"]["mirrors"] == [] and path.exists()
-
