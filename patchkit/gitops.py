@@ -317,14 +317,12 @@ class Repo:
         a git that outlives a killed patchkit keeps the lock until it exits: the next run
         waits for it instead of sweeping a repository that git is still writing.
         """
-        proc = subprocess.Popen(
-            self.command(*args),
-            cwd=None if self.bare else str(self.path),
-            env=self.env(env),
+        proc = self._start(
+            args,
+            env,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=held_lock_fds(),
         )
         try:
             out, err = proc.communicate(stdin)
@@ -341,14 +339,9 @@ class Repo:
         raises GitError if it failed. An exception in the body (an interrupt) stops git and
         waits for it before going on."""
         with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                self.command(*args),
-                cwd=None if self.bare else str(self.path),
-                env=self.env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,  # stderr in a file: a pipe nobody reads could fill
-                stderr=err,
-                pass_fds=held_lock_fds(),
+            # stderr in a file: a pipe nobody reads could fill and stall git
+            proc = self._start(
+                args, None, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
             )
             try:
                 yield
@@ -359,6 +352,16 @@ class Repo:
             if proc.returncode != 0:
                 err.seek(0)
                 _raise_for(list(args), proc.returncode, err.read())
+
+    def _start(self, args, env, **streams) -> subprocess.Popen:
+        """The one place a git process is started (the sealed environment, the held locks)."""
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=None if self.bare else str(self.path),
+            env=self.env(env),
+            pass_fds=held_lock_fds(),
+            **streams,
+        )
 
     def ok(self, *args: str, env: dict[str, str] | None = None) -> bool:
         """True when the git command exits 0."""
