@@ -9,7 +9,6 @@ existing checkout moves to the result with one `git checkout` (which refuses to 
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import glob
 import json
 import os
@@ -33,7 +32,16 @@ from patchkit.errors import (
     UsageError,
 )
 from patchkit.locks import locked
-from patchkit.series import PATCH_FILE_TRAILER, Patch, Series, hunk_header_at, touched_paths
+from patchkit.series import (
+    PATCH_FILE_TRAILER,
+    Patch,
+    Series,
+    hunk_header_at,
+    parse_author,
+    parse_date,
+    touched_paths,
+)
+from patchkit.stamps import Stamp, module_files, series_key
 from patchkit.upstream import Base
 from patchkit.upstream.mirror import first_line
 
@@ -63,6 +71,7 @@ class PatchResult:
     name: str
     status: str  # applied | fuzzed | merged | already-applied | failed | skipped
     commit: str | None = None
+    tree: str | None = None  # the commit's tree (not reported: what a build record keeps)
     fuzzed: list[HunkNote] = field(default_factory=list)
     failure: HunkNote | None = None
     message: str = ""
@@ -132,10 +141,11 @@ class ApplyOptions:
 
 def patch_identity(patch: Patch) -> gitops.Identity:
     """Author and committer from the patch's From/Date headers (reproducible commit ids)."""
-    name, addr = email.utils.parseaddr(patch.author)
+    name, addr = parse_author(patch.author)
     when = "0 +0000"
     if patch.date:
-        parsed = email.utils.parsedate_to_datetime(patch.date)
+        parsed = parse_date(patch.date)
+        assert parsed is not None  # parse_patch refuses a Date that is not one
         offset = parsed.utcoffset()
         minutes = int(offset.total_seconds() // 60) if offset else 0
         sign = "+" if minutes >= 0 else "-"
@@ -310,8 +320,8 @@ def _write_commits(
     record each commit in its result; return the tip."""
     runs.write()
     ids = gitops.commit_chain(repo, base, [(t, m, who) for _, t, m, who in pending], bare=bare)
-    for (result, *_), commit in zip(pending, ids, strict=True):
-        result.commit = commit
+    for (result, tree, *_), commit in zip(pending, ids, strict=True):
+        result.commit, result.tree = commit, tree
     return ids[-1] if ids else base
 
 
@@ -457,8 +467,12 @@ def apply_series(
     series_version: str,
     options: ApplyOptions = ApplyOptions(),
     progress: Progress = _quiet,
+    verified: Path | None = None,
 ) -> ApplyReport:
-    """Apply `series` onto `base` and make `into` a checkout of the result, atomically."""
+    """Apply `series` onto `base` and make `into` a checkout of the result, atomically.
+
+    With `verified` (a folder of the cache), the series' build is recorded there and an
+    unchanged series on the same base is read from that record (`BuildRecord`)."""
     report = ApplyReport(series.target, base, into, series_version, series.hash())
     report.series_size = len(series.names)
     lock = into.parent / f".{into.name}.patchkit.lock"
@@ -470,12 +484,12 @@ def apply_series(
         state = _target_state(into)
         if state == "repo":
             _refuse_unsafe_checkout(into)
-            result = _build(mirror, base, series, options, progress, report)
+            result = _build(mirror, base, series, options, progress, report, verified)
             if gitops.head(into) == result:
                 _nothing_to_do(report, series, series_version, into, result)
             _publish_existing(mirror, into, series.target, base, result)
         else:
-            result = _build(mirror, base, series, options, progress, report)
+            result = _build(mirror, base, series, options, progress, report, verified)
             _publish_new(mirror, into, series.target, base, result)
     return report
 
@@ -487,7 +501,14 @@ def _build(
     options: ApplyOptions,
     progress: Progress,
     report: ApplyReport,
+    verified: Path | None,
 ) -> str:
+    record = BuildRecord.of(verified, series, base.commit, options) if verified else None
+    recalled = record.recall(mirror, base.commit, series) if record else None
+    if recalled is not None:
+        report.patches = recalled
+        report.result = recalled[-1].commit if recalled else base.commit
+        return report.result
     try:
         result, results = build_series(
             mirror, base.commit, series, options, bare=True, progress=progress
@@ -499,9 +520,91 @@ def _build(
         report.next_step = exc.hint
         exc.report = report  # type: ignore[attr-defined]
         raise
+    if record is not None:
+        record.remember(base.commit, series, results)
     report.patches = results
     report.result = result
     return result
+
+
+# The modules whose code decides which commits a series build writes.
+BUILD_MODULES = ("patchkit.apply", "patchkit.gitops", "patchkit.series", "unidiff.patch")
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """The trees and commits a build of this series on this base wrote, kept so that the
+    next build of the same inputs reads them instead of applying every patch again.
+
+    The key (`stamps.series_key`) covers what the commits' bytes depend on: the base commit,
+    each patch's name and bytes, the build's options, the code of `BUILD_MODULES`, the Python
+    version and the git program. Only a build in which every patch applied as it stands is
+    recorded (no fuzz, no 3-way merge, none already applied), with identities written as
+    they stand. A record is used only when each commit is the one this build writes for its
+    patch over the recorded tree (its id recomputed from the patch's message and identity,
+    the tree and its parent: `gitops.chain_objects`) and the chain is in the mirror with
+    every object (`gitops.chain_present`); else the series is built. What is taken on trust
+    is the trees, as the build wrote them into the same cache. One file per target and base
+    (`<cache>/verified/build-<target>-<base>`) holds the last build.
+    """
+
+    stamp: Stamp
+
+    @classmethod
+    def of(cls, verified: Path, series: Series, base: str, options: ApplyOptions) -> BuildRecord:
+        key = series_key(
+            "build 1",
+            base,
+            series.patches,
+            module_files(BUILD_MODULES),
+            gitops.program_identity(),
+            f"fuzz={options.fuzz} threeway={options.threeway}",
+        )
+        return cls(Stamp(verified / f"build-{series.target}-{base}", key))
+
+    def recall(self, repo: Path, base: str, series: Series) -> list[PatchResult] | None:
+        payload = self.stamp.payload()
+        if payload is None:
+            return None
+        try:
+            built = json.loads(payload)["built"]
+            trees = [tree for tree, _ in built]
+            commits = [commit for _, commit in built]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not (
+            len(built) == len(series.patches)
+            and all(isinstance(i, str) and gitops.HEX_ID_RE.fullmatch(i) for i in trees + commits)
+        ):
+            return None
+        chain = gitops.chain_objects(base, _commit_specs(series.patches, trees))
+        if chain is None or [oid for oid, _ in chain] != commits:
+            return None
+        if not gitops.chain_present(repo, base, commits):
+            return None
+        return [
+            PatchResult(p.name, "applied", commit=c, tree=t)
+            for p, c, t in zip(series.patches, commits, trees, strict=True)
+        ]
+
+    def remember(self, base: str, series: Series, results: list[PatchResult]) -> None:
+        """Record a build in which every patch applied as it stands (else nothing)."""
+        if len(results) != len(series.patches) or not all(
+            r.status == "applied" and r.commit and r.tree for r in results
+        ):
+            return
+        trees = [str(r.tree) for r in results]
+        chain = gitops.chain_objects(base, _commit_specs(series.patches, trees))
+        if chain is None or [oid for oid, _ in chain] != [r.commit for r in results]:
+            return  # identities commit-tree rewrites: the record could not be checked
+        self.stamp.record(json.dumps({"built": [[r.tree, r.commit] for r in results]}))
+
+
+def _commit_specs(patches: list[Patch], trees: list[str]) -> list[tuple[str, str, gitops.Identity]]:
+    return [
+        (tree, commit_message_for(p), patch_identity(p))
+        for p, tree in zip(patches, trees, strict=True)
+    ]
 
 
 def _nothing_to_do(
@@ -549,7 +652,9 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
         refs = _patchkit_refs(target, base, result)
         branch = BRANCH.format(target=target)
         try:
-            gitops.clone_checked_out(mirror, clone, [result, base.commit], refs, branch, result)
+            gitops.clone_checked_out(
+                mirror, clone, [result, base.commit], refs, branch, result, base=base.commit
+            )
         except gitops.GitError as exc:
             raise ApplyError(
                 f"cannot make the checkout {into}: {first_line(exc.stderr) or exc}; "

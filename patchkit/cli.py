@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
@@ -230,7 +231,11 @@ def _first_line(text: str) -> str:
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    # What the run made is freed with the process: the collector's passes over every object
+    # at interpreter shutdown (18 ms of a warm `apply`, docs/perf.md) are skipped.
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

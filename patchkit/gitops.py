@@ -14,6 +14,7 @@ funnel; newer verbs take a `Repo`.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -443,21 +444,28 @@ def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None
 
 
 def clone_checked_out(
-    mirror: Path, dest: Path, tips: list[str], refs: dict[str, str], branch: str, sha: str
+    mirror: Path,
+    dest: Path,
+    tips: list[str],
+    refs: dict[str, str],
+    branch: str,
+    sha: str,
+    base: str | None = None,
 ) -> None:
     """`clone_local(mirror, dest, tips)` with `refs` set and `branch` at `sha` checked out.
 
     The files are written while the objects are copied in (packs and loose objects): until
     the copy is complete the checkout reads the mirror's objects through an alternates
     entry, removed then, so the clone ends sharing no file with the mirror, as clone_local's
-    does.
+    does. With `base` (a commit every tip descends from), the loose objects are found from
+    the base's object list and those the tips add to it, not by walking every tip's tree.
     """
     run(dest.parent, "init", "--quiet", "--", str(dest))
     alternates = dest / ".git" / "objects" / "info" / "alternates"
     alternates.parent.mkdir(parents=True, exist_ok=True)
     alternates.write_bytes(_quoted_path(mirror.resolve() / "objects") + b"\n")
     with Repo(dest).running("checkout", "--quiet", "-B", branch, sha):
-        _copy_objects(mirror, dest, tips)
+        _copy_objects(mirror, dest, tips, base)
         update_refs(dest, refs)
     alternates.unlink()
     # Every object of the result is the clone's own (a mirror missing some would otherwise
@@ -473,22 +481,84 @@ def _quoted_path(path: Path) -> bytes:
     return b'"' + raw + b'"'
 
 
-def _copy_objects(mirror: Path, dest: Path, tips: list[str] | None) -> None:
-    """The loose objects reachable from `tips` streamed first, then the packs copied: a
-    repack of the mirror in between (an import) packs those objects into a pack copied
-    after, or removes a pack while it is copied (an error), never leaves one out."""
-    revs = "".join(f"{tip}\n" for tip in tips or [])
-    # No delta search (--window=0): git am writes these objects loose and undeltified too,
-    # and the search was a third of a 1,000-patch apply.
-    args = ["pack-objects", "--quiet", "--revs", "--incremental", "--window=0", "--stdout"]
-    if not tips:
-        args.append("--all")
-    stream = bytes(run(mirror, *args, stdin=revs.encode(), binary=True, bare=True))
-    if len(stream) > 32:  # header and trailer only: no object was missing
-        run(dest, "index-pack", "--stdin", stdin=stream)
+def _copy_objects(
+    mirror: Path, dest: Path, tips: list[str] | None, base: str | None = None
+) -> None:
+    """The loose objects reachable from `tips` copied first, then the packs: a repack of
+    the mirror in between (an import) packs those objects into a pack copied after, or
+    removes a pack while it is copied (an error), never leaves one out.
+
+    With `base`, the objects are named: those of the base that are loose (its object list,
+    as the mirror's integrity check reads it) and every one the tips add to the base (one
+    `rev-list`); each that is loose is copied as its file, inflated and hashed first (one
+    whose bytes do not hash to its id is refused), the rest streamed by `pack-objects`.
+    Else `pack-objects` walks every tip's trees for the loose ones. The clone's
+    completeness walk checks both.
+    """
+    if base is not None and tips:
+        named = list(loose_objects_of(mirror, base))
+        for tip in tips:
+            if tip != base:
+                named += [line.split(" ", 1)[0] for line in objects_since(mirror, tip, base)]
+        rest = _copy_loose(mirror, dest / ".git", list(dict.fromkeys(named)))
+        if rest:
+            _stream_objects(mirror, dest, [], rest)
+    else:
+        _stream_objects(
+            mirror, dest, ["--revs", "--incremental", *([] if tips else ["--all"])], tips or []
+        )
     copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
     if (mirror / "shallow").is_file():  # a shallow fetch: the clone ends where the mirror does
         _copy_file(mirror / "shallow", dest / ".git" / "shallow")
+
+
+def _stream_objects(mirror: Path, dest: Path, args: list[str], lines: list[str]) -> None:
+    """`pack-objects` of the mirror into `index-pack` of `dest` (`lines`: its input)."""
+    # No delta search (--window=0) and zlib's fastest level: git am writes these objects
+    # loose, undeltified and at that level (core.looseCompression); the search was a third
+    # of a 1,000-patch apply, the default level two thirds of this stream's time.
+    stream = bytes(
+        run(
+            mirror,
+            *("-c", "pack.compression=1", "pack-objects", "--quiet", "--window=0", "--stdout"),
+            *args,
+            stdin="".join(f"{line}\n" for line in lines).encode(),
+            binary=True,
+            bare=True,
+        )
+    )
+    if len(stream) > 32:  # header and trailer only: no object was missing
+        run(dest, "index-pack", "--stdin", stdin=stream)
+
+
+def _copy_loose(mirror: Path, git_dir: Path, oids: list[str]) -> list[str]:
+    """Copy those of `oids` that are loose in the bare `mirror` into `git_dir`'s objects as
+    files (each written whole, then renamed), after checking that each inflates to bytes
+    that hash to its id; return the others (packed, or packed meanwhile)."""
+    source, target = mirror / "objects", git_dir / "objects"
+    rest, folders = [], set()
+    for oid in oids:
+        try:
+            data = (source / oid[:2] / oid[2:]).read_bytes()
+        except FileNotFoundError:
+            rest.append(oid)
+            continue
+        digest = hashlib.new("sha1" if len(oid) == 40 else "sha256")
+        try:
+            digest.update(zlib.decompress(data))
+        except zlib.error:
+            digest = None
+        if digest is None or digest.hexdigest() != oid:
+            raise GitError(["copy", oid], 1, f"object {oid} of {mirror} does not hash to its id")
+        folder = target / oid[:2]
+        if oid[:2] not in folders:
+            folder.mkdir(exist_ok=True)
+            folders.add(oid[:2])
+        tmp = folder / f"tmp_obj_{oid[2:]}"
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, folder / oid[2:])
+    return rest
 
 
 FICLONE = 0x40049409  # linux/fs.h: share the blocks copy-on-write (btrfs, xfs, bcachefs)
@@ -843,24 +913,35 @@ def commit_chain(
     loose). Identities commit-tree would rewrite
     (ident.c strips "crud" and parses dates) go through commit-tree itself.
     """
-    if not all(_plain_identity(who) for _, _, who in commits):
+    chain = chain_objects(base, commits)
+    if chain is None:
         ids, parent = [], base
         for tree, message, who in commits:
             parent = commit_tree(repo, tree, parent, message, who, bare=bare)
             ids.append(parent)
         return ids
+    ids, bodies = [oid for oid, _ in chain], [body for _, body in chain]
+    write_objects(repo, "commit", bodies, ids, bare=bare)
+    return ids
+
+
+def chain_objects(
+    base: str, commits: list[tuple[str, str, Identity]]
+) -> list[tuple[str, bytes]] | None:
+    """(id, bytes) of each commit of the chain `commit_chain` writes on `base`, serialized
+    as commit-tree does; None when an identity is one commit-tree would rewrite."""
+    if not all(_plain_identity(who) for _, _, who in commits):
+        return None
     algorithm = "sha256" if len(base) == 64 else "sha1"
-    ids, bodies, parent = [], [], base
+    out, parent = [], base
     for tree, message, who in commits:
         ident = f"{who.name} <{who.email}> {who.date}"
         body = (
             f"tree {tree}\nparent {parent}\nauthor {ident}\ncommitter {ident}\n\n{message}"
         ).encode()
         parent = hashlib.new(algorithm, b"commit %d\0" % len(body) + body).hexdigest()
-        ids.append(parent)
-        bodies.append(body)
-    write_objects(repo, "commit", bodies, ids, bare=bare)
-    return ids
+        out.append((parent, body))
+    return out
 
 
 def write_objects(
@@ -937,9 +1018,43 @@ def commit_message(repo: Path, commit: str, bare: bool = False) -> str:
     return str(run(repo, "show", "-s", "--format=%B", commit, bare=bare))
 
 
-@functools.lru_cache(maxsize=256)
+# (commit id, repository, bare) -> its message as `show -s --format=%B` prints it
+_MESSAGES: dict[tuple[str, str, bool], str] = {}
+
+
 def _message_of_id(commit: str, repo: str, bare: bool) -> str:
-    return str(run(repo, "show", "-s", "--format=%B", commit, bare=bare))
+    key = (commit, repo, bare)
+    if key not in _MESSAGES:
+        _MESSAGES[key] = str(run(repo, "show", "-s", "--format=%B", commit, bare=bare))
+    return _MESSAGES[key]
+
+
+def read_commits(repo: Path, names: list[str], bare: bool = False) -> dict[str, str | None]:
+    """name -> the commit it names (peeled), or None, for every one of `names` (commit ids
+    or refs), by one `cat-file --batch`; each commit's message is kept for
+    `commit_message`."""
+    asked = [n for n in dict.fromkeys(names) if n and "\n" not in n and not n.startswith("-")]
+    found: dict[str, str | None] = dict.fromkeys(names)
+    if not asked:
+        return found
+    lines = "".join(f"{name}^{{commit}}\n" for name in asked).encode()
+    out = bytes(run(repo, "cat-file", "--batch", stdin=lines, binary=True, bare=bare))
+    at = 0
+    for name in asked:
+        end = out.index(b"\n", at)
+        header = out[at:end].decode("utf-8", "replace").split(" ")
+        at = end + 1
+        if len(header) != 3 or header[1] != "commit":
+            continue  # "<name> missing" (or ambiguous): no such commit
+        oid, size = header[0], int(header[2])
+        body = out[at : at + size]
+        at += size + 1
+        head, _, message = body.partition(b"\n\n")
+        if b"\nencoding " not in b"\n" + head:  # else `show` re-encodes it: read it there
+            # as `show --format=%B` prints it: the message and one newline after it
+            _MESSAGES[(oid, str(repo), bare)] = message.decode("utf-8", "replace") + "\n"
+        found[name] = oid
+    return found
 
 
 # --- work trees ---------------------------------------------------------------------------
@@ -1283,10 +1398,76 @@ def symlinks_along(repo: Path, commit: str, paths: list[str], bare: bool = False
     return links
 
 
+def loose_objects(repo: Path, oids: list[str]) -> list[str]:
+    """Those of `oids` that are loose objects of the bare `repo` (one `stat` each)."""
+    root = os.fspath(repo / "objects")
+    return [oid for oid in oids if os.path.exists(f"{root}/{oid[:2]}/{oid[2:]}")]
+
+
+def loose_objects_of(repo: Path, commit: str) -> tuple[str, ...]:
+    """`commit`'s objects (itself, its trees and blobs) that are loose in the bare `repo`.
+
+    Read once per process for each set of packs: an object is loosened only out of a pack
+    that is then removed (`unpack-objects` and a deleted pack), which changes the set; one
+    loose when read and packed since is still found by its id, and skipped where its file
+    is looked at."""
+    try:
+        packs = tuple(
+            sorted(n for n in os.listdir(repo / "objects" / "pack") if n.endswith(".pack"))
+        )
+    except FileNotFoundError:
+        packs = ()
+    return _loose_objects_of(Path(repo), commit, packs)
+
+
+@functools.lru_cache(maxsize=32)
+def _loose_objects_of(repo: Path, commit: str, packs: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(loose_objects(repo, object_ids(repo, commit, bare=True)))
+
+
+@functools.lru_cache(maxsize=32)
+def objects_since(repo: Path, tip: str, base: str) -> tuple[str, ...]:
+    """`rev-list --objects --parents tip --not base` of the bare `repo`, as lines: the
+    commits first (each with its parents), then every tree and blob they add to the base's
+    (`<id> <path>`). Ids name their bytes, so the answer for two ids never changes: it is
+    read once per process (a missing object fails the walk, and failures are not kept)."""
+    out = run(repo, "rev-list", "--objects", "--parents", tip, "--not", base, bare=True)
+    return tuple(str(out).splitlines())
+
+
+def chain_present(repo: Path, base: str, commits: list[str]) -> bool:
+    """True when `commits` (oldest first) are a chain on `base`, each the one parent of the
+    next, and every object they bring beside the base's is in the bare `repo` (`objects_
+    since`, which fails on a missing one). Their loose files are freshened, as git does
+    when it writes an object that exists: a `git prune --expire` that runs next keeps them."""
+    if not commits:
+        return True
+    try:
+        lines = objects_since(repo, commits[-1], base)
+    except GitError:
+        return False
+    parents = [base, *commits]
+    want = tuple(f"{commits[i]} {parents[i]}" for i in reversed(range(len(commits))))
+    # a commit's id names its parents, so a chain that ends on `base` holds no other commit
+    if lines[: len(want)] != want:
+        return False
+    root = repo / "objects"
+    for oid in [*commits, *(line.split(" ", 1)[0] for line in lines[len(want) :])]:
+        with contextlib.suppress(FileNotFoundError):  # packed: `prune` keeps packs
+            os.utime(root / oid[:2] / oid[2:])
+    return True
+
+
 def object_ids(repo: Path, commit: str, bare: bool = False) -> list[str]:
-    """The ids of `commit` and every tree and blob of its tree."""
+    """The ids of `commit` and every tree and blob of its tree (read once per process for a
+    repository and commit: an id names its bytes)."""
+    return list(_object_ids(Path(repo), commit, bare))
+
+
+@functools.lru_cache(maxsize=32)
+def _object_ids(repo: Path, commit: str, bare: bool) -> tuple[str, ...]:
     listing = str(run(repo, "rev-list", "--objects", "--no-walk", commit, bare=bare))
-    return [line.split(" ", 1)[0] for line in listing.splitlines() if line]
+    return tuple(line.split(" ", 1)[0] for line in listing.splitlines() if line)
 
 
 def corrupt_objects(repo: Path, commit: str, bare: bool = False) -> list[str]:

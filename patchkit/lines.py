@@ -63,7 +63,8 @@ def checkout_line(directory: Path, target: Target, line: str | None = None) -> T
     its base stands for (`--line` overrides; a base no release names: the default line)."""
     from patchkit import gitops
     from patchkit.apply import BASE_REF
-    from patchkit.upstream.sdist import import_fields, sdist_path
+    from patchkit.upstream.mirror import import_fields
+    from patchkit.upstream.sdist import sdist_path
 
     if line is not None:
         return target.on_line(line)

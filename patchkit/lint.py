@@ -7,16 +7,14 @@ Yocto's distinction between a missing field and a malformed one.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import ApplyError, DamagedBaseError, PatchkitError
 from patchkit.series import PATCH_NAME_RE, Patch, parse_patch, safe_repo_path
+from patchkit.stamps import Stamp, series_key
 
 # rule id -> (severity, what it checks)
 RULES: dict[str, tuple[str, str]] = {
@@ -98,16 +96,23 @@ class RoundTripStamp:
     """The record that building a series on a base and exporting it gave back every patch
     byte for byte, so a later lint of the same inputs need not build it again.
 
-    The key covers everything the round trip's result depends on: the base commit (its id
-    names its bytes; `acquire` still checks the mirror's objects on every run), each patch's
-    name and bytes in series order, the source of the modules that build and export the
-    series, the Python version and the git program (path, size, mtime, inode). One file per
-    target and base (`<cache>/verified/roundtrip-<target>-<base>`) holds the key of the last
-    proven state.
+    The key (`stamps.series_key`) covers everything the round trip's result depends on: the
+    base commit (its id names its bytes; `acquire` still checks the mirror's objects on every
+    run), each patch's name and bytes in series order, the source of the modules that build
+    and export the series, the Python version and the git program (path, size, mtime, inode).
+    One file per target and base (`<cache>/verified/roundtrip-<target>-<base>`) holds the key
+    of the last proven state.
     """
 
-    path: Path
-    key: str
+    stamp: Stamp
+
+    @property
+    def path(self) -> Path:
+        return self.stamp.path
+
+    @property
+    def key(self) -> str:
+        return self.stamp.key
 
     @classmethod
     def of(
@@ -119,19 +124,11 @@ class RoundTripStamp:
         code: list[Path],
         git_identity: str,
     ) -> RoundTripStamp:
-        digest = hashlib.sha256(f"roundtrip 1\0{base}\0{git_identity}\0{sys.version}\0".encode())
-        for source in code:
-            data = source.read_bytes()
-            digest.update(b"code %d\0" % len(data) + data)
-        for patch in patches:
-            digest.update(f"patch {patch.name}\0{len(patch.raw)}\0".encode() + patch.raw)
-        return cls(verified / f"roundtrip-{target}-{base}", digest.hexdigest())
+        key = series_key("roundtrip 1", base, patches, code, git_identity)
+        return cls(Stamp(verified / f"roundtrip-{target}-{base}", key))
 
     def holds(self) -> bool:
-        try:
-            return self.path.read_text(encoding="ascii") == self.key
-        except (OSError, UnicodeDecodeError):
-            return False
+        return self.stamp.holds()
 
     def record(self, patches: list[Patch], exported: dict[str, bytes]) -> None:
         """Write the stamp when `exported` is exactly `patches` (nothing else is recorded)."""
@@ -139,10 +136,7 @@ class RoundTripStamp:
             return
         if any(exported[p.name] != p.raw for p in patches):
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        tmp.write_text(self.key, encoding="ascii")
-        os.replace(tmp, self.path)
+        self.stamp.record()
 
 
 def lint_target(

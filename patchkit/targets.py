@@ -13,7 +13,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from patchkit.errors import ConfigError, UsageError
@@ -55,6 +54,8 @@ class WheelPin:
 
     @property
     def distribution(self) -> str:
+        from packaging.utils import parse_wheel_filename
+
         return str(parse_wheel_filename(self.filename)[0])
 
     def to_json(self) -> dict:
@@ -274,6 +275,27 @@ def _load_release(path: Path, name: str, entry: object, index: int) -> Release:
     )
 
 
+# A wheel file name as the wheel format writes one, name-version[-build]-python-abi-platform
+# .whl; a name this does not match (or whose version does not parse) goes to packaging's own
+# parser, which accepts or refuses it with its reason (and costs its tags module's import).
+_WHEEL_NAME_RE = re.compile(
+    r"^(?!.*__)[A-Za-z0-9._]+-([^-]+)(?:-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl$"
+)
+
+
+def wheel_filename_version(filename: str) -> Version:
+    """The version a wheel's file name states (ValueError when it is not a wheel's name)."""
+    match = _WHEEL_NAME_RE.match(filename)
+    if match:
+        try:
+            return Version(match.group(1))
+        except InvalidVersion:
+            pass
+    from packaging.utils import parse_wheel_filename
+
+    return parse_wheel_filename(filename)[1]
+
+
 def _load_wheels(path: Path, where: str, value: object, version: str) -> tuple[WheelPin, ...]:
     if not isinstance(value, list):
         raise ConfigError(f"{path}: [{where}] wheels must be a list of {{file, sha256}} tables")
@@ -287,8 +309,8 @@ def _load_wheels(path: Path, where: str, value: object, version: str) -> tuple[W
         if "/" in filename or "\\" in filename:
             raise ConfigError(f"{path}: [{where}] wheel '{filename}' must be a bare file name")
         try:
-            _, wheel_version, _, _ = parse_wheel_filename(filename)
-        except InvalidWheelFilename as exc:
+            wheel_version = wheel_filename_version(filename)
+        except ValueError as exc:  # packaging's InvalidWheelFilename, with its reason
             raise ConfigError(f"{path}: [{where}] {exc}") from None
         if wheel_version != Version(version):
             raise ConfigError(

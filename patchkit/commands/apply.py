@@ -88,6 +88,7 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
                 series_version=ws.targets.series_version,
                 options=ApplyOptions(fuzz=fuzz, threeway=threeway),
                 progress=out.progress,
+                verified=cache_root() / "verified",
             )
         except (ApplyError, NothingToDo) as exc:
             report = getattr(exc, "report", None)

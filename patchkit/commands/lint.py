@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import click
 
 from patchkit import gitops
 from patchkit.lines import line_series
 from patchkit.lint import LintReport, RoundTripStamp, lint_target
 from patchkit.project import cache_root
+from patchkit.stamps import module_files
 from patchkit.targets import Target
 from patchkit.ui import Output
 from patchkit.upstream import Mirror, acquire
@@ -27,10 +25,6 @@ ROUND_TRIP_MODULES = (
     "patchkit.series",
     "unidiff.patch",
 )
-
-
-def round_trip_code() -> list[Path]:
-    return [Path(importlib.util.find_spec(name).origin) for name in ROUND_TRIP_MODULES]
 
 
 @click.command("lint")
@@ -59,7 +53,7 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
                 target.name,
                 base.commit,
                 patches.patches,
-                round_trip_code(),
+                module_files(ROUND_TRIP_MODULES),
                 gitops.program_identity(),
             )
             if stamp.holds():  # this exact round trip was proven before: its bytes are these

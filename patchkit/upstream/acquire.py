@@ -13,16 +13,27 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import gitops
 from patchkit.errors import ConfigError, FetchError, PatchkitError, PinError, UsageError
 from patchkit.locks import locked
 from patchkit.project import cache_root
 from patchkit.targets import HEX_RE, Release, Target, check_git_source
-from patchkit.upstream.mirror import Mirror, first_line
-from patchkit.upstream.newbase import NewPin, from_index_unpinned, index_name, version_of
-from patchkit.upstream.sdist import SDIST_REF, download_sdist, import_fields, import_sdist
-from patchkit.upstream.wheel import WHEEL_REF, download_wheel, import_wheel, wheel_fields
+from patchkit.upstream.mirror import (
+    SDIST_REF,
+    WHEEL_REF,
+    Mirror,
+    first_line,
+    import_fields,
+    wheel_fields,
+)
+
+if TYPE_CHECKING:
+    from patchkit.upstream.newbase import NewPin
+
+# What obtaining a base the mirror does not hold yet needs (the package index client, the
+# sdist and wheel importers) is imported there: a run on a base already held never loads it.
 
 GIT_REF = "refs/patchkit/git/{sha}"
 
@@ -205,17 +216,19 @@ def _chain(
     progress: Progress,
 ) -> Base | None:
     """The sources in order; the first that gives a base wins."""
+    # What the mirror holds of them, read at once: the pinned commit, the release's imports.
+    held = gitops.read_commits(mirror.path, _held_names(release, want_sha), bare=True)
     # A git commit already in the mirror, then an explicit --upstream.
-    base = _from_mirror(mirror, target, release, want_sha, ref, sdist=False)
+    base = _from_mirror(mirror, target, release, want_sha, ref, held, sdist=False)
     if base is None and upstream:
         base = _from_git(
             mirror, target, release, want_sha, ref, upstream, "upstream", attempts, progress
         )
     # Imports already in the mirror (pinned: their recorded sha256 is checked).
     if base is None:
-        base = _from_mirror(mirror, target, release, want_sha, ref, sdist=True)
+        base = _from_mirror(mirror, target, release, want_sha, ref, held, sdist=True)
     if base is None and release is not None and not release.sdist:
-        base = _cached_wheel(mirror, target, release)
+        base = _cached_wheel(mirror, target, release, held)
     if base is None:
         if _skip_git(offline_git):
             attempts.append(Attempt("git", "skipped: PATCHKIT_OFFLINE_GIT is set"))
@@ -231,16 +244,27 @@ def _chain(
         base = _from_sdist(mirror, target, release, attempts, progress)
     elif base is None and release is not None and release.wheels:
         base = _from_wheel(mirror, target, release, attempts, progress)
-    elif base is None and release is None and version_of(ref) and index_name(target):
-        base = _from_index_unpinned(mirror, target, version_of(ref) or ref, attempts, progress)
+    elif base is None and release is None and _index_version(target, ref):
+        base = _from_index_unpinned(
+            mirror, target, _index_version(target, ref) or ref, attempts, progress
+        )
     elif base is None:
         attempts.append(Attempt("index", "no pinned release with an sdist or wheel for this ref"))
     return base
 
 
+def _index_version(target: Target, ref: str) -> str | None:
+    """The release version `ref` names when the target's releases are on an index."""
+    from patchkit.upstream.newbase import index_name, version_of
+
+    return version_of(ref) if index_name(target) else None
+
+
 def _from_index_unpinned(
     mirror: Mirror, target: Target, version: str, attempts: list[Attempt], progress: Progress
 ) -> Base | None:
+    from patchkit.upstream.newbase import from_index_unpinned
+
     try:
         release, sha, trust = from_index_unpinned(mirror, target, version, progress)
     except FetchError as exc:
@@ -275,6 +299,8 @@ def resolve_new_base(
     commit, from --upstream or the target's URL), then the release's sdist or wheels on the
     package index, trusted on first use.
     """
+    from patchkit.upstream.newbase import NewPin, version_of
+
     release = target.release(ref)
     if release is not None:
         base = acquire(target, ref, upstream=upstream, cache=cache, progress=progress)
@@ -341,25 +367,31 @@ def _interpret_ref(target: Target, ref: str) -> tuple[Release | None, str | None
     return None, None
 
 
+def _held_names(release: Release | None, want_sha: str | None) -> list[str]:
+    """What `_from_mirror` and `_cached_wheel` look up: the full commit id, the imports."""
+    names = [want_sha] if want_sha and len(want_sha) == 40 else []
+    if release is not None:
+        names += [SDIST_REF.format(version=release.version)]
+        names += [WHEEL_REF.format(version=release.version)]
+    return names
+
+
 def _from_mirror(
     mirror: Mirror,
     target: Target,
     release: Release | None,
     want_sha: str | None,
     ref: str,
+    held: dict[str, str | None],
     *,
     sdist: bool,
 ) -> Base | None:
+    """A base the mirror holds (`held`: what `_held_names` named, as the mirror has it)."""
     repo = mirror.path
-    if (
-        not sdist
-        and want_sha
-        and len(want_sha) == 40
-        and gitops.has_commit(repo, want_sha, bare=True)
-    ):
+    if not sdist and want_sha and len(want_sha) == 40 and held.get(want_sha) == want_sha:
         return Base(target.name, want_sha, "git", release, want_sha, pinned=release is not None)
     if sdist and release is not None:
-        imported = gitops.resolve(repo, SDIST_REF.format(version=release.version), bare=True)
+        imported = held.get(SDIST_REF.format(version=release.version))
         if imported:
             return _sdist_base(repo, target, release, imported)
     if not sdist and release is None and HEX_RE.match(ref.lower()):
@@ -457,6 +489,8 @@ def _match_remote_ref(remote_refs: dict[str, str], ref: str) -> str | None:
 def _from_sdist(
     mirror: Mirror, target: Target, release: Release, attempts: list[Attempt], progress: Progress
 ) -> Base | None:
+    from patchkit.upstream.sdist import download_sdist, import_sdist
+
     try:
         archive = download_sdist(release, mirror.root, progress)
     except FetchError as exc:
@@ -493,8 +527,10 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _cached_wheel(mirror: Mirror, target: Target, release: Release) -> Base | None:
-    sha = gitops.resolve(mirror.path, WHEEL_REF.format(version=release.version), bare=True)
+def _cached_wheel(
+    mirror: Mirror, target: Target, release: Release, held: dict[str, str | None]
+) -> Base | None:
+    sha = held.get(WHEEL_REF.format(version=release.version))
     return _wheel_base(mirror.path, target, release, sha) if sha else None
 
 
@@ -503,6 +539,8 @@ def _from_wheel(
 ) -> Base | None:
     pin = release.base_wheel
     assert pin is not None
+    from patchkit.upstream.wheel import download_wheel, import_wheel
+
     try:
         archive = download_wheel(pin, mirror.root, progress)
     except FetchError as exc:

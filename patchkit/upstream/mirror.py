@@ -1,9 +1,11 @@
-"""Per-target bare mirrors in the cache: creation, sweeping and object integrity."""
+"""Per-target bare mirrors in the cache: creation, sweeping, object integrity and the records
+of the imports they hold."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -12,7 +14,12 @@ from pathlib import Path
 from patchkit import gitops
 from patchkit.errors import DamagedBaseError
 from patchkit.project import cache_root
+from patchkit.stamps import Stamp
 from patchkit.targets import Target
+
+# The refs under which the mirror keeps its imports of a release's sdist or pinned wheel.
+SDIST_REF = "refs/patchkit/sdist/{version}"
+WHEEL_REF = "refs/patchkit/wheel/{version}"
 
 
 @dataclass
@@ -75,10 +82,9 @@ class Mirror:
         if _any_loose(objects):
             # Each of the base's objects looked up where it would be loose: the mirror's other
             # loose objects (every series build writes some) are never listed.
-            root = str(objects)
-            for oid in sorted(gitops.object_ids(self.path, commit, bare=True)):
-                if os.path.exists(f"{root}/{oid[:2]}/{oid[2:]}"):
-                    files.append(objects / oid[:2] / oid[2:])
+            # (an object loose then and packed since is skipped below, as if not listed)
+            loose = sorted(gitops.loose_objects_of(self.path, commit))
+            files += [objects / o[:2] / o[2:] for o in loose]
         for path in files:
             try:
                 st = os.stat(path)
@@ -103,13 +109,11 @@ class Mirror:
                 f"({alternates}); a mirror must hold its own; refusing",
                 hint=f"remove {self.path} and run again to fetch or import it afresh",
             )
-        stamp = self.root / "verified" / f"{self.target.name}-{commit}"
-        signature = self._objects_signature(commit)
-        try:
-            if stamp.read_text() == signature:
-                return
-        except OSError:
-            pass
+        stamp = Stamp(
+            self.root / "verified" / f"{self.target.name}-{commit}", self._objects_signature(commit)
+        )
+        if stamp.holds():
+            return
         try:
             bad = gitops.corrupt_objects(self.path, commit, bare=True)
         except gitops.GitError as exc:
@@ -120,10 +124,7 @@ class Mirror:
                 f"{commit[:12]} do not match their hash (first: {bad[0][:40]}); refusing",
                 hint=f"remove {self.path} and run again to fetch or import it afresh",
             )
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
-        tmp.write_text(signature)
-        os.replace(tmp, stamp)
+        stamp.record()
 
 
 def _any_loose(objects: Path) -> bool:
@@ -147,3 +148,14 @@ def first_line(text: str) -> str:
         if line:
             return line.removeprefix("fatal: ")
     return text.strip()
+
+
+def import_fields(message: str) -> dict[str, str]:
+    """The `Patchkit-*` fields an import commit (of an sdist or a wheel) records about itself."""
+    return dict(re.findall(r"^(Patchkit-[A-Za-z0-9-]+): (.*)$", message, re.M))
+
+
+def wheel_fields(message: str) -> dict[str, str]:
+    """The `Patchkit-Wheel-*` fields of a wheel import commit (empty for other commits)."""
+    fields = import_fields(message)
+    return fields if "Patchkit-Wheel" in fields else {}

@@ -20,15 +20,9 @@ from patchkit import gitops
 from patchkit.errors import FetchError, PinError
 from patchkit.targets import SHA256_RE, SHA_RE, Release, Target, WheelPin
 from patchkit.upstream.index import normalize_name, project_files
-from patchkit.upstream.mirror import Mirror
-from patchkit.upstream.sdist import (
-    COMMIT_ID_RES,
-    SDIST_REF,
-    download_sdist,
-    import_fields,
-    import_sdist,
-)
-from patchkit.upstream.wheel import WHEEL_REF, download_wheel, import_wheel, wheel_fields
+from patchkit.upstream.mirror import SDIST_REF, WHEEL_REF, Mirror, import_fields, wheel_fields
+from patchkit.upstream.sdist import COMMIT_ID_RES, download_sdist, import_sdist
+from patchkit.upstream.wheel import download_wheel, import_wheel
 
 Progress = Callable[[str], None]
 

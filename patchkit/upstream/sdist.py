@@ -28,13 +28,13 @@ from patchkit.upstream.index import (
     normalize_name,
     project_name,
 )
+from patchkit.upstream.mirror import SDIST_REF
 
 if TYPE_CHECKING:
     from patchkit.upstream.mirror import Mirror
 
 IMPORT_IDENTITY_NAME = "patchkit import"
 IMPORT_IDENTITY_EMAIL = "import@patchkit.invalid"
-SDIST_REF = "refs/patchkit/sdist/{version}"
 MAX_SDIST_BYTES = MAX_DOWNLOAD_BYTES
 COMMIT_ID_RES = (
     re.compile(r"""commit_id\s*=\s*['"]g?([0-9a-f]{7,40})['"]"""),
@@ -179,8 +179,3 @@ def _check_recorded_commit(release: Release, recorded: str | None) -> None:
             f"{release.sdist}: the sdist records upstream commit {recorded}, but the pin says "
             f"{release.commit[:12]}; refusing",
         )
-
-
-def import_fields(message: str) -> dict[str, str]:
-    """The `Patchkit-*` fields an sdist import commit records about itself."""
-    return dict(re.findall(r"^(Patchkit-[A-Za-z0-9-]+): (.*)$", message, re.M))

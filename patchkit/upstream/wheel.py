@@ -26,17 +26,12 @@ from patchkit.archives import archive_problem
 from patchkit.errors import FetchError, InvalidArchiveError, PinError
 from patchkit.targets import Release, Target, WheelPin
 from patchkit.upstream.index import check_sha256, download, file_sha256, find_file
-from patchkit.upstream.sdist import (
-    IMPORT_IDENTITY_EMAIL,
-    IMPORT_IDENTITY_NAME,
-    commit_id_in,
-    import_fields,
-)
+from patchkit.upstream.mirror import WHEEL_REF
+from patchkit.upstream.sdist import IMPORT_IDENTITY_EMAIL, IMPORT_IDENTITY_NAME, commit_id_in
 
 if TYPE_CHECKING:
     from patchkit.upstream.mirror import Mirror
 
-WHEEL_REF = "refs/patchkit/wheel/{version}"
 COMPILED_RE = re.compile(r"\.(so(\.[0-9]+)*|pyd|dll|dylib)$")
 ELF_MAGIC = b"\x7fELF"
 
@@ -185,9 +180,3 @@ def import_wheel(
     gitops.update_ref(mirror.path, WHEEL_REF.format(version=release.version), sha, bare=True)
     gitops.pack_objects(mirror.path)
     return sha
-
-
-def wheel_fields(message: str) -> dict[str, str]:
-    """The `Patchkit-Wheel-*` fields of a wheel import commit (empty for other commits)."""
-    fields = import_fields(message)
-    return fields if "Patchkit-Wheel" in fields else {}
