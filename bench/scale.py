@@ -4,7 +4,9 @@ Synthetic series of N patches (each patch edits one different file of the pinned
 are made once per N with patchkit's own export, in a scratch copy of the project.  Each verb is
 timed side by side with the git command doing the same work on the same warm mirror:
 
-    apply   patchkit apply             vs  git worktree add + git am
+    apply   patchkit apply             vs  git worktree add + git am (apply's build record
+                                           is removed first, so the series is built)
+    apply, recorded                    the same apply again: the series read from its record
     export  patchkit export --out      vs  git format-patch
     lint    patchkit lint              vs  git worktree add + git am (lint's round trip applies;
                                            its stamps are removed before each run, so every
@@ -132,7 +134,7 @@ def measure(size: int, mirror: Path, tmp: Path, runs: int, quilt: str | None, ro
     project, _, base, patches = make_project(tmp, size)
     pin = _pin(project)
     samples: dict[str, tuple[list[float], list[float]]] = {
-        k: ([], []) for k in ("apply", "export", "lint", "rebase")
+        k: ([], []) for k in ("apply", "apply, recorded", "export", "lint", "rebase")
     }
 
     def raw_am(dest: Path) -> None:
@@ -146,9 +148,16 @@ def measure(size: int, mirror: Path, tmp: Path, runs: int, quilt: str | None, ro
         raw_dest, pk_dest = tmp / f"raw-{size}-{run}", tmp / f"pk-{size}-{run}"
         out_raw, out_pk = tmp / f"fp-{size}-{run}", tmp / f"ex-{size}-{run}"
         samples["apply"][1].append(timed(raw_am, raw_dest))
+        _drop_stamps("build-*")
         samples["apply"][0].append(
             timed(patchkit, project, "apply", "--target", "sglang", "--into", str(pk_dest))
         )
+        again = tmp / f"pk-again-{size}-{run}"
+        samples["apply, recorded"][1].append(samples["apply"][1][-1])
+        samples["apply, recorded"][0].append(
+            timed(patchkit, project, "apply", "--target", "sglang", "--into", str(again))
+        )
+        shutil.rmtree(again)
         samples["export"][1].append(
             timed(git, "format-patch", "-q", "-o", str(out_raw), f"{base}..HEAD", cwd=raw_dest)
         )
@@ -164,7 +173,7 @@ def measure(size: int, mirror: Path, tmp: Path, runs: int, quilt: str | None, ro
             samples[verb][1].append(timed(raw_am, raw_dest))
             drop(raw_dest)
             if verb == "lint":
-                _drop_stamps()
+                _drop_stamps("roundtrip-*")
             samples[verb][0].append(timed(patchkit, project, *argv))
     if quilt:
         rows.setdefault("quilt push -a", {})[size] = (
@@ -175,11 +184,12 @@ def measure(size: int, mirror: Path, tmp: Path, runs: int, quilt: str | None, ro
         rows.setdefault(verb, {})[size] = (statistics.median(pk), statistics.median(raw))
 
 
-def _drop_stamps() -> None:
-    """Remove lint's round-trip stamps (a proven round trip is not built again)."""
+def _drop_stamps(pattern: str) -> None:
+    """Remove lint's round-trip stamps or apply's build records (`pattern`): what they
+    record is not built again."""
     from patchkit.project import cache_root
 
-    for stamp in (cache_root() / "verified").glob("roundtrip-*"):
+    for stamp in (cache_root() / "verified").glob(pattern):
         stamp.unlink(missing_ok=True)
 
 
@@ -212,7 +222,7 @@ def _quilt_runs(quilt: str, mirror: Path, base: str, patches, tmp: Path, runs: i
 
 
 def _print(rows, sizes: list[int], runs: int) -> None:
-    head = f"{'verb':<14}" + "".join(f"{f'N={n} pk / git':>24}" for n in sizes)
+    head = f"{'verb':<16}" + "".join(f"{f'N={n} pk / git':>24}" for n in sizes)
     print(
         head + f"{'growth pk':>11}{'growth git':>11}{'+s pk':>8}{'git':>6}{'ms/patch pk':>13}"
         f"{'git':>6}"
@@ -228,7 +238,7 @@ def _print(rows, sizes: list[int], runs: int) -> None:
         added = max(sizes[-1] - (sizes[-2] if len(sizes) > 1 else 0), 1)
         slope = [1000 * (last[i] - prev[i]) / added for i in (0, 1)]
         print(
-            f"{verb:<14}{cells}{last[0] / first[0]:10.1f}x{last[1] / first[1]:10.1f}x"
+            f"{verb:<16}{cells}{last[0] / first[0]:10.1f}x{last[1] / first[1]:10.1f}x"
             f"{last[0] - first[0]:8.2f}{last[1] - first[1]:6.2f}{slope[0]:13.1f}{slope[1]:6.1f}"
         )
     print(f"medians of {runs} runs per cell, seconds; growth = N={sizes[-1]} / N={sizes[0]}")

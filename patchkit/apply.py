@@ -655,6 +655,12 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
             gitops.clone_checked_out(
                 mirror, clone, [result, base.commit], refs, branch, result, base=base.commit
             )
+        except gitops.DamagedObjectError as exc:
+            raise ApplyError(
+                f"cannot make the checkout {into}: the {target} mirror is damaged: {exc}; "
+                "nothing was written there",
+                hint=f"remove {exc.path} and run again (the series' build writes it again)",
+            ) from None
         except gitops.GitError as exc:
             raise ApplyError(
                 f"cannot make the checkout {into}: {first_line(exc.stderr) or exc}; "
@@ -754,7 +760,7 @@ def _put_back_after(exc: BaseException, into: Path, journal: dict) -> None:
     """Undo an unfinished publish in-process; an interrupt then says exactly what was left."""
     where = _describe_head(journal)
     try:
-        _recover(into, journal)
+        state, _ = _recover(into, journal)
     except BaseException:
         if not isinstance(exc, KeyboardInterrupt):
             return  # the original failure is the one to report; the journal stays
@@ -762,6 +768,11 @@ def _put_back_after(exc: BaseException, into: Path, journal: dict) -> None:
             f"the checkout of {into} stopped part-way and could not be put back; the journal "
             f"{_journal_path(into)} is kept: the next `patchkit apply` puts it back at "
             f"{where} if nothing changed there"
+        ) from None
+    if isinstance(exc, KeyboardInterrupt) and state == "finished":  # git had done it all
+        raise Interrupted(
+            f"interrupted as the checkout finished: {into} is at {journal['result'][:12]} "
+            f"on branch {journal.get('result_branch')}; nothing was left half-done"
         ) from None
     if isinstance(exc, KeyboardInterrupt):
         raise Interrupted(f"{into} was put back at {where}; nothing was left half-done") from None
@@ -854,11 +865,12 @@ def _recover_interrupted(into: Path) -> str | None:
     ):
         path.unlink()  # the checkout it describes is gone: nothing to put back
         return f"removed {path.name}: the checkout it described no longer exists"
-    return _recover(into, journal)
+    return _recover(into, journal)[1]
 
 
-def _recover(into: Path, journal: dict) -> str:
-    """Undo (or, when it had finished, complete) the publish the journal describes."""
+def _recover(into: Path, journal: dict) -> tuple[str, str]:
+    """Undo (or, when it had finished, complete) the publish the journal describes: the
+    state found ("finished", or what was put back) and a line saying what was done."""
     repo = gitops.Repo(into)
     state, changed = gitops.interrupted_checkout_state(
         repo,
@@ -883,14 +895,17 @@ def _recover(into: Path, journal: dict) -> str:
     gitops.remove_leftovers(locks)
     if state == "finished":
         _journal_path(into).unlink(missing_ok=True)
-        return f"the interrupted apply of {into} had finished; its journal was removed"
+        return state, f"the interrupted apply of {into} had finished; its journal was removed"
     if journal.get("head"):
         written = gitops.files_written_by_checkout(into, journal["head"], journal["result"])
         gitops.force_checkout(into, journal["head"], journal.get("branch"))
         for rel in written:
             (into / rel).unlink(missing_ok=True)
     _restore_refs(into, journal)
-    return f"put {into} back at {_describe_head(journal)}, where an interrupted apply left it"
+    return (
+        state,
+        f"put {into} back at {_describe_head(journal)}, where an interrupted apply left it",
+    )
 
 
 def _restore_refs(into: Path, journal: dict) -> None:

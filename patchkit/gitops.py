@@ -149,6 +149,14 @@ class GitError(Exception):
         self.stderr = stderr
 
 
+class DamagedObjectError(GitError):
+    """A loose object's file does not inflate to bytes that hash to its id."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(["copy"], 1, f"the object file {path} does not hash to its id")
+        self.path = path
+
+
 class GitLockError(GitError, PatchkitError):
     """git found its own lock file in place: another git is running there, or one was killed."""
 
@@ -549,7 +557,7 @@ def _copy_loose(mirror: Path, git_dir: Path, oids: list[str]) -> list[str]:
         except zlib.error:
             digest = None
         if digest is None or digest.hexdigest() != oid:
-            raise GitError(["copy", oid], 1, f"object {oid} of {mirror} does not hash to its id")
+            raise DamagedObjectError(source / oid[:2] / oid[2:])
         folder = target / oid[:2]
         if oid[:2] not in folders:
             folder.mkdir(exist_ok=True)

@@ -71,3 +71,38 @@ def test_a_mirror_that_borrows_its_objects_is_refused(tmp_path):
     assert len(r.stderr.strip().splitlines()) <= 2  # the error and its next step
     assert not into.exists()
     assert not list(tmp_path.glob(".wt.patchkit-*"))
+
+
+def test_a_rewritten_loose_object_of_the_series_is_refused(tmp_path):
+    """A loose object the series' build wrote into the mirror, rewritten in place (another
+    blob's bytes under its name): the checkout is refused in one line naming the file, with
+    the build record and without it (a build skips objects the mirror has); nothing made.
+    Removing the file, as the hint says, gives the real result again."""
+    import zlib
+
+    from patchkit import gitops
+
+    toy = make_toy(tmp_path / "toy")
+    first = tmp_path / "first"
+    assert cli("apply", "--target", "toy", "--into", str(first), env=toy.env).returncode == 0
+    mirror = toy.cache / "mirrors" / "toy.git"
+    head, base = rev(first, "HEAD"), rev(first, "refs/patchkit/toy/base")
+    added = [line.split(" ")[0] for line in gitops.objects_since(mirror, head, base)]
+    blob = next(o for o in added if gitops.run(mirror, "cat-file", "-t", o, bare=True) == "blob\n")
+    path = mirror / "objects" / blob[:2] / blob[2:]
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"blob 5\0evil\n"))
+    for record in ("kept", "removed"):
+        if record == "removed":
+            for stamp in (toy.cache / "verified").glob("build-*"):
+                stamp.unlink()
+        into = tmp_path / f"wt-{record}"
+        r = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"the object file {path} does not hash to its id" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
+        assert not into.exists() and not list(tmp_path.glob(f".wt-{record}.patchkit-*"))
+    path.unlink()
+    into = tmp_path / "wt-healed"
+    assert cli("apply", "--target", "toy", "--into", str(into), env=toy.env).returncode == 0
+    assert rev(into, "HEAD") == head and not checkout_problems(into, {head})

@@ -239,23 +239,40 @@ def test_ignored_files_in_the_way_refused_and_named(toy, older_checkout, ignore,
 @pytest.mark.parametrize("sig", ["TERM", "INT"])
 def test_interrupt_at_the_checkout_says_what_was_put_back(toy, older_checkout, tmp_path, sig):
     """SIGTERM/SIGINT at the in-place `git checkout` (the last git call of the apply): the
-    checkout is put back and the one line says where."""
+    checkout is put back, or found finished, and the one line says which (it once said "put
+    back" of a checkout git had finished)."""
     from reliability_support import GitFaults
 
     into = older_checkout
     old = rev(into, "HEAD")
     probe = tmp_path / "probe"
-    shutil.copytree(into, probe, symlinks=True)
     faults = GitFaults.install(tmp_path / "faults")
-    faults.arm(0, "KILL")
-    done = cli("apply", "--target", "toy", "--into", str(probe), env={**toy.env, **faults.env()})
-    assert done.returncode == 0, done.stderr
+    counts: list[int] = []
+    # Until two runs make the same calls: the first builds the series and records it, the
+    # next reads the record (and re-hashes the base once, its objects' files touched by the
+    # build); from then on each run makes the calls the run below will make.
+    while len(counts) < 2 or counts[-1] != counts[-2]:
+        assert len(counts) < 5, counts
+        shutil.rmtree(probe, ignore_errors=True)
+        shutil.copytree(into, probe, symlinks=True)
+        faults.arm(0, "KILL")
+        env = {**toy.env, **faults.env()}
+        done = cli("apply", "--target", "toy", "--into", str(probe), env=env)
+        assert done.returncode == 0, done.stderr
+        counts.append(len(faults.calls()))
     calls = faults.calls()
     assert " checkout " in calls[-1], calls[-1]
     faults.arm(len(calls), sig)
     done = cli("apply", "--target", "toy", "--into", str(into), env={**toy.env, **faults.env()})
     assert done.returncode == 130 and one_or_two_lines(done.stderr), done.stderr
-    assert f"{into} was put back at {old[:12]}" in done.stderr, done.stderr
-    assert rev(into, "HEAD") == old
+    # git runs on after the signal, as after a real Ctrl-C: stopped part-way, the checkout is
+    # put back; done already, it stays done. Either way the line says which.
+    if rev(into, "HEAD") == old:
+        assert f"{into} was put back at {old[:12]}" in done.stderr, done.stderr
+    else:
+        result = rev(probe, "HEAD")
+        assert rev(into, "HEAD") == result, "neither the old checkout nor the result"
+        finished = f"interrupted as the checkout finished: {into} is at {result[:12]}"
+        assert finished in done.stderr, done.stderr
     assert not (into.parent / ".wt.patchkit.journal").exists()
     assert not git(into, "status", "--porcelain", "--untracked-files=all").strip()
