@@ -200,6 +200,12 @@ def main() -> int:
         help="an earlier patchkit (`git archive REV | tar -x -C DIR`) run in the same rotation",
     )
     parser.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds to wait after each eviction, before the timed run (default 0)",
+    )
+    parser.add_argument(
         "--work",
         type=Path,
         help="where the checkouts are made (default: the temp dir; /dev/shm: file writes cheap)",
@@ -223,48 +229,60 @@ def main() -> int:
         )
         # One untimed run of each side first: git's and Python's caches (bytecode included,
         # as an installed patchkit has it) are then as every later run finds them.
-        raw_git(mirror, base.commit, patches, Path(tmp) / "warmup-raw")
-        remove_worktree(mirror, Path(tmp) / "warmup-raw")
-        with_patchkit(args.target, Path(tmp) / "warmup-pk")
-        shutil.rmtree(Path(tmp) / "warmup-pk")
+        raw_git(mirror, base.commit, patches, Path(tmp) / "raw-warmup")
+        with_patchkit(args.target, Path(tmp) / "pk-warmup")
+        # Every tree is removed at the end only: this disk is mounted with online discard,
+        # and a tree removed between runs bills its discards to the runs after it (seen
+        # here: alternately the two sides, by up to 1 s of a 0.25 s run, for some 15 s).
+        made = [Path(tmp) / "raw-warmup", Path(tmp) / "pk-warmup"]
         for regime in regimes:
             raw_times, pk_times, old_times, resident = [], [], [], []
             is_cold = regime == "cold"
+            settle = args.settle or 0.0
             for i in range(args.runs):
-                raw_dest, pk_dest = Path(tmp) / f"raw{i}", Path(tmp) / f"pk{i}"
+                raw_dest, pk_dest = Path(tmp) / f"raw{regime}{i}", Path(tmp) / f"pk{regime}{i}"
                 os.sync()  # flush the previous run's writes so they are not billed to this one
                 if is_cold:
                     resident.append(evict(read_by_both))
+                time.sleep(settle)
                 t0 = time.perf_counter()
                 raw_git(mirror, base.commit, patches, raw_dest)
                 raw_times.append(time.perf_counter() - t0)
                 os.sync()
                 if is_cold:
                     resident.append(evict(read_by_both + python_files))
+                time.sleep(settle)
                 t0 = time.perf_counter()
                 with_patchkit(args.target, pk_dest)
                 pk_times.append(time.perf_counter() - t0)
                 if args.old:
-                    old_dest = Path(tmp) / f"old{i}"
+                    old_dest = Path(tmp) / f"old{regime}{i}"
                     os.sync()
                     if is_cold:
                         resident.append(evict(read_by_both + python_files))
+                    time.sleep(settle)
                     t0 = time.perf_counter()
                     with_patchkit(args.target, old_dest, args.old)
                     old_times.append(time.perf_counter() - t0)
-                    shutil.rmtree(old_dest)
-                remove_worktree(mirror, raw_dest)
-                shutil.rmtree(pk_dest)
+                    made.append(old_dest)
+                made += [raw_dest, pk_dest]
             note = (
                 f"{len(patches)} patches on {args.target} {target.pin}, {args.runs} runs each, "
                 f"alternating, {regime} page cache"
             )
+            if settle:
+                note += f", {settle:g} s settled before each"
             if resident:
                 evicted = len(read_by_both) + len(python_files)
                 most = max(resident)
                 note += f" ({evicted} files evicted before each run"
                 note += f", at most {most / 1e6:.1f} MB left resident)" if most >= 0 else ")"
             report(f"{regime}:", raw_times, pk_times, note, old_times)
+        for dest in made:
+            if dest.name.startswith("raw"):
+                remove_worktree(mirror, dest)
+            else:
+                shutil.rmtree(dest)
     return 0
 
 

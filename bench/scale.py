@@ -17,7 +17,7 @@ timed side by side with the git command doing the same work on the same warm mir
 Prints one table: medians per N, the patchkit/git ratio, and the growth factor from the
 smallest to the largest N for each side.  Goal: patchkit grows no faster than git.
 
-    .venv/bin/python bench/scale.py [--sizes 10,100,1000] [--runs 3]
+    .venv/bin/python bench/scale.py [--sizes 10,100,1000] [--runs 3] [--work DIR]
 """
 
 from __future__ import annotations
@@ -109,6 +109,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="where the trees are made (default: the temp dir). On a disk mounted with online "
+        "discard, as this machine's is, each tree removed bills its discards to the next runs; "
+        "/dev/shm has none",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     from patchkit.upstream import Mirror
@@ -117,7 +124,7 @@ def main() -> int:
     patchkit_mirror = Mirror(Workspace.load(ROOT).target("sglang")).path
     quilt = shutil.which("quilt")
     rows: dict[str, dict[int, tuple[float, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmpdir:
+    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=args.work) as tmpdir:
         tmp = Path(tmpdir)
         # git's side writes into a bare clone sharing the mirror's objects (alternates): its
         # objects and gc packs in patchkit's mirror would bill patchkit integrity re-hashes.

@@ -145,7 +145,8 @@ def patch_identity(patch: Patch) -> gitops.Identity:
     when = "0 +0000"
     if patch.date:
         parsed = parse_date(patch.date)
-        assert parsed is not None  # parse_patch refuses a Date that is not one
+        if parsed is None:  # parse_patch refuses these; a Patch made elsewhere may not
+            raise PatchFormatError(f"{patch.name}: Date header '{patch.date}' is not a date")
         offset = parsed.utcoffset()
         minutes = int(offset.total_seconds() // 60) if offset else 0
         sign = "+" if minutes >= 0 else "-"

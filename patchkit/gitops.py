@@ -1433,25 +1433,33 @@ def _loose_objects_of(repo: Path, commit: str, packs: tuple[str, ...]) -> tuple[
     return tuple(loose_objects(repo, object_ids(repo, commit, bare=True)))
 
 
-@functools.lru_cache(maxsize=32)
-def objects_since(repo: Path, tip: str, base: str) -> tuple[str, ...]:
+# (repository, tip, base) -> objects_since's lines, as last read
+_SINCE: dict[tuple[str, str, str], tuple[str, ...]] = {}
+
+
+def objects_since(repo: Path, tip: str, base: str, fresh: bool = False) -> tuple[str, ...]:
     """`rev-list --objects --parents tip --not base` of the bare `repo`, as lines: the
     commits first (each with its parents), then every tree and blob they add to the base's
-    (`<id> <path>`). Ids name their bytes, so the answer for two ids never changes: it is
-    read once per process (a missing object fails the walk, and failures are not kept)."""
-    out = run(repo, "rev-list", "--objects", "--parents", tip, "--not", base, bare=True)
-    return tuple(str(out).splitlines())
+    (`<id> <path>`); a missing object fails it (GitError). Ids name their bytes, so the list
+    for two ids never changes and is read once per process; `fresh` reads it again, for a
+    caller that needs the objects to be there now."""
+    key = (str(repo), tip, base)
+    if fresh or key not in _SINCE:
+        out = run(repo, "rev-list", "--objects", "--parents", tip, "--not", base, bare=True)
+        _SINCE[key] = tuple(str(out).splitlines())
+    return _SINCE[key]
 
 
 def chain_present(repo: Path, base: str, commits: list[str]) -> bool:
     """True when `commits` (oldest first) are a chain on `base`, each the one parent of the
-    next, and every object they bring beside the base's is in the bare `repo` (`objects_
-    since`, which fails on a missing one). Their loose files are freshened, as git does
-    when it writes an object that exists: a `git prune --expire` that runs next keeps them."""
+    next, and every object they bring beside the base's is in the bare `repo` now
+    (`objects_since`, read afresh, fails on a missing one). Their loose files are freshened,
+    as git does when it writes an object that exists: a `git prune --expire` that runs next
+    keeps them."""
     if not commits:
         return True
     try:
-        lines = objects_since(repo, commits[-1], base)
+        lines = objects_since(repo, commits[-1], base, fresh=True)
     except GitError:
         return False
     parents = [base, *commits]
