@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from patchkit.series import Patch
 
+# A stamp of a 1,000-patch build record is about 90 kB.
+MAX_STAMP_BYTES = 16 << 20
+
 
 def module_files(names: Iterable[str]) -> list[Path]:
     """The source files of `names`, found without importing the ones not imported yet."""
@@ -68,8 +71,12 @@ class Stamp:
     def payload(self) -> str | None:
         """What was recorded with this key, or None (no stamp, another key, unreadable)."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            with open(self.path, "rb") as f:
+                raw = f.read(MAX_STAMP_BYTES + 1)
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError):
+            return None
+        if len(raw) > MAX_STAMP_BYTES:  # not one patchkit wrote: a miss, not a memory hog
             return None
         key, newline, payload = text.partition("\n")
         if key != self.key or not newline:

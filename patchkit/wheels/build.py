@@ -538,7 +538,13 @@ def build_target(
         )
         try:
             report = apply_series(
-                mirror.path, base, series, tree, series_version=series_version, progress=progress
+                mirror.path,
+                base,
+                series,
+                tree,
+                series_version=series_version,
+                progress=progress,
+                verified=mirror.root / "verified",
             )
             sweeper = _sweep(work)  # after the checkout, which it would slow down
             epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
@@ -727,7 +733,13 @@ def repack_target(
         work.mkdir(parents=True)
         tree = work / "tree"
         applied = apply_series(
-            mirror.path, base, series, tree, series_version=series_version, progress=progress
+            mirror.path,
+            base,
+            series,
+            tree,
+            series_version=series_version,
+            progress=progress,
+            verified=mirror.root / "verified",
         )
         sweeper = _sweep(work)
         changes = tree_changes(tree, target.subdir, layout, zbase)
