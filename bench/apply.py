@@ -14,12 +14,20 @@ by an untimed apply under an audit hook); the bytes still resident are printed (
 Shared system libraries (libc, libz) stay resident for both.
 
     .venv/bin/python bench/apply.py [--runs 7] [--target sglang] [--regimes warm,cold] [--old DIR]
-        [--work DIR]
+        [--work DIR] [--settle SECONDS]
+
+Every checkout is removed at the end, none between runs: on a disk mounted with online discard
+(this machine's) a removed tree's discards land in the runs after it. `--settle` waits that long
+after each eviction, before the timed run.
 
 With `--work DIR` the checkouts (both sides') are made under DIR, e.g. /dev/shm, where writing
 the 2,500 files is cheap and steady: the regime where each side's fixed cost shows most.
 With `--old DIR` (a copy of an earlier patchkit: `git archive REV | tar -x -C DIR`) that
 patchkit's apply of this project's series runs third in each rotation and gets its own line.
+An earlier patchkit without the build record writes the series' objects on every run; where
+the mirror holds one of them packed, git freshens that pack, the mirror's integrity signature
+changes and the next run of either patchkit re-hashes the base (0.13 s): its line and the
+new one's are then both slower than either alone.
 """
 
 from __future__ import annotations
