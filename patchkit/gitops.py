@@ -551,7 +551,7 @@ def _copy_loose(mirror: Path, git_dir: Path, oids: list[str]) -> list[str]:
         except FileNotFoundError:
             rest.append(oid)
             continue
-        digest = hashlib.new("sha1" if len(oid) == 40 else "sha256")
+        digest = hashlib.new(_algorithm_of(oid))
         try:
             digest.update(zlib.decompress(data))
         except zlib.error:
@@ -832,7 +832,7 @@ class TreeModel:
                 mode = TREE_MODE
                 dirs.setdefault(path, {})
             dirs.setdefault(parent, {})[name] = (mode, oid)
-        return cls(dirs, "sha256" if len(oid) == 64 else "sha1")
+        return cls(dirs, _algorithm_of(oid))
 
     def change(
         self, changes: dict[str, tuple[str, str] | None]
@@ -940,7 +940,7 @@ def chain_objects(
     as commit-tree does; None when an identity is one commit-tree would rewrite."""
     if not all(_plain_identity(who) for _, _, who in commits):
         return None
-    algorithm = "sha256" if len(base) == 64 else "sha1"
+    algorithm = _algorithm_of(base)
     out, parent = [], base
     for tree, message, who in commits:
         ident = f"{who.name} <{who.email}> {who.date}"
@@ -962,7 +962,7 @@ def write_objects(
     never kept as a pack). Objects the repository has are skipped."""
     if not bodies:
         return
-    algorithm = "sha256" if len(ids[0]) == 64 else "sha1"
+    algorithm = _algorithm_of(ids[0])
     for oid, body in zip(ids, bodies, strict=True):
         if (
             hashlib.new(algorithm, b"%s %d\0" % (kind.encode(), len(body)) + body).hexdigest()
@@ -1043,26 +1043,39 @@ def read_commits(repo: Path, names: list[str], bare: bool = False) -> dict[str, 
     `commit_message`."""
     asked = [n for n in dict.fromkeys(names) if n and "\n" not in n and not n.startswith("-")]
     found: dict[str, str | None] = dict.fromkeys(names)
-    if not asked:
-        return found
-    lines = "".join(f"{name}^{{commit}}\n" for name in asked).encode()
-    out = bytes(run(repo, "cat-file", "--batch", stdin=lines, binary=True, bare=bare))
-    at = 0
-    for name in asked:
-        end = out.index(b"\n", at)
-        header = out[at:end].decode("utf-8", "replace").split(" ")
-        at = end + 1
-        if len(header) != 3 or header[1] != "commit":
-            continue  # "<name> missing" (or ambiguous): no such commit
-        oid, size = header[0], int(header[2])
-        body = out[at : at + size]
-        at += size + 1
+    objects = _read_batch(repo, [f"{name}^{{commit}}" for name in asked], bare)
+    for name, obj in zip(asked, objects, strict=True):
+        if obj is None or obj[1] != b"commit":
+            continue  # missing (or ambiguous): no such commit
+        oid, _, body = obj
         head, _, message = body.partition(b"\n\n")
         if b"\nencoding " not in b"\n" + head:  # else `show` re-encodes it: read it there
             # as `show --format=%B` prints it: the message and one newline after it
             _MESSAGES[(oid, str(repo), bare)] = message.decode("utf-8", "replace") + "\n"
         found[name] = oid
     return found
+
+
+def _read_batch(repo: Path, names: list[str], bare: bool) -> list[tuple[str, bytes, bytes] | None]:
+    """(id, type, bytes) of the object each of `names` names, or None where git has none,
+    by one `cat-file --batch`."""
+    if not names:
+        return []
+    lines = "".join(f"{name}\n" for name in names).encode()
+    data = bytes(run(repo, "cat-file", "--batch", stdin=lines, binary=True, bare=bare))
+    out: list[tuple[str, bytes, bytes] | None] = []
+    pos = 0
+    for _ in names:
+        end = data.index(b"\n", pos)
+        header = data[pos:end].split(b" ")
+        pos = end + 1
+        if len(header) != 3 or header[1] in (b"missing", b"ambiguous"):
+            out.append(None)
+            continue
+        size = int(header[2])
+        out.append((header[0].decode("ascii"), header[1], data[pos : pos + size]))
+        pos += size + 1
+    return out
 
 
 # --- work trees ---------------------------------------------------------------------------
@@ -1406,12 +1419,6 @@ def symlinks_along(repo: Path, commit: str, paths: list[str], bare: bool = False
     return links
 
 
-def loose_objects(repo: Path, oids: list[str]) -> list[str]:
-    """Those of `oids` that are loose objects of the bare `repo` (one `stat` each)."""
-    root = os.fspath(repo / "objects")
-    return [oid for oid in oids if os.path.exists(f"{root}/{oid[:2]}/{oid[2:]}")]
-
-
 def loose_objects_of(repo: Path, commit: str) -> tuple[str, ...]:
     """`commit`'s objects (itself, its trees and blobs) that are loose in the bare `repo`.
 
@@ -1430,7 +1437,9 @@ def loose_objects_of(repo: Path, commit: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=32)
 def _loose_objects_of(repo: Path, commit: str, packs: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(loose_objects(repo, object_ids(repo, commit, bare=True)))
+    root = os.fspath(repo / "objects")  # one `stat` per object
+    ids = object_ids(repo, commit, bare=True)
+    return tuple(oid for oid in ids if os.path.exists(f"{root}/{oid[:2]}/{oid[2:]}"))
 
 
 # (repository, tip, base) -> objects_since's lines, as last read
@@ -1492,33 +1501,21 @@ def corrupt_objects(repo: Path, commit: str, bare: bool = False) -> list[str]:
     """Objects of `commit` and its tree whose bytes no longer hash to their id (a damaged or
     tampered mirror); git itself does not re-hash objects when it reads them."""
     ids = object_ids(repo, commit, bare=bare)
-    data = bytes(
-        run(
-            repo,
-            "cat-file",
-            "--batch",
-            stdin=("\n".join(ids) + "\n").encode(),
-            binary=True,
-            bare=bare,
-        )
-    )
     algorithm = _hash_name(repo, bare)
     bad = []
-    pos = 0
-    for oid in ids:
-        end = data.index(b"\n", pos)
-        header = data[pos:end].split()
-        if len(header) != 3 or header[1] == b"missing":
+    for oid, obj in zip(ids, _read_batch(repo, ids, bare), strict=True):
+        if obj is None:
             bad.append(oid)
-            pos = end + 1
             continue
-        kind, size = header[1], int(header[2])
-        body = data[end + 1 : end + 1 + size]
-        pos = end + 1 + size + 1
-        digest = hashlib.new(algorithm, kind + b" %d\0" % size + body).hexdigest()
-        if digest != oid:
+        _, kind, body = obj
+        if hashlib.new(algorithm, kind + b" %d\0" % len(body) + body).hexdigest() != oid:
             bad.append(oid)
     return bad
+
+
+def _algorithm_of(oid: str) -> str:
+    """The hash an object id of this length is made with."""
+    return "sha256" if len(oid) == 64 else "sha1"
 
 
 def _hash_name(repo: Path, bare: bool) -> str:

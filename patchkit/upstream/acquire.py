@@ -244,12 +244,14 @@ def _chain(
         base = _from_sdist(mirror, target, release, attempts, progress)
     elif base is None and release is not None and release.wheels:
         base = _from_wheel(mirror, target, release, attempts, progress)
-    elif base is None and release is None and _index_version(target, ref):
-        base = _from_index_unpinned(
-            mirror, target, _index_version(target, ref) or ref, attempts, progress
-        )
     elif base is None:
-        attempts.append(Attempt("index", "no pinned release with an sdist or wheel for this ref"))
+        version = _index_version(target, ref) if release is None else None
+        if version:
+            base = _from_index_unpinned(mirror, target, version, attempts, progress)
+        else:
+            attempts.append(
+                Attempt("index", "no pinned release with an sdist or wheel for this ref")
+            )
     return base
 
 

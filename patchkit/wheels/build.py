@@ -31,7 +31,7 @@ from packaging.version import Version
 
 import build as pypa_build
 from patchkit import __version__, gitops
-from patchkit.apply import apply_series
+from patchkit.apply import ApplyReport, apply_series
 from patchkit.errors import BuildError, ConfigError, Interrupted, PinError, UsageError
 from patchkit.lines import line_series, pick_line
 from patchkit.locks import locked
@@ -459,6 +459,21 @@ def _move_aside(work: Path) -> None:
         os.replace(work, work.with_name(f".trash-{work.name}-{os.getpid()}-{time.monotonic_ns()}"))
 
 
+def _apply_into(
+    tree: Path, mirror: Mirror, base: Base, series: Series, series_version: str, progress: Progress
+) -> ApplyReport:
+    """The series applied into `tree`, a new directory (apply's build record in the cache)."""
+    return apply_series(
+        mirror.path,
+        base,
+        series,
+        tree,
+        series_version=series_version,
+        progress=progress,
+        verified=mirror.root / "verified",
+    )
+
+
 def _sweep(work: Path) -> threading.Thread:
     """Delete earlier builds moved aside (and `.trash-*` an interrupted build left) in the
     background: deleting a few thousand files can take seconds."""
@@ -537,15 +552,7 @@ def build_target(
             else None
         )
         try:
-            report = apply_series(
-                mirror.path,
-                base,
-                series,
-                tree,
-                series_version=series_version,
-                progress=progress,
-                verified=mirror.root / "verified",
-            )
+            report = _apply_into(tree, mirror, base, series, series_version, progress)
             sweeper = _sweep(work)  # after the checkout, which it would slow down
             epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
             _check_submodules(tree, target, base)
@@ -732,15 +739,7 @@ def repack_target(
         _move_aside(work)
         work.mkdir(parents=True)
         tree = work / "tree"
-        applied = apply_series(
-            mirror.path,
-            base,
-            series,
-            tree,
-            series_version=series_version,
-            progress=progress,
-            verified=mirror.root / "verified",
-        )
+        applied = _apply_into(tree, mirror, base, series, series_version, progress)
         sweeper = _sweep(work)
         changes = tree_changes(tree, target.subdir, layout, zbase)
         epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
