@@ -105,7 +105,6 @@ def test_a_crafted_record_is_never_followed(run):
     base = sha_of(mirror, BASE_REF)
     real = json.loads(record_of(run.cache).read_text().split("\n", 1)[1])["built"]
     n = len(real)
-    other = sha_of(mirror, "refs/patchkit/sdist/0.5.10")
     base_tree = git(mirror, "rev-parse", f"{base}^{{tree}}").strip()
     # a chain whose ids match the patches' messages and identities over the base's tree:
     # consistent, but its commits were never written
@@ -118,7 +117,7 @@ def test_a_crafted_record_is_never_followed(run):
     forged = gitops.chain_objects(base, _commit_specs(series.patches, [base_tree] * n))
     assert forged is not None
     payloads = [
-        json.dumps({"built": [[t, other] for t, _ in real]}),  # another existing commit
+        json.dumps({"built": [[t, base] for t, _ in real]}),  # another existing commit
         json.dumps({"built": [[real[0][0], c] for _, c in real]}),  # trees swapped
         json.dumps({"built": [[base_tree, oid] for oid, _ in forged]}),  # never written
         json.dumps({"built": real[:-1]}),  # one short
