@@ -14,6 +14,7 @@ funnel; newer verbs take a `Repo`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import functools
@@ -338,6 +339,9 @@ class Repo:
         except BaseException:
             _stop(proc)
             raise
+        finally:
+            if self.bare:
+                _empty_scratch_cwd()
         if check and proc.returncode != 0:
             _raise_for(list(args), proc.returncode, err)
         return out if binary else out.decode("utf-8", "replace")
@@ -358,6 +362,9 @@ class Repo:
             except BaseException:
                 _stop(proc)
                 raise
+            finally:
+                if self.bare:
+                    _empty_scratch_cwd()
             if proc.returncode != 0:
                 err.seek(0)
                 _raise_for(list(args), proc.returncode, err.read())
@@ -366,7 +373,7 @@ class Repo:
         """The one place a git process is started (the sealed environment, the held locks)."""
         return subprocess.Popen(
             self.command(*args),
-            cwd=None if self.bare else str(self.path),
+            cwd=_scratch_cwd() if self.bare else str(self.path),
             env=self.env(env),
             pass_fds=held_lock_fds(),
             **streams,
@@ -384,6 +391,42 @@ class Repo:
         if self.bare:
             return self.path
         return Path(str(self.run("rev-parse", "--absolute-git-dir")).strip())
+
+
+_SCRATCH: dict[int, str] = {}  # pid -> this process's working directory for bare git calls
+
+
+def _scratch_cwd() -> str:
+    """The working directory of every git call on a bare repository: an empty folder of this
+    process's own, never the caller's.  git takes the working directory for a work tree even
+    with `--git-dir` on a bare repository: `apply --cached --3way` of a patch creating a file
+    the index already has writes that file there (git 2.39), into wherever patchkit was run."""
+    pid = os.getpid()
+    path = _SCRATCH.get(pid)
+    if path is None or not os.path.isdir(path):
+        path = tempfile.mkdtemp(prefix=f"patchkit-git-{pid}-")
+        _SCRATCH[pid] = path
+        atexit.register(_remove_scratch_cwd, pid)
+    return path
+
+
+def _empty_scratch_cwd() -> None:
+    """Remove whatever a bare git call left in the scratch working directory."""
+    path = _SCRATCH.get(os.getpid())
+    if path is None:
+        return
+    with contextlib.suppress(OSError), os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def _remove_scratch_cwd(pid: int) -> None:
+    if os.getpid() == pid and pid in _SCRATCH:
+        shutil.rmtree(_SCRATCH.pop(pid), ignore_errors=True)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -59,7 +59,14 @@ IMPORTS = ("sdist", "wheel")  # bases imported from the index: no upstream git h
 # The new-base finding lives in patchkit.upstream, targets.toml edits in patchkit.pins.
 __all__ = ["NewPin", "render_targets", "resolve_new_base"]
 
-LABELS = ("clean", "offset", "merged", "conflict", "upstreamed", "resolved")
+LABELS = ("clean", "offset", "merged", "conflict", "upstreamed", "resolved", "dropped")
+# Leave the series when --write records the rebase: upstreamed (the new base has the change)
+# and dropped (left out by hand while resolving: no upstream evidence, so no Applied-Upstream).
+REMOVED_LABELS = ("upstreamed", "dropped")
+DROPPED_NOTE = (
+    "left out while resolving (git rebase --skip, or resolved to no change); no upstream "
+    "evidence: --write removes it from the series without an Applied-Upstream trailer"
+)
 STRONG_SIGNALS = ("patch-id", "reverse-apply", "empty-after-3way")
 WEAK_SIGNALS = ("reverse-apply-reduced-context", "added-lines-present")
 # Fires for a patch that adds definitions, all of which the new base now defines (and the old
@@ -823,22 +830,25 @@ def continue_rebase(
         new_line=state.get("new_line"),
     )
     by_label = {o["name"]: o for o in state["outcomes"]}
+    base, head = new_base.commit, gitops.head(dest)
+    exported = {p.name: p for p in export_commits(dest, base, head)}
     if gitops.rebase_in_progress(dest):
         stopped = gitops.rebase_stopped_at(dest)
         name = gitops.trailers_of(dest, stopped).get(PATCH_FILE_TRAILER) if stopped else None
         for entry in state["outcomes"]:
-            outcome = PatchOutcome(entry["name"], entry["label"], note=entry["note"])
+            outcome = _stored_outcome(entry)
             if entry["name"] == name:
                 outcome.label = "conflict"
                 outcome.conflicts = gitops.conflicted_files(dest)
+            elif entry["label"] == "conflict" and entry["name"] in exported:
+                outcome.label = "resolved"  # replayed since: resolved at an earlier stop
+                outcome.note = f"resolved by hand in {dest}"
             report.outcomes.append(outcome)
         report.next_steps = conflict_steps(dest, target.name, False)
         return report, bool(state["write"])
-    base, head = new_base.commit, gitops.head(dest)
-    exported = {p.name: p for p in export_commits(dest, base, head)}
     for name in series.names:
-        entry = by_label.get(name, {"label": "clean", "note": ""})
-        outcome = PatchOutcome(name, entry["label"], note=entry["note"])
+        entry = by_label.get(name, {"name": name, "label": "clean", "note": ""})
+        outcome = _stored_outcome(entry)
         patch = series.by_name(name)
         if name in exported:
             outcome.refreshed = exported[name].raw
@@ -850,17 +860,25 @@ def continue_rebase(
             elif outcome.label == "upstreamed":
                 outcome.label = "merged"
                 outcome.note = "kept by git rebase after the resolution"
-        else:
-            if outcome.label != "upstreamed":
-                outcome.note = "empty after the resolved rebase (git dropped it)"
-            outcome.label = "upstreamed"
-            outcome.signals = [
-                Signal("empty-after-3way", True, outcome.note or "dropped as empty by git rebase")
-            ]
+                outcome.signals = []
+        elif outcome.label != "upstreamed":  # upstreamed keeps its preview's evidence
+            outcome.label = "dropped"
+            outcome.note = DROPPED_NOTE
+            outcome.signals = []
         outcome.provisional = False
         report.outcomes.append(outcome)
     report.tip = head
     return report, bool(state["write"])
+
+
+def _stored_outcome(entry: dict) -> PatchOutcome:
+    """A patch's outcome as the preview stored it in the conflict tree's state file."""
+    return PatchOutcome(
+        entry["name"],
+        entry["label"],
+        signals=[Signal(s["name"], s["fired"], s["detail"]) for s in entry.get("signals", ())],
+        note=entry["note"],
+    )
 
 
 def abort_rebase(dest: Path) -> bool:
@@ -905,13 +923,13 @@ def _write_rebase(
     if (
         new_line is None
         and report.pin is None
-        and not any(o.changed or o.label == "upstreamed" for o in report.outcomes)
+        and not any(o.changed or o.label in REMOVED_LABELS for o in report.outcomes)
     ):
         return  # already on this ref and every patch exports unchanged: nothing to record
     kept = [
         ExportedPatch(o.name, o.refreshed)
         for o in report.outcomes
-        if o.label != "upstreamed" and o.refreshed is not None
+        if o.label not in REMOVED_LABELS and o.refreshed is not None
     ]
     if new_line is None and report.pin is not None and line is not None:
         whole = load_targets(targets_file).get(report.target)
@@ -967,7 +985,7 @@ def commit_message(report: RebaseReport) -> str:
         f"Rebase the {report.target} series onto {new} (series {report.next_series_version})",
         "",
     ]
-    refreshed = [o for o in report.outcomes if o.label != "upstreamed" and o.changed]
+    refreshed = [o for o in report.outcomes if o.label not in REMOVED_LABELS and o.changed]
     if refreshed:
         lines.append("Refreshed: " + ", ".join(f"{o.name} ({o.label})" for o in refreshed) + ".")
     dropped = [o for o in report.outcomes if o.label == "upstreamed"]
@@ -976,6 +994,12 @@ def commit_message(report: RebaseReport) -> str:
             f"Dropped {o.name}: applied upstream (signals: "
             f"{', '.join(o.fired) or 'dropped as empty'})."
         )
+    for o in report.outcomes:
+        if o.label == "dropped":
+            lines.append(
+                f"Dropped {o.name} while resolving the rebase; upstream was not seen to have "
+                "it: <say why it is no longer needed>."
+            )
     if report.pin and report.pin.new:
         lines.append(f"Pinned {report.target} {report.pin.version}: {report.pin.trust}.")
     trailers = [f"Applied-Upstream: {report.target} {new} ({o.name})" for o in dropped]

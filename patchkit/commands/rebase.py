@@ -29,6 +29,7 @@ MARK = {
     "conflict": "CONFLICT",
     "upstreamed": "upstreamed",
     "resolved": "resolved",
+    "dropped": "dropped",
 }
 
 
@@ -213,7 +214,7 @@ def render_rebase(report: RebaseReport) -> str:
     width = max((len(o.name) for o in report.outcomes), default=0)
     for o in report.outcomes:
         extra = []
-        if o.changed and o.label != "upstreamed":
+        if o.changed and o.label not in ("upstreamed", "dropped"):
             extra.append("refreshed")
         if o.conflicts:
             extra.append("conflicts in " + ", ".join(o.conflicts))
@@ -236,8 +237,8 @@ def render_rebase(report: RebaseReport) -> str:
         "  summary: "
         + ", ".join(
             f"{counts.get(k, 0)} {k}"
-            for k in ("clean", "offset", "merged", "conflict", "upstreamed")
-            if counts.get(k, 0) or k != "resolved"
+            for k in ("clean", "offset", "merged", "conflict", "upstreamed", "resolved", "dropped")
+            if counts.get(k, 0) or k not in ("resolved", "dropped")
         )
     )
     if report.written:

@@ -297,3 +297,35 @@ def test_ls_remote_outside_any_repository_reads_no_config(tmp_path, monkeypatch)
     assert "HEAD" in gitops.list_remote(str(repo))
     assert not marker.exists()
     assert os.environ.get("GIT_DIR") is None
+
+
+def test_a_call_on_a_bare_mirror_writes_nothing_where_patchkit_runs(tmp_path, monkeypatch):
+    """git takes the working directory for a work tree even with --git-dir on a bare mirror:
+    `apply --cached --3way` of a patch creating a file the index already has writes that file
+    there (git 2.39).  Bare calls run in a scratch folder of patchkit's own, emptied after
+    each call, so the user's folder is untouched."""
+    from patchkit import gitops
+
+    work = tmp_path / "work"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    (work / "kept.txt").write_text("base\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "base")
+    (work / "new_module.py").write_text("added = True\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "add a module")
+    patch = tmp_path / "add.patch"
+    patch.write_text(git(work, "format-patch", "-1", "--full-index", "--stdout"))
+    mirror = tmp_path / "mirror.git"
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(mirror))
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine\n")
+    before = snapshot(user)
+    monkeypatch.chdir(user)
+    env = {"GIT_INDEX_FILE": str(tmp_path / "scratch.index")}
+    gitops.run(mirror, "read-tree", "HEAD", env=env, bare=True)
+    assert gitops.apply_three_way(mirror, env, patch, bare=True)[0] == "applied"
+    assert snapshot(user) == before
+    assert os.listdir(gitops._scratch_cwd()) == []

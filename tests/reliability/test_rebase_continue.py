@@ -1,0 +1,112 @@
+"""What `rebase --continue` reports about each patch: a conflict resolved at an earlier stop is
+`resolved` while the rebase stops again, a patch left out by hand is `dropped` (not claimed
+upstream, no `Applied-Upstream:` trailer), and an upstreamed patch keeps its preview's
+evidence."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from helpers import result_of
+from reliability_support import cli, git, make_toy
+
+FILE_A = "pkg/mod00/file00.py"  # line 5: the first patch's edit
+FILE_B = "pkg/mod01/file03.py"  # line 10: the second patch's edit
+
+
+def release_v1_1(toy, lines: dict[str, str], files: dict[str, str] | None = None) -> None:
+    """Tag v1.1 on the toy upstream: `lines` rewrites the line each patch edits, `files` adds
+    files as they are."""
+    work = toy.root / "upstream-work"
+    git(work, "checkout", "-q", "main")
+    index = {FILE_A: 5, FILE_B: 10}
+    for path, text in lines.items():
+        p = work / path
+        rows = p.read_text().splitlines()
+        rows[index[path]] = text
+        p.write_text("\n".join(rows) + "\n")
+    for path, text in (files or {}).items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "v1.1")
+    git(work, "tag", "v1.1")
+    git(work, "push", "-q", str(toy.upstream), "main", "v1.1")
+
+
+def take_the_patch_side(tree: Path) -> list[str]:
+    """Resolve every conflicted file with the replayed patch's version; the files resolved."""
+    files = git(tree, "diff", "--name-only", "--diff-filter=U").split()
+    for f in files:
+        git(tree, "checkout", "--theirs", "--", f)
+        git(tree, "add", "--", f)
+    return files
+
+
+def labels(stdout: str) -> dict[str, dict]:
+    return {p["name"]: p for p in result_of(stdout)["patches"]}
+
+
+def series_of(toy) -> list[str]:
+    text = (toy.project / "patches" / "toy" / "series").read_text()
+    return [ln for ln in text.split() if ln.endswith(".patch")]
+
+
+def test_a_conflict_resolved_at_an_earlier_stop_is_resolved_at_the_next(tmp_path):
+    toy = make_toy(tmp_path / "toy")
+    first, second = series_of(toy)[:2]
+    release_v1_1(toy, {FILE_A: "upstream rewrote A", FILE_B: "upstream rewrote B"})
+    r = cli("rebase", "--target", "toy@v1.1", "--conflict-tree", "--json", env=toy.env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert labels(r.stdout)[first]["label"] == "conflict"
+    tree = toy.project / "work" / "rebase" / "toy"
+    assert take_the_patch_side(tree) == [FILE_A]
+
+    r = cli("rebase", "--target", "toy", "--continue", env=toy.env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"  resolved  {first}" in r.stdout, r.stdout
+    assert f"  CONFLICT  {second}  (conflicts in {FILE_B})" in r.stdout, r.stdout
+    assert "1 resolved" in r.stdout and "1 conflict" in r.stdout
+
+    assert take_the_patch_side(tree) == [FILE_B]
+    r = cli("rebase", "--target", "toy", "--continue", "--write", "--json", env=toy.env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    by = labels(r.stdout)
+    assert by[first]["label"] == by[second]["label"] == "resolved"
+    assert series_of(toy)[:2] == [first, second]
+    assert "patched line A" in (toy.project / "patches" / "toy" / first).read_text()
+
+
+def test_a_patch_left_out_by_hand_is_dropped_and_an_upstreamed_one_keeps_its_evidence(
+    tmp_path,
+):
+    toy = make_toy(tmp_path / "toy")
+    names = series_of(toy)
+    first, third = names[0], names[2]  # the third patch adds pkg/mod03/new_module.py
+    release_v1_1(toy, {FILE_A: "upstream rewrote A"}, {"pkg/mod03/new_module.py": "added = True\n"})
+    here = tmp_path / "where-the-user-is"  # the 3-way check of the third patch wrote its file
+    here.mkdir()  # into the working directory (tests/reliability/test_sealed_git.py)
+    r = cli("rebase", "--target", "toy@v1.1", "--conflict-tree", "--json", env=toy.env, cwd=here)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert list(here.iterdir()) == []
+    preview = labels(r.stdout)
+    assert preview[first]["label"] == "conflict"
+    assert preview[third]["label"] == "upstreamed"
+    tree = toy.project / "work" / "rebase" / "toy"
+    subprocess.run(["git", "rebase", "--skip"], cwd=tree, check=True, capture_output=True)
+
+    r = cli("rebase", "--target", "toy", "--continue", "--write", "--json", env=toy.env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = result_of(r.stdout)
+    by = labels(r.stdout)
+    assert by[first]["label"] == "dropped" and by[first]["signals"] == []
+    assert "no upstream evidence" in by[first]["note"]
+    assert by[third]["label"] == "upstreamed"
+    assert by[third]["signals"] == preview[third]["signals"]
+    assert result["counts"]["dropped"] == 1
+    trailers = [ln for ln in result["commit_message"].splitlines() if "Applied-Upstream" in ln]
+    assert trailers and all(third in ln for ln in trailers), trailers
+    assert f"Dropped {first} while resolving the rebase" in result["commit_message"]
+    assert series_of(toy) == [n for n in names if n not in (first, third)]
+    assert not (toy.project / "patches" / "toy" / first).exists()
