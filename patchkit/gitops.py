@@ -219,6 +219,16 @@ def check_source(source: str) -> str:
     return source
 
 
+def _source_argument(source: str) -> str:
+    """`source` checked, a local path made absolute: git runs in patchkit's scratch folder
+    when it fetches into a bare mirror, not where the path was given."""
+    source = check_source(source)
+    head = source.split(":", 1)[0]
+    if "://" in source or (":" in source and "/" not in head):  # a URL, or scp-like host:path
+        return source
+    return os.path.abspath(os.path.expanduser(source))
+
+
 _FILTER_RE = re.compile(rb'^\s*\[\s*filter\s+"((?:[^"\\\n]|\\.)*)"\s*\]', re.M | re.I)
 
 
@@ -291,7 +301,8 @@ class Repo:
     goes through."""
 
     def __init__(self, path: Path | str, bare: bool = False) -> None:
-        self.path = Path(path)
+        # absolute: a bare repository's git runs in patchkit's scratch folder (_scratch_cwd)
+        self.path = Path(os.path.abspath(path)) if bare else Path(path)
         self.bare = bare
 
     def __repr__(self) -> str:
@@ -662,12 +673,12 @@ def fetch(
     args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
     if depth:
         args.append(f"--depth={depth}")
-    run(repo, *args, "--", check_source(source), *refspecs, bare=bare)
+    run(repo, *args, "--", _source_argument(source), *refspecs, bare=bare)
 
 
 def list_remote(source: str) -> dict[str, str]:
     """ref name -> sha of a remote (tags peeled)."""
-    out = Repo(_NOWHERE, bare=True).run("ls-remote", "--", check_source(source))
+    out = Repo(_NOWHERE, bare=True).run("ls-remote", "--", _source_argument(source))
     refs = {}
     for line in str(out).splitlines():
         sha, _, name = line.partition("\t")
@@ -1625,7 +1636,7 @@ def remote_tag(source: str, tag: str) -> str | None:
             "ls-remote",
             "--tags",
             "--",
-            check_source(source),
+            _source_argument(source),
             f"refs/tags/{tag}",
             f"refs/tags/{tag}^{{}}",
         )

@@ -329,3 +329,19 @@ def test_a_call_on_a_bare_mirror_writes_nothing_where_patchkit_runs(tmp_path, mo
     assert gitops.apply_three_way(mirror, env, patch, bare=True)[0] == "applied"
     assert snapshot(user) == before
     assert os.listdir(gitops._scratch_cwd()) == []
+
+
+def test_relative_upstream_and_cache_paths_mean_where_patchkit_was_run(toy):
+    """Bare calls run in patchkit's scratch folder, so a relative `--upstream`, `--into` and
+    `PATCHKIT_CACHE` must still be read from the folder the user ran patchkit in."""
+    targets = toy.project / "patches" / "targets.toml"
+    targets.write_text(
+        targets.read_text().replace(f'git = "{toy.upstream}"', 'git = "/nonexistent/toy.git"')
+    )
+    upstream = os.path.relpath(toy.upstream, toy.root)
+    env = {**toy.env, "PATCHKIT_CACHE": "relative-cache"}
+    done = cli(
+        "apply", "--target", "toy", "--into", "wt", "--upstream", upstream, env=env, cwd=toy.root
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (toy.root / "wt" / "pkg").is_dir() and (toy.root / "relative-cache").is_dir()
