@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import tempfile
@@ -31,6 +32,7 @@ from patchkit.errors import (
     PatchFormatError,
     UsageError,
 )
+from patchkit.files import leftovers, replace_file
 from patchkit.locks import locked
 from patchkit.series import (
     PATCH_FILE_TRAILER,
@@ -701,7 +703,8 @@ def _refuse_unsafe_checkout(into: Path) -> None:
         raise DirtyTreeError(
             f"{into} has a detached HEAD at {head[:12]}, which no branch or tag contains; "
             "checking out the result would orphan its commits; nothing was touched",
-            hint=f"keep them on a branch (`git -C {into} branch NAME {head[:12]}`), then run again",
+            hint=f"keep them on a branch (`git -C {shlex.quote(str(into))} branch NAME "
+            f"{head[:12]}`), then run again",
         )
 
 
@@ -813,13 +816,7 @@ def _sweep_scratch(into: Path) -> None:
 
 
 def _write_journal(into: Path, journal: dict) -> None:
-    path = _journal_path(into)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(journal, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    replace_file(_journal_path(into), json.dumps(journal).encode("utf-8"), durable=True)
 
 
 def _git_dir_identity(into: Path) -> list[int] | None:
@@ -845,7 +842,8 @@ def _recover_interrupted(into: Path) -> str | None:
     naming what changed, and keeps the journal. Returns a line saying what it did, if any.
     """
     path = _journal_path(into)
-    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+    for stale in leftovers(path):  # a journal write that was killed
+        stale.unlink(missing_ok=True)
     if not path.exists():
         return None
     try:
@@ -887,7 +885,8 @@ def _recover(into: Path, journal: dict) -> tuple[str, str]:
         raise ApplyError(
             f"an interrupted apply left {into} part-way to {journal['result'][:12]}, and it "
             f"changed since ({shown}); patchkit will not guess, nothing was touched",
-            hint=f"to undo the interrupted apply by hand: `git -C {into} checkout --force "
+            hint="to undo the interrupted apply by hand: "
+            f"`git -C {shlex.quote(str(into))} checkout --force "
             f"{journal.get('head', '')[:12]}`; when the checkout is as you want it, remove "
             f"{_journal_path(into)} and run again",
         )

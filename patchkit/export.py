@@ -8,15 +8,14 @@ The bytes are those of `git format-patch --keep-subject --no-stat --no-signature
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import gitops
 from patchkit.apply import BASE_REF
 from patchkit.errors import Interrupted, UsageError
+from patchkit.files import TMP_MARK, replace_file
 from patchkit.locks import locked
 from patchkit.project import cache_root
 from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, read_series_file
@@ -159,9 +158,6 @@ def worktree_range(worktree: Path, target: str) -> tuple[str, str]:
     return base, head
 
 
-TMP_MARK = ".patchkit-tmp-"  # in the names of export's temporary files, and only theirs
-
-
 def write_series(
     directory: Path, target: str, patches: list[ExportedPatch], *, dry_run: bool = False
 ) -> ExportReport:
@@ -230,7 +226,7 @@ def _write_all(directory: Path, writes: list[tuple[Path, bytes]], stale: list[Pa
     try:
         for path, data in writes:
             before = path.read_bytes() if path.is_file() else None
-            _atomic_write(path, data)
+            replace_file(path, data)
             undo.append((path, before))
         for path in stale:
             before = path.read_bytes()
@@ -241,7 +237,7 @@ def _write_all(directory: Path, writes: list[tuple[Path, bytes]], stale: list[Pa
             if before is None:
                 path.unlink(missing_ok=True)
             else:
-                _atomic_write(path, before)
+                replace_file(path, before)
         raise Interrupted(
             f"export was stopped after {len(undo)} of {len(writes) + len(stale)} file "
             f"changes in {directory}; they were put back, nothing was left half-done"
@@ -267,21 +263,6 @@ def render_series(series_path: Path, names: list[str]) -> str:
             break
         header.append(line)
     return "\n".join([*header, *names]) + "\n"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; patch files are ordinary files
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def export_worktree(

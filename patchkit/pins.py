@@ -15,6 +15,7 @@ import tomlkit
 import tomlkit.items
 
 from patchkit.errors import UsageError
+from patchkit.files import leftovers, replace_file
 from patchkit.targets import load_targets
 
 if TYPE_CHECKING:
@@ -105,11 +106,7 @@ def _release_table(pin: NewPin) -> tomlkit.items.Table:
 
 
 def write_targets(targets_file: Path, text: str) -> None:
-    """Replace targets.toml atomically (write beside it, then rename; one fixed scratch name,
-    as the caller holds the project lock)."""
-    tmp = targets_file.with_name(f".{targets_file.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(targets_file)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Replace targets.toml atomically (under the project lock, which the caller holds)."""
+    for stale in leftovers(targets_file):  # a killed writer's
+        stale.unlink(missing_ok=True)
+    replace_file(targets_file, text.encode("utf-8"))

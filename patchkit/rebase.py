@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -728,14 +729,17 @@ def _replayed_series(report: RebaseReport, mirror: Path, series: Series):
 
 
 def conflict_steps(dest: Path, target: str, finished: bool) -> list[str]:
+    """The shell commands that finish a stopped rebase; every path from data is quoted (a
+    folder or an upstream file name may hold spaces, `;` or `$(...)`)."""
     if finished:
         return [f"patchkit rebase --target {target} --continue"]
     files = gitops.conflicted_files(dest)
+    quoted = " ".join(shlex.quote(f) for f in files)
     return [
-        f"cd {dest}",
-        "git status --short        # conflicted: " + (", ".join(files) or "see git status"),
-        "$EDITOR " + (" ".join(files) or "<files>") + "   # resolve the <<<<<<< markers",
-        "git add " + (" ".join(files) or "<files>"),
+        f"cd {shlex.quote(str(dest))}",
+        "git status --short        # conflicted: see git status",
+        f"$EDITOR {quoted or '<files>'}   # resolve the <<<<<<< markers",
+        f"git add -- {quoted or '<files>'}",
         f"cd - && patchkit rebase --target {target} --continue [--write]",
         f"# or give up: patchkit rebase --target {target} --abort",
     ]

@@ -124,6 +124,21 @@ def test_html_is_self_contained(tmp_path, cache):
     assert 'class="ln" data-ln="' in html and 'class="tok-kw"' in html
 
 
+def test_html_never_writes_through_a_link_beside_the_page(tmp_path, cache):
+    """The page is written to a new file of a random name and renamed into place: a link
+    planted at a predictable scratch name (`.review.html.tmp`) leads nowhere."""
+    out = tmp_path / "dist"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (out / ".review.html.tmp").symlink_to(victim)
+    r = patchkit("review", "--html", str(out / "review.html"))
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text() == "mine\n"
+    assert not (out / "review.html").is_symlink() and "<html" in (out / "review.html").read_text()
+    assert sorted(p.name for p in out.iterdir()) == [".review.html.tmp", "review.html"]
+
+
 def test_diff_table_numbers_lines_and_highlights():
     from patchkit.review.render.diffview import diff_table
 

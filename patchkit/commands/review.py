@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from patchkit.errors import UsageError
+from patchkit.files import replace_file
 from patchkit.review import build_review
 from patchkit.review.render import html, terminal
 from patchkit.targets import parse_target_spec
@@ -56,10 +57,7 @@ def command(targets, line, against, since, html_file, no_diff, as_json, verbose)
         ws, targets=names, against=refs, since=since, progress=out.progress, line=line
     )
     if html_file is not None:
-        html_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = html_file.with_name(f".{html_file.name}.tmp")
-        tmp.write_text(html.render(review), encoding="utf-8")
-        tmp.replace(html_file)
+        replace_file(html_file, html.render(review).encode("utf-8"))
     if as_json:
         out.document(review.to_json())
     elif html_file is not None:

@@ -239,6 +239,29 @@ def make_toy(root: Path, seed: int = 0) -> Toy:
     return Toy(root, upstream, project, root / "cache", sentinel, base, patches)
 
 
+def tag_release(
+    toy: Toy,
+    tag: str,
+    lines: dict[str, tuple[int, str]] | None = None,
+    files: dict[str, str] | None = None,
+) -> None:
+    """Tag `tag` on the toy upstream's main branch: `lines` rewrites line N of a file,
+    `files` writes whole files."""
+    work = toy.root / "upstream-work"
+    git(work, "checkout", "-q", "main")
+    for path, (index, text) in (lines or {}).items():
+        rows = (work / path).read_text().splitlines()
+        rows[index] = text
+        (work / path).write_text("\n".join(rows) + "\n")
+    for path, text in (files or {}).items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", tag)
+    git(work, "tag", tag)
+    git(work, "push", "-q", str(toy.upstream), "main", tag)
+
+
 # --- sdists ----------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import stat
 
-from reliability_support import checkout_problems, cli, make_toy, rev
+from reliability_support import checkout_problems, cli, make_toy, rev, tag_release
 
 
 def test_scratch_of_a_name_with_glob_characters_is_swept_and_no_other(tmp_path):
@@ -106,3 +106,29 @@ def test_a_rewritten_loose_object_of_the_series_is_refused(tmp_path):
     into = tmp_path / "wt-healed"
     assert cli("apply", "--target", "toy", "--into", str(into), env=toy.env).returncode == 0
     assert rev(into, "HEAD") == head and not checkout_problems(into, {head})
+
+
+def test_no_write_goes_through_a_link_at_a_scratch_name(tmp_path):
+    """The journal beside a checkout and targets.toml are written to new files of random
+    names and renamed into place: links planted at the names they used to be written to
+    (`.<checkout>.patchkit.journal.tmp`, `patches/.targets.toml.tmp`) lead nowhere."""
+    toy = make_toy(tmp_path / "toy")
+    into = tmp_path / "wt"
+    assert cli("apply", "--target", "toy", "--into", str(into), env=toy.env).returncode == 0
+    tag_release(toy, "v1.1", files={"pkg/extra.py": "extra = 1\n"})
+    victims = {}
+    for link in (tmp_path / ".wt.patchkit.journal.tmp", toy.project / "patches/.targets.toml.tmp"):
+        victims[link] = tmp_path / f"victim-{len(victims)}"
+        victims[link].write_text("mine\n")
+        link.symlink_to(victims[link])
+    done = cli(
+        "apply", "--target", "toy@v1.1", "--allow-unpinned", "--into", str(into), env=toy.env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (into / "pkg" / "extra.py").is_file()
+    done = cli("rebase", "--target", "toy@v1.1", "--write", env=toy.env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "v1.1" in (toy.project / "patches" / "targets.toml").read_text()
+    for link, victim in victims.items():
+        assert victim.read_text() == "mine\n", link
+        assert link.is_symlink()

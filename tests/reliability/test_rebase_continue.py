@@ -9,30 +9,11 @@ import subprocess
 from pathlib import Path
 
 from helpers import result_of
-from reliability_support import cli, git, make_toy
+from reliability_support import cli, git, make_toy, tag_release
 
 FILE_A = "pkg/mod00/file00.py"  # line 5: the first patch's edit
 FILE_B = "pkg/mod01/file03.py"  # line 10: the second patch's edit
-
-
-def release_v1_1(toy, lines: dict[str, str], files: dict[str, str] | None = None) -> None:
-    """Tag v1.1 on the toy upstream: `lines` rewrites the line each patch edits, `files` adds
-    files as they are."""
-    work = toy.root / "upstream-work"
-    git(work, "checkout", "-q", "main")
-    index = {FILE_A: 5, FILE_B: 10}
-    for path, text in lines.items():
-        p = work / path
-        rows = p.read_text().splitlines()
-        rows[index[path]] = text
-        p.write_text("\n".join(rows) + "\n")
-    for path, text in (files or {}).items():
-        (work / path).parent.mkdir(parents=True, exist_ok=True)
-        (work / path).write_text(text)
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "v1.1")
-    git(work, "tag", "v1.1")
-    git(work, "push", "-q", str(toy.upstream), "main", "v1.1")
+NEW_MODULE = "pkg/mod03/new_module.py"  # the file the third patch adds
 
 
 def take_the_patch_side(tree: Path) -> list[str]:
@@ -56,7 +37,9 @@ def series_of(toy) -> list[str]:
 def test_a_conflict_resolved_at_an_earlier_stop_is_resolved_at_the_next(tmp_path):
     toy = make_toy(tmp_path / "toy")
     first, second = series_of(toy)[:2]
-    release_v1_1(toy, {FILE_A: "upstream rewrote A", FILE_B: "upstream rewrote B"})
+    tag_release(
+        toy, "v1.1", {FILE_A: (5, "upstream rewrote A"), FILE_B: (10, "upstream rewrote B")}
+    )
     r = cli("rebase", "--target", "toy@v1.1", "--conflict-tree", "--json", env=toy.env)
     assert r.returncode == 1, r.stdout + r.stderr
     assert labels(r.stdout)[first]["label"] == "conflict"
@@ -84,7 +67,7 @@ def test_a_patch_left_out_by_hand_is_dropped_and_an_upstreamed_one_keeps_its_evi
     toy = make_toy(tmp_path / "toy")
     names = series_of(toy)
     first, third = names[0], names[2]  # the third patch adds pkg/mod03/new_module.py
-    release_v1_1(toy, {FILE_A: "upstream rewrote A"}, {"pkg/mod03/new_module.py": "added = True\n"})
+    tag_release(toy, "v1.1", {FILE_A: (5, "upstream rewrote A")}, {NEW_MODULE: "added = True\n"})
     here = tmp_path / "where-the-user-is"  # the 3-way check of the third patch wrote its file
     here.mkdir()  # into the working directory (tests/reliability/test_sealed_git.py)
     r = cli("rebase", "--target", "toy@v1.1", "--conflict-tree", "--json", env=toy.env, cwd=here)
@@ -110,3 +93,31 @@ def test_a_patch_left_out_by_hand_is_dropped_and_an_upstreamed_one_keeps_its_evi
     assert f"Dropped {first} while resolving the rebase" in result["commit_message"]
     assert series_of(toy) == [n for n in names if n not in (first, third)]
     assert not (toy.project / "patches" / "toy" / first).exists()
+
+
+def test_the_printed_commands_quote_every_path(tmp_path):
+    """The steps printed at a conflict are pasted into a shell: a folder or a conflicted file
+    whose name holds a space, `;` or `$(...)` must be a name there, never a command."""
+    from patchkit.rebase import conflict_steps
+
+    tree = tmp_path / "my proj $(touch PWNED)"
+    tree.mkdir()
+    name = "odd name;touch PWNED2.py"
+    git(tree, "init", "-q", "-b", "main")
+    (tree / name).write_text("a\n")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-qm", "base")
+    git(tree, "checkout", "-q", "-b", "other")
+    (tree / name).write_text("b\n")
+    git(tree, "commit", "-qam", "other")
+    git(tree, "checkout", "-q", "main")
+    (tree / name).write_text("c\n")
+    git(tree, "commit", "-qam", "main")
+    merge = subprocess.run(["git", "merge", "-q", "other"], cwd=tree, capture_output=True)
+    assert merge.returncode != 0
+    steps = conflict_steps(tree, "toy", False)
+    (tree / name).write_text("resolved\n")
+    script = "\n".join([steps[0], next(s for s in steps if s.startswith("git add"))])
+    subprocess.run(["sh", "-ec", script], cwd=tmp_path, check=True, capture_output=True)
+    assert not [p for p in tmp_path.rglob("PWNED*")], steps
+    assert git(tree, "diff", "--name-only", "--diff-filter=U") == ""  # the file was added
