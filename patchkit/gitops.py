@@ -136,7 +136,7 @@ _LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 # git from discovering and reading the configuration of whatever the cwd is inside.
 _NOWHERE = "/dev/null/no-repository"
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
-HEX_ID_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")  # a full object id (sha1, sha256)
+HEX_ID_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # a full object id (sha1, sha256)
 _TRAILERS = "%(trailers:only,unfold)"
 
 

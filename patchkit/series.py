@@ -22,7 +22,7 @@ LISTED_DIFF_HINT = (
     "take it out of {series}, then turn it into a series with "
     "`patchkit import {file} --target {target} --into-series`"
 )
-PATCH_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
+PATCH_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch\Z")
 DEP3_KEYS = ("Origin", "Forwarded", "Applied-Upstream", "Bug", "Last-Update", "Patchkit-Tests")
 PATCH_FILE_TRAILER = "Patchkit-Patch"
 

@@ -22,13 +22,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-HEX_RE = re.compile(r"^[0-9a-f]{4,40}$")
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+HEX_RE = re.compile(r"^[0-9a-f]{4,40}\Z")
+SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 # Target and line names become file and directory names in the cache and under patches/.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
-TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}$")
-REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}\Z")
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}\Z")
+REQUIREMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*\Z")
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class Target:
             if line.name == wanted:
                 return dataclasses.replace(self, pin=line.pin, line=line.name)
         known = ", ".join(self.line_names) or "none"
-        raise UsageError(f"{self.name} has no line '{wanted}' (lines: {known})")
+        raise UsageError(f"{self.name} has no line {wanted!r} (lines: {known})")
 
     def line_for_release(self, release: Release) -> Line | None:
         """The line whose pin is `release` (the default line first when several are)."""
@@ -172,7 +172,7 @@ class Targets:
             target = self.targets[name]
         except KeyError:
             known = ", ".join(sorted(self.targets)) or "none"
-            raise UsageError(f"unknown target '{name}' (known: {known})") from None
+            raise UsageError(f"unknown target {name!r} (known: {known})") from None
         return target.on_line(line) if line else target
 
 
@@ -188,7 +188,7 @@ def parse_target_spec(spec: str) -> RefSpec:
     """Split `name@ref` (ref optional: the pin)."""
     name, sep, ref = spec.partition("@")
     if not name or (sep and not ref):
-        raise UsageError(f"bad --target '{spec}': expected NAME or NAME@REF (e.g. sglang@v0.5.9)")
+        raise UsageError(f"bad --target {spec!r}: expected NAME or NAME@REF (e.g. sglang@v0.5.9)")
     return RefSpec(name.strip(), ref.strip() if ref else None)
 
 
@@ -207,7 +207,7 @@ def load_targets(path: Path) -> Targets:
     try:
         Version(version)
     except InvalidVersion:
-        raise ConfigError(f"{path}: [series] version '{version}' is not a version") from None
+        raise ConfigError(f"{path}: [series] version {version!r} is not a version") from None
     tables = data.get("targets", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{path}: 'targets' must be a table of [targets.NAME] tables")
@@ -228,7 +228,7 @@ def _str(path: Path, where: str, table: dict, key: str, *, required: bool = Fals
     value = table.get(key)
     if value is None:
         if required:
-            raise ConfigError(f"{path}: [{where}] lacks '{key}'")
+            raise ConfigError(f"{path}: [{where}] lacks {key!r}")
         return None
     if not isinstance(value, str):
         raise ConfigError(
@@ -246,14 +246,14 @@ def _load_release(path: Path, name: str, entry: object, index: int) -> Release:
     try:
         Version(version)
     except InvalidVersion:
-        raise ConfigError(f"{path}: [{where}] version '{version}' is not a version") from None
+        raise ConfigError(f"{path}: [{where}] version {version!r} is not a version") from None
     commit = _str(path, where, entry, "commit")
     commit = commit.lower() if commit is not None else None
     if commit is not None and not SHA_RE.match(commit):
-        raise ConfigError(f"{path}: [{name}] release {version}: bad commit '{commit}'")
+        raise ConfigError(f"{path}: [{name}] release {version}: bad commit {commit!r}")
     sdist = _str(path, where, entry, "sdist")
     if sdist is not None and not REQUIREMENT_RE.match(sdist.replace(" ", "")):
-        raise ConfigError(f"{path}: [{where}] sdist '{sdist}' is not NAME==VERSION")
+        raise ConfigError(f"{path}: [{where}] sdist {sdist!r} is not NAME==VERSION")
     sha256 = _str(path, where, entry, "sdist_sha256")
     if sha256 is not None and not SHA256_RE.match(sha256):
         raise ConfigError(f"{path}: [{name}] release {version}: bad sdist_sha256")
@@ -279,7 +279,7 @@ def _load_release(path: Path, name: str, entry: object, index: int) -> Release:
 # .whl; a name this does not match (or whose version does not parse) goes to packaging's own
 # parser, which accepts or refuses it with its reason (and costs its tags module's import).
 _WHEEL_NAME_RE = re.compile(
-    r"^(?!.*__)[A-Za-z0-9._]+-([^-]+)(?:-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl$"
+    r"^(?!.*__)[A-Za-z0-9._]+-([^-]+)(?:-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl\Z"
 )
 
 
@@ -307,7 +307,7 @@ def _load_wheels(path: Path, where: str, value: object, version: str) -> tuple[W
         if not isinstance(filename, str) or not isinstance(sha256, str):
             raise ConfigError(f"{path}: [{where}] wheel file and sha256 must be strings")
         if "/" in filename or "\\" in filename:
-            raise ConfigError(f"{path}: [{where}] wheel '{filename}' must be a bare file name")
+            raise ConfigError(f"{path}: [{where}] wheel {filename!r} must be a bare file name")
         try:
             wheel_version = wheel_filename_version(filename)
         except ValueError as exc:  # packaging's InvalidWheelFilename, with its reason
@@ -346,7 +346,7 @@ def _load_lines(path: Path, name: str, table: dict) -> tuple[tuple[Line, ...], s
         series = _str(path, where, entry, "series") or f"{name}/{line_name}"
         parts = PurePosixPath(series).parts
         if not parts or series.startswith("/") or any(p in (".", "..") for p in parts):
-            raise ConfigError(f"{path}: [{where}] series '{series}' must stay inside patches/")
+            raise ConfigError(f"{path}: [{where}] series {series!r} must stay inside patches/")
         lines.append(Line(line_name, pin, "/".join(parts)))
     folders = [ln.series for ln in lines]
     for folder in folders:
@@ -355,7 +355,7 @@ def _load_lines(path: Path, name: str, table: dict) -> tuple[tuple[Line, ...], s
     default = _str(path, f"targets.{name}", table, "default_line") or lines[0].name
     if default not in {ln.name for ln in lines}:
         raise ConfigError(
-            f"{path}: [targets.{name}] default_line '{default}' is not one of its lines "
+            f"{path}: [targets.{name}] default_line {default!r} is not one of its lines "
             f"({', '.join(ln.name for ln in lines)})"
         )
     if "pin" in table:
@@ -380,7 +380,7 @@ def _load_target(path: Path, name: str, table: dict) -> Target:
     subdir = (_str(path, f"targets.{name}", table, "subdir") or "").strip("/")
     if subdir.startswith(".") or ".." in subdir.split("/") or "\\" in subdir:
         raise ConfigError(
-            f"{path}: [targets.{name}] subdir '{subdir}' must stay inside the repository"
+            f"{path}: [targets.{name}] subdir {subdir!r} must stay inside the repository"
         )
     commit_id_file = _str(path, f"targets.{name}", table, "commit_id_file")
     if commit_id_file and (commit_id_file.startswith("/") or ".." in commit_id_file.split("/")):

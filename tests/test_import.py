@@ -203,6 +203,26 @@ def test_overlay_directory_with_backups(cache, monolith, tmp_path):  # noqa: F81
     assert not any(".bak" in f.path for p in series.patches for f in p.files)
 
 
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_an_overlay_holding_a_link_is_refused(cache, monolith, tmp_path, kind):  # noqa: F811
+    """A link in an overlay is refused whether it leads to a file or a folder (os.walk lists a
+    link to a folder and never enters it: its files would be left out without a word)."""
+    overlay = tmp_path / "overlay"
+    rel = monolith.files[0].removeprefix("python/")
+    (overlay / rel).parent.mkdir(parents=True)
+    (overlay / rel).write_bytes((monolith.tree / monolith.files[0]).read_bytes())
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "sub").mkdir(parents=True)
+    (elsewhere / "sub" / "x.py").write_text("x = 1\n")
+    link = (overlay / rel).parent / "linked"
+    link.symlink_to(elsewhere / "sub" / "x.py" if kind == "file" else elsewhere / "sub")
+    out = tmp_path / "out"
+    r = patchkit("import", "--overlay", str(overlay), "--target", "sglang", "--out", str(out))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{link}: " in r.stderr and "plain files only" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 2 and not out.exists()
+
+
 def test_mbox_of_several_messages_keeps_one_patch_per_message(cache, monolith, tmp_path):  # noqa: F811
     repo = tmp_path / "history"
     subprocess.run(

@@ -145,6 +145,18 @@ REL = "[[targets.a.releases]]\nversion='1'\ncommit='" + "a" * 40 + "'\n"
             f"wheels=[{{file='../a-1-py3-none-any.whl', sha256='{'0' * 64}'}}]\n",
             "bare file name",
         ),
+        # `$` would match before a final newline: each value must end where its pattern does
+        (HEAD + '[targets."a\\n"]\ngit="u"\npin="1"\n', "target name"),
+        (HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + 'tag="v1\\n"\n', "not a plain git tag"),
+        (
+            HEAD + "[targets.a]\ngit='u'\npin='1'\n[[targets.a.releases]]\nversion='1'\n"
+            f'commit="{"a" * 40}\\n"\n',
+            "commit",
+        ),
+        (
+            HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + 'sdist="a==1\\n"\n',
+            "sdist",
+        ),
     ],
 )
 def test_bad_targets_are_one_line_errors(tmp_path, text, words):

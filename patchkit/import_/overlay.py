@@ -44,6 +44,11 @@ def read_overlay(root: Path, base_paths: set[str], subdir: str) -> Overlay:
     base_dirs = {p.rsplit("/", 1)[0] for p in base_paths if "/" in p}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+        for name in dirnames:  # os.walk lists a link to a folder here and never enters it
+            if (Path(dirpath) / name).is_symlink():
+                raise UsageError(
+                    f"{Path(dirpath) / name}: a link to a folder (overlays hold plain files only)"
+                )
         for name in sorted(filenames):
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()

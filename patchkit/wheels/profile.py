@@ -21,7 +21,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 DEFAULT_PROFILE = "cu130-sm120"
-VARIANT_RE = re.compile(r"^[a-z0-9]+$")
+VARIANT_RE = re.compile(r"^[a-z0-9]+\Z")
 
 
 @dataclass(frozen=True)
