@@ -404,7 +404,28 @@ class Repo:
         return Path(str(self.run("rev-parse", "--absolute-git-dir")).strip())
 
 
-_SCRATCH: dict[int, str] = {}  # pid -> this process's working directory for bare git calls
+SCRATCH_PREFIX = "patchkit-run-"  # in $TMPDIR: one folder per running patchkit process
+_SCRATCH: dict[int, tuple[str, int]] = {}  # pid -> (its scratch folder, the fd holding it)
+
+
+def _scratch_root() -> str:
+    """This process's scratch folder in $TMPDIR, made on first use: `cwd/` (the working
+    directory of git calls on a bare repository) and scratch index files.  It is held by an
+    flock on its `held` file for the life of the process and removed at exit; one whose
+    holder died (SIGKILL) is removed by the next patchkit that makes its own (an flock dies
+    with its process, in any pid namespace, so a folder in use is never taken)."""
+    pid = os.getpid()
+    entry = _SCRATCH.get(pid)
+    if entry is not None and os.path.isdir(os.path.join(entry[0], "cwd")):
+        return entry[0]
+    _sweep_dead_scratch()
+    root = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    fd = os.open(os.path.join(root, "held"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.mkdir(os.path.join(root, "cwd"))
+    _SCRATCH[pid] = (root, fd)
+    atexit.register(_remove_scratch, pid)
+    return root
 
 
 def _scratch_cwd() -> str:
@@ -412,32 +433,62 @@ def _scratch_cwd() -> str:
     process's own, never the caller's.  git takes the working directory for a work tree even
     with `--git-dir` on a bare repository: `apply --cached --3way` of a patch creating a file
     the index already has writes that file there (git 2.39), into wherever patchkit was run."""
-    pid = os.getpid()
-    path = _SCRATCH.get(pid)
-    if path is None or not os.path.isdir(path):
-        path = tempfile.mkdtemp(prefix=f"patchkit-git-{pid}-")
-        _SCRATCH[pid] = path
-        atexit.register(_remove_scratch_cwd, pid)
+    return os.path.join(_scratch_root(), "cwd")
+
+
+def scratch_file(prefix: str) -> str:
+    """The path of a new, absent file in this process's scratch folder (a scratch index):
+    whatever an interrupt leaves there goes with the folder."""
+    fd, path = tempfile.mkstemp(dir=_scratch_root(), prefix=prefix)
+    os.close(fd)
+    os.unlink(path)
     return path
 
 
 def _empty_scratch_cwd() -> None:
     """Remove whatever a bare git call left in the scratch working directory."""
-    path = _SCRATCH.get(os.getpid())
-    if path is None:
+    entry = _SCRATCH.get(os.getpid())
+    if entry is None:
         return
-    with contextlib.suppress(OSError), os.scandir(path) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
+    with contextlib.suppress(OSError), os.scandir(os.path.join(entry[0], "cwd")) as entries:
+        for item in entries:
+            if item.is_dir(follow_symlinks=False):
+                shutil.rmtree(item.path, ignore_errors=True)
             else:
                 with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+                    os.unlink(item.path)
 
 
-def _remove_scratch_cwd(pid: int) -> None:
+def _sweep_dead_scratch() -> None:
+    """Remove the scratch folders of patchkit processes that died without removing theirs."""
+    tmp = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        root = os.path.join(tmp, name)
+        try:
+            fd = os.open(os.path.join(root, "held"), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # not one of ours, or being made right now
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its process is alive
+        try:
+            if not os.path.islink(root) and os.stat(root).st_uid == os.getuid():
+                shutil.rmtree(root, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def _remove_scratch(pid: int) -> None:
     if os.getpid() == pid and pid in _SCRATCH:
-        shutil.rmtree(_SCRATCH.pop(pid), ignore_errors=True)
+        root, fd = _SCRATCH.pop(pid)
+        shutil.rmtree(root, ignore_errors=True)
+        os.close(fd)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -734,9 +785,7 @@ def verify_commit_object(repo: Path, sha: str, bare: bool = False) -> bool:
 @contextmanager
 def scratch_index(repo: Path, tree: str, bare: bool = False) -> Iterator[dict[str, str]]:
     """A private index holding `tree`; yields the env that selects it."""
-    fd, path = tempfile.mkstemp(prefix="patchkit-index-")
-    os.close(fd)
-    os.unlink(path)
+    path = scratch_file("index-")
     env = {"GIT_INDEX_FILE": path}
     try:
         read_tree_into(repo, env, tree, bare=bare)
@@ -749,9 +798,7 @@ def scratch_index(repo: Path, tree: str, bare: bool = False) -> Iterator[dict[st
 
 def import_directory(repo: Path, source: Path, message: str, who: Identity) -> str:
     """Commit every file under `source` (ignore rules off) as a parentless commit."""
-    fd, index = tempfile.mkstemp(prefix="patchkit-import-index-")
-    os.close(fd)
-    os.unlink(index)
+    index = scratch_file("import-index-")
     env = {"GIT_INDEX_FILE": index, "GIT_WORK_TREE": str(source), **who.env()}
     try:
         run(repo, "add", "--all", "--force", ".", env=env, bare=True)

@@ -345,3 +345,35 @@ def test_relative_upstream_and_cache_paths_mean_where_patchkit_was_run(toy):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (toy.root / "wt" / "pkg").is_dir() and (toy.root / "relative-cache").is_dir()
+
+
+def test_a_killed_runs_scratch_folder_is_swept_and_a_live_ones_kept(tmp_path):
+    """Each process's scratch folder (the bare calls' working directory, scratch indexes) is
+    removed at exit; after a SIGKILL the next patchkit removes it, never one still held."""
+    import signal
+    import subprocess
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    code = "from patchkit import gitops; print(gitops._scratch_root(), flush=True); "
+
+    def start(tail: str) -> tuple[subprocess.Popen, Path]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code + tail], env=env, stdout=subprocess.PIPE, text=True
+        )
+        return proc, Path(proc.stdout.readline().strip())
+
+    killed, dead = start("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert killed.wait() == -signal.SIGKILL and (dead / "cwd").is_dir()
+    live_proc, live = start("import time; time.sleep(60)")
+    try:
+        done, own = start("")
+        assert done.wait() == 0
+        assert not dead.exists(), "the killed run's scratch folder was left"
+        assert (live / "cwd").is_dir(), "a live run's scratch folder was removed"
+        assert not own.exists(), "a run's own scratch folder outlived it"
+    finally:
+        live_proc.kill()
+        live_proc.wait()
