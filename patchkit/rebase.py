@@ -777,12 +777,18 @@ def replace_untouched(dest: Path) -> bool:
     """Remove the conflict work tree patchkit left in `dest` if nobody touched it since;
     refuse (UsageError) a tree holding someone's work or not made by patchkit."""
     state = _read_state(dest)
-    if state is not None and state.get("fingerprint") == worktree_fingerprint(dest):
+    if state is None:
+        raise UsageError(
+            f"{dest} is in the way: it is not a conflict work tree patchkit left (it has no "
+            f".git/{STATE_FILE}); nothing was touched",
+            hint=f"move it elsewhere or remove it ({shlex.quote(str(dest))}), then run again",
+        )
+    if state.get("fingerprint") == worktree_fingerprint(dest):
         shutil.rmtree(dest)
         return True
     raise UsageError(
-        f"a rebase of {dest.name} is in progress in {dest}"
-        + (" (its files were changed since it stopped)" if state is not None else ""),
+        f"a rebase of {dest.name} is in progress in {dest} (its files were changed since it "
+        "stopped)",
         hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
     )
 

@@ -87,7 +87,14 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
         dest = rebase_dir(ws.project.work_dir, name)
         if abort:
             if not abort_rebase(dest):  # the same outcome with or without --target
-                raise NothingToDo(f"{name}: no rebase in progress")
+                raise NothingToDo(
+                    f"{name}: no rebase in progress"
+                    + (
+                        f" ({dest} is not a conflict work tree patchkit left)"
+                        if dest.exists()
+                        else ""
+                    )
+                )
             out.echo(f"{name}: removed {dest}")
             return 0
         target = ws.targets.get(name, stopped_line(dest) or line)

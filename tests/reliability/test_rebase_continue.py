@@ -121,3 +121,19 @@ def test_the_printed_commands_quote_every_path(tmp_path):
     subprocess.run(["sh", "-ec", script], cwd=tmp_path, check=True, capture_output=True)
     assert not [p for p in tmp_path.rglob("PWNED*")], steps
     assert git(tree, "diff", "--name-only", "--diff-filter=U") == ""  # the file was added
+
+
+def test_a_folder_patchkit_did_not_leave_is_named_in_the_way(tmp_path):
+    """A `work/rebase/<target>` that is not patchkit's conflict tree is neither called a
+    rebase in progress nor touched: the error says it is in the way and how to go on."""
+    toy = make_toy(tmp_path / "toy")
+    tag_release(toy, "v1.1", {FILE_A: (5, "upstream rewrote A")})
+    mine = toy.project / "work" / "rebase" / "toy"
+    mine.mkdir(parents=True)
+    (mine / "mine.txt").write_text("mine\n")
+    r = cli("rebase", "--target", "toy@v1.1", "--conflict-tree", env=toy.env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "is in the way" in r.stderr and "move it elsewhere or remove it" in r.stderr
+    r = cli("rebase", "--target", "toy", "--abort", env=toy.env)
+    assert r.returncode == 3 and "not a conflict work tree patchkit left" in r.stderr, r.stderr
+    assert (mine / "mine.txt").read_text() == "mine\n"
