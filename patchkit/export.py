@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,7 +160,12 @@ def worktree_range(worktree: Path, target: str) -> tuple[str, str]:
 
 
 def write_series(
-    directory: Path, target: str, patches: list[ExportedPatch], *, dry_run: bool = False
+    directory: Path,
+    target: str,
+    patches: list[ExportedPatch],
+    *,
+    dry_run: bool = False,
+    check: Callable[[], None] | None = None,
 ) -> ExportReport:
     """Make `directory` hold `patches` and a series file listing them, in order.
 
@@ -168,10 +174,14 @@ def write_series(
     and the like are left and reported (`left`). Unchanged files are not rewritten; the
     series file keeps its comments when the order is the same, its leading comment block
     otherwise. Interrupted (SIGINT, SIGTERM), every file is put back as it was.
+    `check` runs under the folder's lock before anything is written and may refuse (raise):
+    what it finds cannot change until the write is done.
     """
     if dry_run:
         return _write_series(directory, target, patches, dry_run=True)
     with locked(_folder_lock(directory), f"the series folder {directory}"):
+        if check is not None:
+            check()
         return _write_series(directory, target, patches, dry_run=False)
 
 

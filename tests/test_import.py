@@ -451,6 +451,50 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     assert len(errors) == 2 and all("Patchkit-Tests: 'TODO'" in e for e in errors), lint.stdout
 
 
+def test_into_series_refuses_a_series_changed_since_its_proof(
+    cache,  # noqa: F811
+    project,
+    monolith,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    capsys,
+):
+    """The proof of `--into-series` is made on the series as read; a change to that series
+    before the write (a concurrent `export` or `rebase --write`) is found under the series
+    folder's lock and refused, so the series never gains patches proved on another one."""
+    from patchkit import cli, export
+    from patchkit.commands import import_ as command
+
+    work = tmp_path / "w"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-checkout", str(monolith.tree), str(work)], check=True
+    )
+    git(work, "checkout", "-q", monolith.base)
+    io_struct = work / "python/sglang/srt/managers/io_struct.py"
+    io_struct.write_text(io_struct.read_text() + "\n# carried with the series\n")
+    diff = tmp_path / "more.patch"
+    diff.write_text(git(work, "diff"))
+    series_dir = series_folder(project, "sglang")
+    proved = command.propose_import
+
+    def then_the_series_changes(*args, **kwargs):  # as a concurrent export would, in between
+        report = proved(*args, **kwargs)
+        series = load_series(series_dir, "sglang")
+        kept = [export.ExportedPatch(p.name, p.raw) for p in series.patches[:-1]]
+        export.write_series(series_dir, "sglang", kept)
+        return report
+
+    monkeypatch.setattr(command, "propose_import", then_the_series_changes)
+    rc = cli.main(["import", str(diff), "--target", "sglang", "--into-series"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "changed while the import was proved; nothing was written" in err, err
+    changed = snapshot(series_dir)
+    assert not any(name.startswith("srt-managers") for name in changed)
+    monkeypatch.setattr(command, "propose_import", proved)
+    assert cli.main(["import", str(diff), "--target", "sglang", "--into-series"]) == 0
+    assert load_series(series_dir, "sglang").names[-1] == "srt-managers-changes.patch"
+
+
 def test_plain_diff_made_in_site_packages(cache, monolith, tmp_path):  # noqa: F811
     """`diff -ruN old/ new/` of two site-packages copies (no git, package-relative paths, a new
     file): placed under python/, the new file created, the tree equal to git's."""

@@ -118,6 +118,7 @@ def command(
             report,
             out=out,
             series_dir=ws.project.series_dir(spec.target, target.line) if into_series else None,
+            proved_on=existing,
         )
     if as_json:
         output.document(report.to_json())

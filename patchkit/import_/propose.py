@@ -622,23 +622,40 @@ def _span(first: int, last: int) -> str:
 # --- writing --------------------------------------------------------------------------------
 
 
-def write_proposal(report: ImportReport, *, out: Path | None, series_dir: Path | None) -> None:
+def write_proposal(
+    report: ImportReport,
+    *,
+    out: Path | None,
+    series_dir: Path | None,
+    proved_on: Series | None = None,
+) -> None:
     """Write a proved proposal: a new series in `out` (new or empty directory), or appended to
-    the target's series in `series_dir`. Refuses anything that would overwrite a file."""
+    `proved_on`, the target's series in `series_dir` the proof was made with (refused when
+    that series changed since: the proof would not hold).  Refuses anything that would
+    overwrite a file."""
     if report.status != "proposed":
         raise UsageError("the proposal was not proved; nothing was written")
     new = [ExportedPatch(p.name, p.raw) for p in report.patches]
     if series_dir is not None:
-        present = {p.name for p in series_dir.glob("*.patch")}
-        clash = sorted(present & {p.name for p in new})
-        if clash:
-            raise UsageError(
-                f"{series_dir} already has {', '.join(clash)}; nothing was written",
-                hint="rename the patches in a mapping file (name = ...)",
-            )
-        current = load_series(series_dir, report.target)
-        kept = [ExportedPatch(p.name, p.raw) for p in current.patches]
-        result = write_series(series_dir, report.target, kept + new)
+        proved_on = proved_on if proved_on is not None else load_series(series_dir, report.target)
+
+        def unchanged_and_free() -> None:  # under the series folder's lock
+            if load_series(series_dir, report.target).hash() != proved_on.hash():
+                raise UsageError(
+                    f"the series in {series_dir} changed while the import was proved; "
+                    "nothing was written",
+                    hint="run the same import again (it is proved on the series as it is now)",
+                )
+            present = {p.name for p in series_dir.glob("*.patch")}
+            clash = sorted(present & {p.name for p in new})
+            if clash:
+                raise UsageError(
+                    f"{series_dir} already has {', '.join(clash)}; nothing was written",
+                    hint="rename the patches in a mapping file (name = ...)",
+                )
+
+        kept = [ExportedPatch(p.name, p.raw) for p in proved_on.patches]
+        result = write_series(series_dir, report.target, kept + new, check=unchanged_and_free)
         report.directory, report.written = series_dir, result.written
         report.status = "written"
         return
