@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import gitops
 from patchkit.apply import BASE_REF
-from patchkit.errors import Interrupted, UsageError
+from patchkit.errors import Interrupted, PatchFormatError, UsageError
 from patchkit.files import TMP_MARK, replace_file
 from patchkit.locks import locked
 from patchkit.project import cache_root
-from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, read_series_file
+from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, decode_header, read_series_file
 
 # format-patch --zero-commit starts every message with this line.
 _FROM_RE = re.compile(rb"^From 0{40} Mon Sep 17 00:00:00 2001\n", re.M)
@@ -73,8 +74,12 @@ class ExportReport:
 
 
 def slug(subject: str) -> str:
-    """`Fix the thing (SM120)` -> `fix-the-thing-sm120.patch` (gbp's limit of 63 characters)."""
-    text = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
+    """`Fix the thing (SM120)` -> `fix-the-thing-sm120.patch` (gbp's limit of 63 characters);
+    accented letters keep their base letter (`Überall` -> `uberall`)."""
+    plain = "".join(
+        c for c in unicodedata.normalize("NFKD", subject) if not unicodedata.combining(c)
+    )
+    text = re.sub(r"[^a-z0-9]+", "-", plain.lower()).strip("-")
     text = text[:SLUG_MAX].rstrip("-") or "patch"
     return f"{text}.patch"
 
@@ -107,9 +112,15 @@ def strip_patch_trailer(message: bytes) -> tuple[str | None, bytes]:
 
 
 def _subject(message: bytes) -> str:
+    """The subject as written (RFC 2047 words decoded), for the file name of a patch."""
     text = message.decode("utf-8", "replace")
     match = _SUBJECT_RE.search(text.split("\n\n", 1)[0])
-    return re.sub(r"\n[ \t]+", " ", match.group(1)).strip() if match else "patch"
+    if not match:
+        return "patch"
+    try:
+        return decode_header("the commit", "Subject", match.group(1)).strip()
+    except PatchFormatError:
+        return re.sub(r"\n[ \t]+", " ", match.group(1)).strip()
 
 
 def export_commits(repo: Path, base: str, tip: str, *, bare: bool = False) -> list[ExportedPatch]:

@@ -79,6 +79,20 @@ def test_new_commit_is_named_from_its_subject_and_appended(tmp_path, cache, proj
     assert [n for n in names if n and not n.startswith("#")][-1] == "add-a-note-module-sm120.patch"
 
 
+def test_a_non_ascii_subject_names_the_patch_by_its_letters(tmp_path, cache, project):
+    """format-patch writes a non-ASCII subject as RFC 2047 words: the name comes from the
+    subject as written, not from `=?UTF-8?q?...`."""
+    tree = tmp_path / "tree"
+    assert patchkit("apply", "--target", "flashinfer", "--into", str(tree)).returncode == 0
+    (tree / "flashinfer" / "patchkit_note.py").write_text("NOTE = 1\n")
+    git(tree, "add", "flashinfer/patchkit_note.py")
+    git(tree, "commit", "-qm", "Überall schön ☃ (SM120)\n\nWhy.\n")
+    r = patchkit("export", str(tree))
+    assert r.returncode == 0, r.stderr
+    names = (series_folder(project, "flashinfer") / "series").read_text().split()
+    assert names[-1] == "uberall-schon-sm120.patch", names
+
+
 def test_strip_trailer_of_its_own_paragraph():
     message = (
         b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
@@ -98,6 +112,7 @@ def test_split_mbox_drops_stdout_separators():
 def test_slug():
     assert slug("Fix the thing (SM120) -- now!") == "fix-the-thing-sm120-now.patch"
     assert len(slug("x" * 200)) == 63 + len(".patch")
+    assert slug("Überall schön ☃") == "uberall-schon.patch"
 
 
 # --- export owns only what it wrote ----------------------------------------------------------
