@@ -295,6 +295,12 @@ def _bad(monolith, kind: str) -> tuple[str, str]:  # noqa: F811
         return text.replace(
             part, grown
         ), f"{KIMI} {hunk}: adds the conflict marker '>>>>>>> theirs'"
+    if kind == "nul":
+        hunks = part.split("\n@@", 1)[1]
+        line = next(ln for ln in hunks.splitlines() if ln.startswith("+") and ln.strip("+ "))
+        return text.replace(part, part.replace(line, line + "\0", 1)), (
+            f"{KIMI} {hunk}: NUL byte in a hunk line"
+        )
     if kind == "crlf":
         return text.replace(part, part.replace("\n", "\r\n")), f"{KIMI} {hunk}: CRLF line ending"
     if kind == "binary":
@@ -322,6 +328,7 @@ def _bad(monolith, kind: str) -> tuple[str, str]:  # noqa: F811
         "conflict-marker",
         "added-marker",
         "crlf",
+        "nul",
         "binary",
         "outside-target",
         "climbing-path",

@@ -302,6 +302,16 @@ def _consume_hunk(
         if MARKER_RE.match(line):
             problems.append(_marker(i + 1, current.path, hunk.at, line, added=False))
             return i + 1
+        if "\0" in line:
+            problems.append(
+                Problem(
+                    i + 1,
+                    current.path,
+                    hunk.at,
+                    "NUL byte in a hunk line: binary content; a series carries text patches only",
+                )
+            )
+            return i + 1
         if tag == "\\":
             hunk.lines.append(line)
             i += 1
