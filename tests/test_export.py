@@ -177,7 +177,7 @@ def test_interrupted_export_puts_every_file_back(tmp_path, monkeypatch):
 
     d = _series_dir(tmp_path, {f"p{i}.patch": b"old\n" for i in range(6)}, {})
     before = snapshot(d)
-    real, count = export._atomic_write, [0]
+    real, count = export.replace_file, [0]
 
     def write(path, data):
         count[0] += 1
@@ -185,11 +185,11 @@ def test_interrupted_export_puts_every_file_back(tmp_path, monkeypatch):
             raise KeyboardInterrupt  # SIGINT, or SIGTERM as the CLI maps it
         real(path, data)
 
-    monkeypatch.setattr(export, "_atomic_write", write)
+    monkeypatch.setattr(export, "replace_file", write)
     new = [export.ExportedPatch(f"p{i}.patch", b"new\n") for i in range(5)]
     new.append(export.ExportedPatch("added.patch", b"added\n"))
     with pytest.raises(Interrupted) as caught:
         export.write_series(d, "t", new)
-    monkeypatch.setattr(export, "_atomic_write", real)
+    monkeypatch.setattr(export, "replace_file", real)
     assert "put back" in caught.value.left
     assert snapshot(d) == before

@@ -376,14 +376,14 @@ def test_kill_sdist_import_sglang(tmp_path, tallies, sglang_sdist, workspace):
 BETWEEN_WRITES = """
 import os, signal, sys
 from patchkit import cli, export
-real = export._atomic_write
+real = export.replace_file
 count = [0]
 def write(path, data):
     if count[0] == int(os.environ["KILL_AFTER"]):
         os.kill(os.getpid(), signal.SIGKILL)
     count[0] += 1
     real(path, data)
-export._atomic_write = write
+export.replace_file = write
 sys.exit(cli.main(sys.argv[1:]))
 """
 

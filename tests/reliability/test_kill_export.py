@@ -28,7 +28,7 @@ SECTION = "export interrupted (tests/reliability/test_kill_export.py)"
 SIGNAL_BETWEEN_WRITES = """
 import os, signal, sys
 from patchkit import cli, export
-real = export._atomic_write
+real = export.replace_file
 count = [0]
 def write(path, data):
     if count[0] == int(os.environ["KILL_AFTER"]):
@@ -36,7 +36,7 @@ def write(path, data):
         os.kill(os.getpid(), getattr(signal, os.environ["KILL_SIGNAL"]))
     count[0] += 1
     real(path, data)
-export._atomic_write = write
+export.replace_file = write
 sys.exit(cli.main(sys.argv[1:]))
 """
 
