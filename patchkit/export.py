@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import gitops
-from patchkit.apply import BASE_REF
+from patchkit.apply import BASE_REF, SERIES_REF
 from patchkit.errors import Interrupted, PatchFormatError, UsageError
 from patchkit.files import TMP_MARK, replace_file
 from patchkit.locks import locked
@@ -106,8 +107,13 @@ def strip_patch_trailer(message: bytes) -> tuple[str | None, bytes]:
     match = matches[-1]
     name = match.group(1)
     head = head[: match.start()] + head[match.end() :]
-    # The trailer was a paragraph of its own: drop the blank line that introduced it.
-    head = re.sub(r"\n\n\n\Z", "\n\n", head)
+    headers, _, body = head.partition("\n\n")
+    if not body.strip():
+        # The trailer was the whole body: format-patch's form of a message without one
+        head = headers + "\n\n\n"
+    else:
+        # The trailer was a paragraph of its own: drop the blank line that introduced it.
+        head = re.sub(r"\n\n\n\Z", "\n\n", head)
     return name, (head + tail).encode("utf-8", "surrogateescape")
 
 
@@ -289,6 +295,38 @@ def render_series(series_path: Path, names: list[str]) -> str:
 def export_worktree(
     worktree: Path, target: str, directory: Path, *, dry_run: bool = False
 ) -> ExportReport:
-    """Regenerate `directory` (a target's series) from the commits of an `apply` work tree."""
+    """Regenerate `directory` (a target's series) from the commits of an `apply` work tree.
+
+    Refused when the series gained patches after the work tree was made: they are not in it,
+    so the export would delete them (the series the work tree was made from is the history
+    base..refs/patchkit/<target>/series)."""
     base, head = worktree_range(worktree, target)
-    return write_series(directory, target, export_commits(worktree, base, head), dry_run=dry_run)
+    patches = export_commits(worktree, base, head)
+    check = _no_patch_added_since(worktree, target, base, directory, patches)
+    return write_series(directory, target, patches, dry_run=dry_run, check=check)
+
+
+def _no_patch_added_since(
+    worktree: Path, target: str, base: str, directory: Path, patches: list[ExportedPatch]
+) -> Callable[[], None] | None:
+    made = gitops.resolve(worktree, SERIES_REF.format(target=target))
+    if made is None or not gitops.is_ancestor(worktree, base, made):
+        return None  # a work tree made before the ref existed: nothing to compare with
+
+    def check() -> None:  # under the series folder's lock
+        applied = {p.name for p in export_commits(worktree, base, made)}
+        kept = {p.name for p in patches}
+        added = [
+            e.name
+            for e in read_series_file(directory / "series")
+            if e.name not in applied and e.name not in kept and (directory / e.name).is_file()
+        ]
+        if added:
+            raise UsageError(
+                f"{', '.join(added)} joined the series in {directory} after {worktree} was "
+                "made: the export would delete them; nothing was written",
+                hint="apply the series to that checkout again (patchkit apply --target "
+                f"{target} --into {shlex.quote(str(worktree))}), then export",
+            )
+
+    return check

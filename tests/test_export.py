@@ -93,6 +93,31 @@ def test_a_non_ascii_subject_names_the_patch_by_its_letters(tmp_path, cache, pro
     assert names[-1] == "uberall-schon-sm120.patch", names
 
 
+def test_export_from_an_older_checkout_keeps_patches_added_since(tmp_path, cache, project):
+    """A checkout made before a patch joined the series does not have it: exporting from it
+    would delete that patch.  Refused, naming it; after applying again the export keeps it."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    for tree in (old, new):
+        assert patchkit("apply", "--target", "flashinfer", "--into", str(tree)).returncode == 0
+    (new / "flashinfer" / "patchkit_note.py").write_text("NOTE = 1\n")
+    git(new, "add", "flashinfer/patchkit_note.py")
+    git(new, "commit", "-qm", "Add a note module")
+    assert patchkit("export", str(new)).returncode == 0
+    folder = series_folder(project, "flashinfer")
+    before = snapshot(folder)
+    assert "add-a-note-module.patch" in before
+    r = patchkit("export", str(old))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert (
+        "add-a-note-module.patch joined the series" in r.stderr and "apply the series" in r.stderr
+    )
+    assert snapshot(folder) == before
+    assert patchkit("apply", "--target", "flashinfer", "--into", str(old)).returncode == 0
+    r = patchkit("export", str(old))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert snapshot(folder) == before  # a message without a body exports the same both ways
+
+
 def test_strip_trailer_of_its_own_paragraph():
     message = (
         b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
@@ -102,6 +127,10 @@ def test_strip_trailer_of_its_own_paragraph():
     name, raw = strip_patch_trailer(message)
     assert name == "x.patch"
     assert raw.endswith(b"Body.\n\ndiff --git a/f b/f\n")
+    # the trailer as the whole body: format-patch's form of a message without a body
+    bare = message.replace(b"Body.\n\n", b"")
+    name, raw = strip_patch_trailer(bare)
+    assert name == "x.patch" and raw.endswith(b"Subject: x\n\n\ndiff --git a/f b/f\n")
 
 
 def test_split_mbox_drops_stdout_separators():
