@@ -72,6 +72,7 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
         else:
             dest = into / spec.target if len(specs) > 1 else into
         _refuse_inside_cache(dest)
+        _refuse_the_project(dest, ws.project.root)
         base = acquire(
             target,
             spec.ref,
@@ -116,6 +117,18 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
     if statuses == {"nothing-to-do"}:
         return 3
     return 0
+
+
+def _refuse_the_project(dest: Path, root: Path) -> None:
+    """The project's own checkout (or a folder holding it) checked out at the series would
+    take `patches/` out of its work tree: refused."""
+    where, project = Path(os.path.realpath(dest)), Path(os.path.realpath(root))
+    if where == project or where in project.parents:
+        raise UsageError(
+            f"{dest} holds this project ({project}, its patches/): checking the series out "
+            "there would replace the project's own files; nothing was written",
+            hint="pass another directory (the default is work/<target> in the project)",
+        )
 
 
 def _refuse_inside_cache(dest: Path) -> None:

@@ -8,7 +8,7 @@ import os
 import shutil
 import stat
 
-from reliability_support import checkout_problems, cli, make_toy, rev, tag_release
+from reliability_support import checkout_problems, cli, git, make_toy, rev, snapshot, tag_release
 
 
 def test_scratch_of_a_name_with_glob_characters_is_swept_and_no_other(tmp_path):
@@ -48,6 +48,21 @@ def test_a_checkout_inside_the_cache_is_refused(tmp_path):
         assert r.returncode == 2, r.stderr
         assert "inside patchkit's cache" in r.stderr and "Traceback" not in r.stderr
         assert not into.exists()
+
+
+def test_the_projects_own_checkout_is_refused(tmp_path):
+    """`--into` the project (or a folder holding it) would check the series out over its
+    own files: refused before anything is fetched or written."""
+    toy = make_toy(tmp_path / "toy")
+    git(toy.project, "init", "-q")
+    git(toy.project, "add", "-A")
+    git(toy.project, "commit", "-qm", "the project")
+    before = snapshot(toy.project)
+    for into in (toy.project, toy.project.parent):
+        r = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "holds this project" in r.stderr and "Traceback" not in r.stderr
+    assert snapshot(toy.project) == before
 
 
 def test_a_mirror_that_borrows_its_objects_is_refused(tmp_path):
