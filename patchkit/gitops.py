@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -406,6 +407,7 @@ class Repo:
 
 SCRATCH_PREFIX = "patchkit-run-"  # in $TMPDIR: one folder per running patchkit process
 _SCRATCH: dict[int, tuple[str, int]] = {}  # pid -> (its scratch folder, the fd holding it)
+_SCRATCH_MADE = threading.Lock()
 
 
 def _scratch_root() -> str:
@@ -418,14 +420,18 @@ def _scratch_root() -> str:
     entry = _SCRATCH.get(pid)
     if entry is not None and os.path.isdir(os.path.join(entry[0], "cwd")):
         return entry[0]
-    _sweep_dead_scratch()
-    root = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
-    fd = os.open(os.path.join(root, "held"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.mkdir(os.path.join(root, "cwd"))
-    _SCRATCH[pid] = (root, fd)
-    atexit.register(_remove_scratch, pid)
-    return root
+    with _SCRATCH_MADE:  # threads: one folder per process
+        entry = _SCRATCH.get(pid)
+        if entry is not None and os.path.isdir(os.path.join(entry[0], "cwd")):
+            return entry[0]
+        _sweep_dead_scratch()
+        root = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+        fd = os.open(os.path.join(root, "held"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.mkdir(os.path.join(root, "cwd"))
+        _SCRATCH[pid] = (root, fd)
+        atexit.register(_remove_scratch, pid)
+        return root
 
 
 def _scratch_cwd() -> str:
