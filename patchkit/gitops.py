@@ -14,7 +14,6 @@ funnel; newer verbs take a `Repo`.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import functools
@@ -24,13 +23,13 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit import scratch
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.locks import held_lock_fds
 
@@ -302,7 +301,7 @@ class Repo:
     goes through."""
 
     def __init__(self, path: Path | str, bare: bool = False) -> None:
-        # absolute: a bare repository's git runs in patchkit's scratch folder (_scratch_cwd)
+        # absolute: a bare repository's git runs in patchkit's scratch folder (scratch.cwd)
         self.path = Path(os.path.abspath(path)) if bare else Path(path)
         self.bare = bare
 
@@ -353,7 +352,7 @@ class Repo:
             raise
         finally:
             if self.bare:
-                _empty_scratch_cwd()
+                scratch.empty_cwd()
         if check and proc.returncode != 0:
             _raise_for(list(args), proc.returncode, err)
         return out if binary else out.decode("utf-8", "replace")
@@ -376,7 +375,7 @@ class Repo:
                 raise
             finally:
                 if self.bare:
-                    _empty_scratch_cwd()
+                    scratch.empty_cwd()
             if proc.returncode != 0:
                 err.seek(0)
                 _raise_for(list(args), proc.returncode, err.read())
@@ -385,7 +384,7 @@ class Repo:
         """The one place a git process is started (the sealed environment, the held locks)."""
         return subprocess.Popen(
             self.command(*args),
-            cwd=_scratch_cwd() if self.bare else str(self.path),
+            cwd=scratch.cwd() if self.bare else str(self.path),
             env=self.env(env),
             pass_fds=held_lock_fds(),
             **streams,
@@ -403,98 +402,6 @@ class Repo:
         if self.bare:
             return self.path
         return Path(str(self.run("rev-parse", "--absolute-git-dir")).strip())
-
-
-SCRATCH_PREFIX = "patchkit-run-"  # in $TMPDIR: one folder per running patchkit process
-_SCRATCH: dict[int, tuple[str, int]] = {}  # pid -> (its scratch folder, the fd holding it)
-_SCRATCH_MADE = threading.Lock()
-
-
-def _scratch_root() -> str:
-    """This process's scratch folder in $TMPDIR, made on first use: `cwd/` (the working
-    directory of git calls on a bare repository) and scratch index files.  It is held by an
-    flock on its `held` file for the life of the process and removed at exit; one whose
-    holder died (SIGKILL) is removed by the next patchkit that makes its own (an flock dies
-    with its process, in any pid namespace, so a folder in use is never taken)."""
-    pid = os.getpid()
-    entry = _SCRATCH.get(pid)
-    if entry is not None and os.path.isdir(os.path.join(entry[0], "cwd")):
-        return entry[0]
-    with _SCRATCH_MADE:  # threads: one folder per process
-        entry = _SCRATCH.get(pid)
-        if entry is not None and os.path.isdir(os.path.join(entry[0], "cwd")):
-            return entry[0]
-        _sweep_dead_scratch()
-        root = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
-        fd = os.open(os.path.join(root, "held"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.mkdir(os.path.join(root, "cwd"))
-        _SCRATCH[pid] = (root, fd)
-        atexit.register(_remove_scratch, pid)
-        return root
-
-
-def _scratch_cwd() -> str:
-    """The working directory of every git call on a bare repository: an empty folder of this
-    process's own, never the caller's.  git takes the working directory for a work tree even
-    with `--git-dir` on a bare repository: `apply --cached --3way` of a patch creating a file
-    the index already has writes that file there (git 2.39), into wherever patchkit was run."""
-    return os.path.join(_scratch_root(), "cwd")
-
-
-def scratch_file(prefix: str) -> str:
-    """The path of a new, absent file in this process's scratch folder (a scratch index):
-    whatever an interrupt leaves there goes with the folder."""
-    fd, path = tempfile.mkstemp(dir=_scratch_root(), prefix=prefix)
-    os.close(fd)
-    os.unlink(path)
-    return path
-
-
-def _empty_scratch_cwd() -> None:
-    """Remove whatever a bare git call left in the scratch working directory."""
-    entry = _SCRATCH.get(os.getpid())
-    if entry is None:
-        return
-    with contextlib.suppress(OSError), os.scandir(os.path.join(entry[0], "cwd")) as entries:
-        for item in entries:
-            if item.is_dir(follow_symlinks=False):
-                shutil.rmtree(item.path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(item.path)
-
-
-def _sweep_dead_scratch() -> None:
-    """Remove the scratch folders of patchkit processes that died without removing theirs."""
-    tmp = tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(tmp) if n.startswith(SCRATCH_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        root = os.path.join(tmp, name)
-        try:
-            fd = os.open(os.path.join(root, "held"), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue  # not one of ours, or being made right now
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # its process is alive
-        try:
-            if not os.path.islink(root) and os.stat(root).st_uid == os.getuid():
-                shutil.rmtree(root, ignore_errors=True)
-        finally:
-            os.close(fd)
-
-
-def _remove_scratch(pid: int) -> None:
-    if os.getpid() == pid and pid in _SCRATCH:
-        root, fd = _SCRATCH.pop(pid)
-        shutil.rmtree(root, ignore_errors=True)
-        os.close(fd)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -791,7 +698,7 @@ def verify_commit_object(repo: Path, sha: str, bare: bool = False) -> bool:
 @contextmanager
 def scratch_index(repo: Path, tree: str, bare: bool = False) -> Iterator[dict[str, str]]:
     """A private index holding `tree`; yields the env that selects it."""
-    path = scratch_file("index-")
+    path = scratch.new_path("index-")
     env = {"GIT_INDEX_FILE": path}
     try:
         read_tree_into(repo, env, tree, bare=bare)
@@ -804,7 +711,7 @@ def scratch_index(repo: Path, tree: str, bare: bool = False) -> Iterator[dict[st
 
 def import_directory(repo: Path, source: Path, message: str, who: Identity) -> str:
     """Commit every file under `source` (ignore rules off) as a parentless commit."""
-    index = scratch_file("import-index-")
+    index = scratch.new_path("import-index-")
     env = {"GIT_INDEX_FILE": index, "GIT_WORK_TREE": str(source), **who.env()}
     try:
         run(repo, "add", "--all", "--force", ".", env=env, bare=True)

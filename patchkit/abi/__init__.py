@@ -9,10 +9,10 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 
+from patchkit import scratch as scratch_folder
 from patchkit.abi import torchsyms
 from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache, run_key
@@ -97,7 +97,8 @@ def verify(
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     targets = [CC.parse(g) for g in gpus] if gpus else list(prof.targets)
     cache = ResultCache(cache_dir, enabled=use_cache)
-    scratch = tempfile.mkdtemp(prefix="patchkit-verify-") if wheelhouse else None
+    # members read through files go to the process's scratch folder, swept after a SIGKILL
+    scratch = scratch_folder.new_folder("verify-") if wheelhouse else None
     try:
         env_tree: Tree | None = read_env(env) if env else None
         if env_tree is None and not wheelhouse:

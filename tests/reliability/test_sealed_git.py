@@ -304,7 +304,7 @@ def test_a_call_on_a_bare_mirror_writes_nothing_where_patchkit_runs(tmp_path, mo
     `apply --cached --3way` of a patch creating a file the index already has writes that file
     there (git 2.39).  Bare calls run in a scratch folder of patchkit's own, emptied after
     each call, so the user's folder is untouched."""
-    from patchkit import gitops
+    from patchkit import gitops, scratch
 
     work = tmp_path / "work"
     work.mkdir()
@@ -328,7 +328,7 @@ def test_a_call_on_a_bare_mirror_writes_nothing_where_patchkit_runs(tmp_path, mo
     gitops.run(mirror, "read-tree", "HEAD", env=env, bare=True)
     assert gitops.apply_three_way(mirror, env, patch, bare=True)[0] == "applied"
     assert snapshot(user) == before
-    assert os.listdir(gitops._scratch_cwd()) == []
+    assert os.listdir(scratch.cwd()) == []
 
 
 def test_relative_upstream_and_cache_paths_mean_where_patchkit_was_run(toy):
@@ -357,7 +357,7 @@ def test_a_killed_runs_scratch_folder_is_swept_and_a_live_ones_kept(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
-    code = "from patchkit import gitops; print(gitops._scratch_root(), flush=True); "
+    code = "from patchkit import scratch; print(scratch.root(), flush=True); "
 
     def start(tail: str) -> tuple[subprocess.Popen, Path]:
         proc = subprocess.Popen(
