@@ -204,6 +204,26 @@ def test_verify_damaged_wheel_in_workers(tmp_path, monkeypatch):
     assert report.files == 1  # good/liblogf.so
 
 
+def test_a_wheel_that_is_a_fifo_or_a_device_is_named_not_read(tmp_path):
+    """`*.whl` names a FIFO (reading it would block forever) and a link to /dev/zero (its
+    end is never found: it read until memory ran out): each is one invalid-archive error,
+    and the real wheel beside them is read."""
+    objs = _objects()
+    house = tmp_path / "house"
+    house.mkdir()
+    os.mkfifo(house / "fifo-1.0-py3-none-any.whl")
+    (house / "zero-1.0-py3-none-any.whl").symlink_to("/dev/zero")
+    _wheel(house / "good-1.0-py3-none-any.whl", {"good/liblogf.so": objs["demo/liblogf.so"]},
+           zipfile.ZIP_DEFLATED)  # fmt: skip
+    sources.forget_open()
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=1)
+    bad = {f.file: f.message for f in report.findings if f.check == "invalid-archive"}
+    assert sorted(bad) == ["fifo-1.0-py3-none-any.whl", "zero-1.0-py3-none-any.whl"], bad
+    assert "a FIFO, not a regular file" in bad["fifo-1.0-py3-none-any.whl"]
+    assert "a character device" in bad["zero-1.0-py3-none-any.whl"]
+    assert report.files == 1
+
+
 def _zipinfo_entries(path: str) -> list:
     with zipfile.ZipFile(path) as zf:
         return [

@@ -13,6 +13,7 @@ import glob
 import importlib
 import os
 import re
+import stat
 import struct
 import sysconfig
 import zipfile
@@ -368,6 +369,16 @@ def wheel_stamps(folder: str) -> list[tuple[str, tuple | None]]:
     return out
 
 
+def _not_a_file(path: str) -> str | None:
+    """Why `path` (followed if a link) is no archive to open, or None for a regular file."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    kind = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFDIR: "a folder"}
+    what = kind.get(stat.S_IFMT(mode), "not a regular file")
+    return f"invalid archive: {what}, not a regular file"
+
+
 def _stamp(path: str) -> tuple:
     st = os.stat(path)
     return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
@@ -377,9 +388,12 @@ def _read_wheel(tree: Tree, path: str, scratch: str, cache=None) -> None:
     name = os.path.basename(path)
     try:
         stamp = _stamp(path)
+        special = _not_a_file(path)
     except OSError as exc:
-        tree.wheels[path] = Wheel(path, name, (path, -1, -1), invalid=f"invalid archive: {exc}")
-        tree.invalid.append((name, f"invalid archive: {exc}"))
+        special = f"invalid archive: {exc}"
+    if special:  # a FIFO would block the reader, a device never end
+        tree.wheels[path] = Wheel(path, name, (path, -1, -1), invalid=special)
+        tree.invalid.append((name, special))
         return
     if cache is not None:
         listed = _load_listing(cache, path, name, stamp, scratch)
