@@ -684,6 +684,46 @@ def test_hostile_configs_are_findings_not_crashes(tmp_path, target, line059, ext
     assert all(c.fix for c in report.problems)
 
 
+@pytest.mark.parametrize(
+    ("extra", "check"),
+    [
+        ({"transformer_layer_config": "abc"}, "model"),
+        ({"eagle_aux_hidden_state_layer_ids": 5}, "aux.config"),
+    ],
+    ids=["layer-config-str", "ids-int"],
+)
+def test_hostile_speculators_configs_are_findings_not_crashes(
+    tmp_path, target, line059, extra, check
+):
+    draft = speculators_draft(tmp_path / "spec")
+    config = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**config, **extra}))
+    report = check_draft(draft, target, line059)
+
+    assert check in failing(report), failing(report)
+    assert all(c.fix for c in report.problems)
+
+
+def test_a_deeply_nested_json_is_a_one_line_error(tmp_path, target, doctor_cache):
+    """json.loads recurses: a config or header nested 200,000 deep is a RecursionError, which
+    is a one-line error like any other unreadable input, not an internal error."""
+    deep = "[" * 200_000 + "]" * 200_000
+    env = {"PATCHKIT_CACHE": str(doctor_cache)}
+    draft = sglang_draft(tmp_path / "draft")
+    nested = tmp_path / "nested.json"
+    nested.write_text(deep)
+    header = deep.encode()
+    bad_header = sglang_draft(tmp_path / "bad-header")
+    (bad_header / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    for args, words in (
+        (["--draft", str(draft), "--target-config", str(nested)], "nests too deeply"),
+        (["--draft", str(bad_header), "--target-config", str(target)], "nests too deeply"),
+    ):
+        proc = patchkit("doctor", "draft", *args, env=env)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert words in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+
+
 def test_fix_into_a_folder_inside_the_draft(tmp_path, target, line059):
     from patchkit.doctor.fix import write_fixed
 

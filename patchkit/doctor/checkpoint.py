@@ -121,6 +121,8 @@ def read_json(path: Path, what: str) -> Any:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} {path} is not JSON (line {exc.lineno}: {exc.msg})") from exc
+    except RecursionError:
+        raise UsageError(f"{what} {path} nests too deeply to be a config") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{what} {path} is not a JSON object")
     return doc
@@ -145,7 +147,8 @@ def sglang_view(config: dict) -> dict:
     """
     if not is_speculators(config):
         return dict(config)
-    layer = dict(config.get("transformer_layer_config") or {})
+    layer = config.get("transformer_layer_config") or {}
+    layer = dict(layer) if isinstance(layer, dict) else {}  # the checks name what is missing
     out: dict[str, Any] = {k: v for k, v in layer.items() if k != "architectures"}
     out["architectures"] = [SGLANG_ARCH]
     out["model_type"] = layer.get("model_type", "llama")
@@ -163,8 +166,8 @@ def sglang_view(config: dict) -> dict:
             out["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
     ids = config.get("eagle_aux_hidden_state_layer_ids")
     eagle = {"use_aux_hidden_state": True}
-    if ids:
-        eagle["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    if ids:  # as written: the aux check names a value that is not a list of layers
+        eagle["eagle_aux_hidden_state_layer_ids"] = list(ids) if isinstance(ids, list) else ids
     out["eagle_config"] = eagle
     dtype = config.get("torch_dtype") or config.get("dtype")
     if dtype:

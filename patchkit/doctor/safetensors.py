@@ -83,6 +83,8 @@ def read_header(path: Path) -> Header:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SafetensorsError(f"{path}: header is not JSON ({exc})") from exc
+    except RecursionError:
+        raise SafetensorsError(f"{path}: header nests too deeply to be a tensor table") from None
     if not isinstance(doc, dict):
         raise SafetensorsError(f"{path}: header is not a JSON object")
     metadata = doc.pop("__metadata__", None) or {}
