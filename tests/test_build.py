@@ -213,6 +213,22 @@ def test_unknown_profile_is_a_usage_error(project):
     assert "cu130-sm120" in result.stderr
 
 
+def test_an_out_folder_the_build_would_sweep_or_a_file_is_refused_first(project, tmp_path):
+    """`--out` inside work/build (the scratch the next build moves aside and removes whole)
+    would lose what the user keeps there; `--out` naming a file fails only after the build.
+    Both are refused before anything is built, and nothing there changes."""
+    scratch_out = project / "work" / "build" / "flashinfer" / "dist"
+    scratch_out.mkdir(parents=True)
+    (scratch_out / "NOTES.txt").write_text("mine\n")
+    a_file = tmp_path / "wheels.txt"
+    a_file.write_text("mine\n")
+    for out, words in ((scratch_out, "inside the build scratch"), (a_file, "not a folder")):
+        result = patchkit("build", "--target", "flashinfer", "--out", str(out), cwd=project)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert words in result.stderr and "nothing was built" in result.stderr
+    assert (scratch_out / "NOTES.txt").read_text() == "mine\n" and a_file.read_text() == "mine\n"
+
+
 # --- helpers on small inputs -------------------------------------------------------------------
 
 

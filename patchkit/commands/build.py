@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
+from patchkit.errors import UsageError
 from patchkit.ui import Output
 from patchkit.wheels import DEFAULT_PROFILE, BuildOptions, build_wheels, load_build_profile
 from patchkit.wheels.build import BuildReport
@@ -89,8 +91,10 @@ def command(
     output = Output(json_mode=as_json, verbose=verbose)
     ws = Workspace.load()
     profile = load_build_profile(ws.project.build_dir / "profiles", profile_name)
+    out_dir = (out or ws.project.root / "dist").absolute()
+    _check_out(out_dir, ws.project.work_dir / "build")
     options = BuildOptions(
-        out=(out or ws.project.root / "dist").absolute(),
+        out=out_dir,
         work_root=ws.project.work_dir / "build",
         isolation=not no_isolation,
         python_tags=tuple(python_tags),
@@ -110,3 +114,18 @@ def command(
     else:
         output.echo(render_build(report))
     return 0
+
+
+def _check_out(out: Path, work_root: Path) -> None:
+    """Before anything is built: the out folder must be a folder (or not exist yet) and lie
+    outside the build scratch, which the next build moves aside and sweeps whole."""
+    where = Path(os.path.realpath(out))
+    scratch = Path(os.path.realpath(work_root))
+    if where == scratch or scratch in where.parents:
+        raise UsageError(
+            f"--out {out} is inside the build scratch {work_root}, which the next build "
+            "removes with everything in it; nothing was built",
+            hint="pass a folder outside it (the default is dist/)",
+        )
+    if os.path.lexists(out) and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder; nothing was built")
