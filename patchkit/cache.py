@@ -12,6 +12,7 @@ outside the mirror lock).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ def survey(
 ) -> CacheReport:
     """Sizes of the cache at `root`, and with `prune` its mirrors' old unreferenced objects
     removed."""
+    if not math.isfinite(older_than_days):
+        raise UsageError(f"--older-than {older_than_days}: give a number of days")
     if older_than_days < MIN_DAYS:
         raise UsageError(
             f"--older-than {older_than_days:g} is under an hour: a build running now could lose "
@@ -76,7 +79,9 @@ def survey(
     report = CacheReport(root, older_than_days, prune)
     cutoff = time.time() - older_than_days * 86400
     mirrors = root / "mirrors"
-    for path in sorted(mirrors.glob("*.git")) if mirrors.is_dir() else []:
+    # patchkit makes its mirrors folder in place: a link leads to someone's repositories
+    listed = mirrors.is_dir() and not mirrors.is_symlink()
+    for path in sorted(mirrors.glob("*.git")) if listed else []:
         if path.is_symlink() or not (path / "HEAD").is_file():
             continue  # patchkit makes its mirrors in place: a link leads to someone's repository
         name = path.name[: -len(".git")]

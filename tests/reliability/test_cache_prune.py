@@ -8,6 +8,7 @@ import os
 import subprocess
 import time
 
+import pytest
 from reliability_support import cache_problems, checkout_problems, cli, git, make_toy, rev
 
 
@@ -110,3 +111,18 @@ def test_a_linked_mirror_is_not_pruned(tmp_path):
     r = cli("cache", "--prune", "--json", env=toy.env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["result"]["mirrors"] == [] and path.exists()
+    # nor through a mirrors folder that is itself a link to the user's repositories
+    (toy.cache / "mirrors" / "theirs.git").unlink()
+    (toy.cache / "mirrors").rmdir()
+    (toy.cache / "mirrors").symlink_to(tmp_path)
+    r = cli("cache", "--prune", "--json", env=toy.env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["result"]["mirrors"] == [] and path.exists()
+
+
+@pytest.mark.parametrize("days", ["nan", "inf", "-inf"])
+def test_a_cut_off_that_is_no_number_of_days_is_refused(tmp_path, days):
+    """`--older-than nan` was taken, and `--json` then printed NaN, which is not JSON."""
+    r = cli("cache", "--older-than", days, "--json", env={"PATCHKIT_CACHE": str(tmp_path)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert json.loads(r.stdout)["error"]["message"].startswith(f"--older-than {days}")
