@@ -200,6 +200,24 @@ def test_malformed_in_env_gives_one_line(tmp_path, capsys, monkeypatch, small_ob
     assert rc == 1 and len(mine) == 2 and all(LINE.match(ln) for ln in mine), out
 
 
+def test_a_link_loop_in_the_env_is_skipped_like_a_dangling_link(
+    tmp_path, monkeypatch, small_objects
+):
+    """A link loop anywhere in site-packages stopped verify ("Too many levels of symbolic
+    links", exit 2); it is no file to check, as a dangling link is not: the same findings."""
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    objects = {"sgl_kernel/common_ops.abi3.so": small_objects[-1]}
+    site = builders.make_site(str(tmp_path / "a"), None, objects)
+    plain = verify(env=site, use_cache=False).to_dict()
+    os.symlink("loop2.so", os.path.join(site, "sgl_kernel", "loop1.so"))
+    os.symlink("loop1.so", os.path.join(site, "sgl_kernel", "loop2.so"))
+    os.symlink("nowhere.so", os.path.join(site, "sgl_kernel", "dangling.so"))
+    looped = verify(env=site, use_cache=False).to_dict()
+    for report in (plain, looped):
+        report.pop("seconds", None)
+    assert looped == plain
+
+
 # ---------------------------------------------------------------- a real third-party wheel
 
 WHEEL_SPEC = "torchao==0.14.1"

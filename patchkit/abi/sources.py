@@ -183,8 +183,13 @@ def read_env(site: str) -> Tree:
                     _read_dist_info(tree, entry.path)
                 elif name not in SKIP_DIRS and not name.startswith("."):
                     stack.append((relpath + "/", entry.path))
-            elif _maybe_code(name) and entry.is_file():
-                st = entry.stat()
+            elif _maybe_code(name):
+                try:  # a link loop or an unreadable entry is no file to check, as a dangling link
+                    if not entry.is_file():
+                        continue
+                    st = entry.stat()
+                except OSError:
+                    continue
                 if st.st_size < 20:
                     continue
                 tree.candidates.append((relpath, st.st_size, st.st_mtime_ns))
