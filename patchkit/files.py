@@ -40,3 +40,9 @@ def leftovers(path: Path) -> list[Path]:
     except OSError:
         return []
     return [path.parent / n for n in names if n.startswith(prefix)]
+
+
+def within(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies below it, links resolved on both sides."""
+    where, top = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    return where == top or top in where.parents

@@ -3,6 +3,8 @@ ordinary git (commit --fixup + rebase --autosquash, new commits) export determin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers import ROOT, git, patchkit, series_folder, snapshot
 
@@ -65,12 +67,17 @@ def test_fixup_edit_exports_only_that_patch(tmp_path, cache, project):
     assert "Forwarded: no\n" in text  # message and trailers kept
 
 
-def test_new_commit_is_named_from_its_subject_and_appended(tmp_path, cache, project):
-    tree = tmp_path / "tree"
+def _checkout_with_a_new_commit(tree: Path, message: str) -> None:
+    """A flashinfer checkout made by apply, with one more commit adding a module."""
     assert patchkit("apply", "--target", "flashinfer", "--into", str(tree)).returncode == 0
     (tree / "flashinfer" / "patchkit_note.py").write_text("NOTE = 1\n")
     git(tree, "add", "flashinfer/patchkit_note.py")
-    git(tree, "commit", "-qm", "Add a note module (SM120)\n\nWhy.\n")
+    git(tree, "commit", "-qm", message)
+
+
+def test_new_commit_is_named_from_its_subject_and_appended(tmp_path, cache, project):
+    tree = tmp_path / "tree"
+    _checkout_with_a_new_commit(tree, "Add a note module (SM120)\n\nWhy.\n")
     r = patchkit("export", str(tree))
     assert r.returncode == 0, r.stderr
     assert "named from the subject" in r.stdout
@@ -83,10 +90,7 @@ def test_a_non_ascii_subject_names_the_patch_by_its_letters(tmp_path, cache, pro
     """format-patch writes a non-ASCII subject as RFC 2047 words: the name comes from the
     subject as written, not from `=?UTF-8?q?...`."""
     tree = tmp_path / "tree"
-    assert patchkit("apply", "--target", "flashinfer", "--into", str(tree)).returncode == 0
-    (tree / "flashinfer" / "patchkit_note.py").write_text("NOTE = 1\n")
-    git(tree, "add", "flashinfer/patchkit_note.py")
-    git(tree, "commit", "-qm", "Überall schön ☃ (SM120)\n\nWhy.\n")
+    _checkout_with_a_new_commit(tree, "Überall schön ☃ (SM120)\n\nWhy.\n")
     r = patchkit("export", str(tree))
     assert r.returncode == 0, r.stderr
     names = (series_folder(project, "flashinfer") / "series").read_text().split()
@@ -97,11 +101,8 @@ def test_export_from_an_older_checkout_keeps_patches_added_since(tmp_path, cache
     """A checkout made before a patch joined the series does not have it: exporting from it
     would delete that patch.  Refused, naming it; after applying again the export keeps it."""
     old, new = tmp_path / "old", tmp_path / "new"
-    for tree in (old, new):
-        assert patchkit("apply", "--target", "flashinfer", "--into", str(tree)).returncode == 0
-    (new / "flashinfer" / "patchkit_note.py").write_text("NOTE = 1\n")
-    git(new, "add", "flashinfer/patchkit_note.py")
-    git(new, "commit", "-qm", "Add a note module")
+    assert patchkit("apply", "--target", "flashinfer", "--into", str(old)).returncode == 0
+    _checkout_with_a_new_commit(new, "Add a note module")
     assert patchkit("export", str(new)).returncode == 0
     folder = series_folder(project, "flashinfer")
     before = snapshot(folder)

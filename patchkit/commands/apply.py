@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from patchkit.apply import ApplyOptions, ApplyReport, apply_series
 from patchkit.errors import ApplyError, NothingToDo, UsageError
+from patchkit.files import within
 from patchkit.lines import line_series, pick_line
 from patchkit.project import cache_root
 from patchkit.report import render_apply
@@ -122,10 +122,9 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
 def _refuse_the_project(dest: Path, root: Path) -> None:
     """The project's own checkout (or a folder holding it) checked out at the series would
     take `patches/` out of its work tree: refused."""
-    where, project = Path(os.path.realpath(dest)), Path(os.path.realpath(root))
-    if where == project or where in project.parents:
+    if within(root, dest):
         raise UsageError(
-            f"{dest} holds this project ({project}, its patches/): checking the series out "
+            f"{dest} holds this project ({root}, its patches/): checking the series out "
             "there would replace the project's own files; nothing was written",
             hint="pass another directory (the default is work/<target> in the project)",
         )
@@ -134,8 +133,7 @@ def _refuse_the_project(dest: Path, root: Path) -> None:
 def _refuse_inside_cache(dest: Path) -> None:
     """The cache is patchkit's to sweep and rewrite: a checkout there would be lost."""
     cache = cache_root()
-    where = Path(os.path.realpath(dest))
-    if where == cache or cache in where.parents:
+    if within(dest, cache):
         raise UsageError(
             f"{dest} is inside patchkit's cache ({cache}), which patchkit sweeps and rewrites; "
             "nothing was written",

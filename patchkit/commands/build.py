@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from patchkit.errors import UsageError
+from patchkit.files import within
 from patchkit.ui import Output
 from patchkit.wheels import DEFAULT_PROFILE, BuildOptions, build_wheels, load_build_profile
 from patchkit.wheels.build import BuildReport
@@ -119,9 +120,7 @@ def command(
 def _check_out(out: Path, work_root: Path) -> None:
     """Before anything is built: the out folder must be a folder (or not exist yet) and lie
     outside the build scratch, which the next build moves aside and sweeps whole."""
-    where = Path(os.path.realpath(out))
-    scratch = Path(os.path.realpath(work_root))
-    if where == scratch or scratch in where.parents:
+    if within(out, work_root):
         raise UsageError(
             f"--out {out} is inside the build scratch {work_root}, which the next build "
             "removes with everything in it; nothing was built",
