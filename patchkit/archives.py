@@ -165,6 +165,11 @@ def hash_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
                 digest.update(chunk)
     except READ_ERRORS as exc:
         raise MemberError(f"member {info.filename!r} cannot be read ({_reason(exc)})") from None
+    if total != info.file_size:  # zipfile stops at the data's end without a word (no CRC check)
+        raise MemberError(
+            f"member {info.filename!r} holds {total} bytes, smaller than its header says "
+            f"({info.file_size})"
+        )
     return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
 
 

@@ -185,6 +185,14 @@ def _patch_headers(path: Path, member: str, offset_local: int, offset_central: i
     path.write_bytes(bytes(data))
 
 
+def _overstated_size(path: Path) -> None:
+    """The member's headers claim 100 bytes more than its data holds (zipfile reads the data
+    to its end and says nothing)."""
+    with zipfile.ZipFile(path) as zf:
+        size = zf.getinfo(MODULE).file_size
+    _patch_headers(path, MODULE, 22, 24, size + 100)  # the low half of the 4-byte size
+
+
 def _bad_crc(path: Path) -> None:
     data = bytearray(path.read_bytes())
     pos = data.find(b"VALUE = 1")
@@ -218,6 +226,10 @@ def test_tiny_wheel_is_valid(tmp_path):
 
 CRAFTED = {
     "bad CRC": (lambda p: (_tiny_wheel(p), _bad_crc(p)), "Bad CRC"),
+    "size overstated": (
+        lambda p: (_tiny_wheel(p), _overstated_size(p)),
+        "smaller than its header says",
+    ),
     "encrypted member": (
         lambda p: (_tiny_wheel(p), _patch_headers(p, MODULE, 6, 8, 0x1)),
         "is encrypted",
