@@ -324,9 +324,11 @@ def _no_patch_added_since(
         if added:
             raise UsageError(
                 f"{', '.join(added)} joined the series in {directory} after {worktree} was "
-                "made: the export would delete them; nothing was written",
+                "made (or belong to another series): the export would delete them; nothing "
+                "was written",
                 hint="apply the series to that checkout again (patchkit apply --target "
-                f"{target} --into {shlex.quote(str(worktree))}), then export",
+                f"{target} --into {shlex.quote(str(worktree))}) and export, or export into "
+                "another folder (--out DIR)",
             )
 
     return check

@@ -274,7 +274,9 @@ def test_unusual_cache_paths(toy, tmp_path, kind):
 
 def test_two_exports_racing_into_one_folder(toy, tmp_path):
     """Two exports of different series into one folder at once: the folder ends with one
-    complete series (its `series` lists exactly the patch files there, each whole)."""
+    complete series (its `series` lists exactly the patch files there, each whole). The
+    shorter checkout's export into a folder the longer series reached first is refused (it
+    would delete the patches that checkout lacks), never half-done."""
     long_, short = tmp_path / "long", tmp_path / "short"
     assert cli("apply", "--target", "toy", "--into", str(long_), env=toy.env).returncode == 0
     older_checkout(toy, tmp_path, short)
@@ -295,7 +297,11 @@ def test_two_exports_racing_into_one_folder(toy, tmp_path):
         ]  # fmt: skip
         codes = [p.wait(timeout=120) for p in procs]
         errs = [p.stderr.read() for p in procs]
-        assert all(c in (0, 3) for c in codes), (codes, errs)
+        assert codes[0] in (0, 3), (codes, errs)
+        assert codes[1] in (0, 3) or (codes[1] == 2 and "joined the series" in errs[1]), (
+            codes,
+            errs,
+        )
         now = snapshot(out)
         assert now.pop("mine.patch") == b"a user's own patch\n"
         assert now in expected.values(), sorted(now)
