@@ -37,6 +37,8 @@ from reliability_support import (
     toy_sdist_project,
 )
 
+from patchkit.files import TMP_MARK
+
 SEED = int(os.environ.get("PATCHKIT_KILL_SEED", "20260815"))
 SIGNALS = [signal.SIGKILL] * 7 + [signal.SIGTERM] * 2 + [signal.SIGINT] * 2
 # (scenario, number of kills): 52 in all.
@@ -48,7 +50,7 @@ PLAN = [
     ("sdist import (real sglang 0.5.9)", 2),
     ("SIGKILL inside the in-place git checkout", 5),
     ("rebase --write onto a new release", 8),
-    ("SIGKILL between rebase --write's files", 5),
+    ("SIGKILL between and inside rebase --write's file writes", 0),  # 2 per file written
 ]
 
 # Runs the CLI with the in-place checkout replaced by one that writes part of the new tree,
@@ -290,7 +292,7 @@ def test_kill_inside_in_place_checkout(tmp_path, tallies):
             tally.next_ok += 1
         else:
             tally.problems.append(f"next run rc={done.returncode} {done.stderr[-300:]} {problems}")
-    assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
+    assert not tally.problems and tally.next_ok == tally.kills, tally.problems
 
 
 def test_kill_git_import(tmp_path, tallies):
@@ -371,19 +373,25 @@ def test_kill_sdist_import_sglang(tmp_path, tallies, sglang_sdist, workspace):
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
 
 
-# Runs the CLI with export's file writer replaced by one that SIGKILLs the process after
-# KILL_AFTER complete files: rebase --write stopped between two of its writes.
+# Runs the CLI with the file writer of export and pins (patch files, series, targets.toml)
+# replaced by one that SIGKILLs the process after KILL_AFTER complete files: rebase --write
+# stopped between two of its writes; with KILL_MID, inside the next write, its temp file
+# written and not yet renamed over the old file.
 BETWEEN_WRITES = """
-import os, signal, sys
-from patchkit import cli, export
-real = export.replace_file
+import os, signal, sys, types
+from patchkit import cli, export, files, pins
+real = files.replace_file
 count = [0]
-def write(path, data):
+def kill(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+def write(path, data, **kwargs):
     if count[0] == int(os.environ["KILL_AFTER"]):
-        os.kill(os.getpid(), signal.SIGKILL)
+        if not os.environ.get("KILL_MID"):
+            kill()
+        files.os = types.SimpleNamespace(**{**vars(os), "replace": kill})
     count[0] += 1
-    real(path, data)
-export.replace_file = write
+    real(path, data, **kwargs)
+export.replace_file = pins.replace_file = write
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -419,7 +427,8 @@ def _rebase_states(toy):
         problems = []
         for name, data in now.items():
             if name not in before and name not in after:
-                problems.append(f"stray file patches/{name}")
+                if TMP_MARK not in name.rsplit("/", 1)[-1]:  # a killed write's temp file
+                    problems.append(f"stray file patches/{name}")  # is the next run's to sweep
             elif data not in (before.get(name), after.get(name)):
                 problems.append(f"patches/{name} is neither the old nor the new file")
         return "; ".join(problems)
@@ -428,13 +437,14 @@ def _rebase_states(toy):
         problems = [] if snapshot(patches) == after else ["patches/ differs from a clean run"]
         return problems + cache_problems(toy.cache)
 
-    return args, reset, after_kill, final
+    writes = len([name for name, data in after.items() if before.get(name) != data])
+    return args, reset, after_kill, final, writes
 
 
 def test_kill_rebase_write(tmp_path, tallies):
     rng = random.Random(SEED + 6)
     toy = _toy_with_new_release(tmp_path / "toy")
-    args, reset, after_kill, final = _rebase_states(toy)
+    args, reset, after_kill, final, _ = _rebase_states(toy)
     name, count = PLAN[6]
     tally = _run_plan(name, count, args, toy.env, reset, after_kill, final, tallies, rng)
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
@@ -442,27 +452,35 @@ def test_kill_rebase_write(tmp_path, tallies):
 
 def test_kill_between_rebase_writes(tmp_path, tallies):
     toy = _toy_with_new_release(tmp_path / "toy")
-    args, reset, after_kill, final = _rebase_states(toy)
-    name, count = PLAN[7]
+    args, reset, after_kill, final, writes = _rebase_states(toy)
+    name, _ = PLAN[7]
     tally = tallies.setdefault(name, Tally())
-    for k in range(count):
+    assert writes >= 3, writes  # the toy release changes several patch files and the series
+    for k, mid in [(k, mid) for k in range(writes) for mid in ("", "1")]:
         reset()
         killed = subprocess.run(
             [sys.executable, "-c", BETWEEN_WRITES, *args],
             cwd=ROOT,
-            env={**os.environ, **toy.env, "KILL_AFTER": str(k)},
+            env={**os.environ, **toy.env, "KILL_AFTER": str(k), "KILL_MID": mid},
             capture_output=True,
             text=True,
         )
         tally.kills += 1
         if killed.returncode != -signal.SIGKILL:
-            tally.problems.append(f"the planted kill did not happen: {killed.stderr[-300:]}")
+            tally.problems.append(
+                f"the planted kill ({k}, {mid!r}) did not happen: {killed.stderr[-300:]}"
+            )
+        left = [n for n in snapshot(toy.project / "patches") if TMP_MARK in n]
+        if bool(left) != bool(mid):
+            tally.problems.append(
+                f"kill {'inside' if mid else 'after'} write {k}: temp files {left}"
+            )
         verdict = after_kill()
         if verdict:
             tally.corrupt += 1
             tally.problems.append(f"after the kill after {k} files: {verdict}")
-        _next_run(args, toy.env, final, tally)
-    assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
+        _next_run(args, toy.env, final, tally)  # final: the temp file swept, as a clean run
+    assert not tally.problems and tally.next_ok == tally.kills, tally.problems
 
 
 def test_refused_checkout_keeps_user_files(tmp_path):
