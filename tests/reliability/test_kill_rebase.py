@@ -13,7 +13,7 @@ EVERY = 3  # interrupt at every third call with each signal (CI budget)
 
 def test_rebase_write_interrupted_at_git_calls(tmp_path):
     toy = _toy_with_new_release(tmp_path / "toy")
-    args, reset, after_kill, final = _rebase_states(toy)
+    args, reset, after_kill, final, _ = _rebase_states(toy)
     faults = GitFaults.install(tmp_path / "faults")
     reset()
     faults.arm(0, "KILL")
