@@ -211,6 +211,28 @@ def test_fix_refuses_a_non_empty_out(tmp_path, target, doctor_cache):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".taken")]
 
 
+@pytest.mark.parametrize("points_to", ["empty folder", "nothing"])
+def test_fix_refuses_an_out_that_is_a_link(tmp_path, target, doctor_cache, points_to):
+    draft = speculators_draft(tmp_path / "spec")
+    elsewhere = tmp_path / "elsewhere"
+    if points_to == "empty folder":
+        elsewhere.mkdir()
+    out = tmp_path / "linked"
+    out.symlink_to(elsewhere)
+
+    proc = patchkit(
+        "doctor", "draft", "--draft", str(draft), "--target-config", str(target),
+        "--fix", str(out), env={"PATCHKIT_CACHE": str(doctor_cache)},
+    )  # fmt: skip
+
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("patchkit: ") and "is a link; nothing was written" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert out.is_symlink() and os.readlink(out) == str(elsewhere)
+    assert not elsewhere.exists() or not any(elsewhere.iterdir())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".linked")]
+
+
 # ---- broken drafts -----------------------------------------------------------------------------
 def test_wrong_aux_width(tmp_path, target, line059):
     report = check_draft(sglang_draft(tmp_path / "draft", n_aux=2), target, line059)

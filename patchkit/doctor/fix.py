@@ -47,6 +47,8 @@ class FixResult:
 def write_fixed(report: DraftReport, draft: Path, out: Path) -> FixResult:
     """Write the fixed copy of ``draft`` at ``out`` following ``report``'s rename and config."""
     out = out.expanduser()
+    if out.is_symlink():  # the finished folder is renamed into place: never through a link
+        raise UsageError(f"--fix {out}: is a link; nothing was written", hint="pass a new folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(
             f"--fix {out}: already exists and is not empty; nothing was written",
