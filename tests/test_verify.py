@@ -200,6 +200,30 @@ def test_malformed_in_env_gives_one_line(tmp_path, capsys, monkeypatch, small_ob
     assert rc == 1 and len(mine) == 2 and all(LINE.match(ln) for ln in mine), out
 
 
+@pytest.mark.parametrize("size", [4, 11, 19])
+def test_a_truncated_elf_of_a_few_bytes_is_named_in_env_and_wheelhouse(
+    tmp_path, capsys, monkeypatch, size
+):
+    """An ELF cut off inside its first 20 bytes (an interrupted copy) was skipped without a
+    word, where one cut at 21 bytes is malformed: both are one finding naming the file."""
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    stub = (b"\x7fELF\x02\x01\x01" + bytes(16))[:size]
+    site = builders.make_site(str(tmp_path / "env"), None, {"sgl_kernel/common_ops.abi3.so": stub})
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.make_wheel(
+        str(house), "pkstub-1.0-cp311-cp311-linux_x86_64.whl", {"pkstub/_core.so": stub}
+    )
+    for args, name in (
+        (["verify", "--env", site], "sgl_kernel/common_ops.abi3.so"),
+        (["verify", "--wheelhouse", str(house)], "pkstub/_core.so"),
+    ):
+        rc = main(args)
+        out = capsys.readouterr().out.splitlines()
+        mine = [ln for ln in out if name in ln]
+        assert rc == 1 and len(mine) == 1 and "too short" in mine[0], out
+
+
 def test_a_link_loop_in_the_env_is_skipped_like_a_dangling_link(
     tmp_path, monkeypatch, small_objects
 ):

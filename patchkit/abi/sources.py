@@ -40,6 +40,9 @@ TEXT_SUFFIXES = frozenset(
     ).split()
 )
 HEAD_BYTES = 64
+# Shorter files carry no magic that scan.classify knows; a truncated ELF from 4 bytes on is
+# read, and named as malformed.
+MIN_CODE_BYTES = 4
 
 
 @dataclass
@@ -190,7 +193,7 @@ def read_env(site: str) -> Tree:
                     st = entry.stat()
                 except OSError:
                     continue
-                if st.st_size < 20:
+                if st.st_size < MIN_CODE_BYTES:
                     continue
                 tree.candidates.append((relpath, st.st_size, st.st_mtime_ns))
                 key = os.path.realpath(entry.path) if entry.is_symlink() else entry.path
@@ -476,7 +479,11 @@ def _list_wheel(wheel: Wheel, scratch: str) -> list[Member]:
             text = _small(wheel, e, scratch)
             if text is not None:
                 wheel.texts[name] = text
-        elif e.file_size >= 20 and not name.endswith("/") and _maybe_code(name.rsplit("/", 1)[-1]):
+        elif (
+            e.file_size >= MIN_CODE_BYTES
+            and not name.endswith("/")
+            and _maybe_code(name.rsplit("/", 1)[-1])
+        ):
             members.append(
                 Member(
                     relpath=name,
