@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -71,3 +72,36 @@ def locked(
     finally:
         _HELD.pop(fd, None)
         os.close(fd)
+
+
+def locked_temp_file(folder: Path, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new temp file in `folder`, flocked by this process while it writes it: a sweeper
+    (`sweep_dead_temp_files`) removes it only once its writer is dead. Keep the returned fd
+    open until the file is renamed (write through `os.dup(fd)`)."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
+                return fd, tmp
+        except FileNotFoundError:
+            pass  # a sweeper took it between mkstemp and flock: make another
+        os.close(fd)
+
+
+def sweep_dead_temp_files(folder: Path, pattern: str) -> None:
+    """Remove the temp files matching `pattern` in `folder` that a killed writer left: a live
+    writer holds an flock on its own (`locked_temp_file`), which the kernel drops when the
+    writer dies."""
+    for stale in folder.glob(pattern) if folder.is_dir() else ():
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            stale.unlink(missing_ok=True)
+        except OSError:
+            pass  # held: another writer is writing it
+        finally:
+            os.close(fd)

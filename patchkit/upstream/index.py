@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import urllib.error
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
 from patchkit.errors import FetchError, PinError
+from patchkit.locks import locked_temp_file
 
 MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -149,11 +149,12 @@ def download(
     """Download `url` to `dest` (write-then-rename); refuse a sha256 other than expected."""
     progress(f"downloading {url.rsplit('/', 1)[-1]}")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.download-")
+    # flocked until renamed: a mirror's sweep removes only the partial downloads of dead runs
+    fd, tmp = locked_temp_file(dest.parent, prefix=f".{dest.name}.download-")
     try:
         digest = hashlib.sha256()
         size = 0
-        with os.fdopen(fd, "wb") as out, urlopen(url) as response:
+        with os.fdopen(os.dup(fd), "wb") as out, urlopen(url) as response:
             while chunk := response.read(1 << 20):
                 size += len(chunk)
                 if size > MAX_DOWNLOAD_BYTES:
@@ -165,6 +166,7 @@ def download(
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        os.close(fd)
     return dest
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from patchkit import gitops
 from patchkit.errors import DamagedBaseError
+from patchkit.locks import sweep_dead_temp_files
 from patchkit.project import cache_root
 from patchkit.stamps import Stamp
 from patchkit.targets import Target
@@ -66,8 +67,8 @@ class Mirror:
             for stale in scratch.glob(f"{prefix}*") if scratch.is_dir() else ():
                 shutil.rmtree(stale, ignore_errors=True)
         for folder in (self.root / "sdists", self.root / "wheels"):
-            for stale in folder.glob(".*.download-*") if folder.is_dir() else ():
-                stale.unlink(missing_ok=True)
+            # shared by every target: another run may be downloading there (it holds an flock)
+            sweep_dead_temp_files(folder, ".*.download-*")
         if self.path.is_dir():
             for lock in gitops.stale_lock_files(self.path, loose_temporaries=False):
                 lock.unlink(missing_ok=True)

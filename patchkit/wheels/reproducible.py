@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import base64
 import csv
-import fcntl
 import glob
 import hashlib
 import io
 import os
 import struct
-import tempfile
 import time
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from patchkit.locks import locked_temp_file, sweep_dead_temp_files
 
 ZIP_EPOCH_MIN = 315532800  # 1980-01-01, the earliest date a zip entry can hold
 COMPRESS_LEVEL = 6
@@ -120,8 +120,8 @@ def write_zip(
     modes 644/755; a kept member's compressed stream is copied as it is."""
     stamp = _zip_time(epoch)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    sweep_dead_temp_files(dest)
-    fd, tmp = _locked_temp_file(dest)
+    sweep_dead_temp_files(dest.parent, f".{glob.escape(dest.name)}.*.tmp")
+    fd, tmp = locked_temp_file(dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     try:
         with os.fdopen(os.dup(fd), "w+b") as fh, zipfile.ZipFile(fh, "w") as zout:
             for name in names:
@@ -142,36 +142,6 @@ def write_zip(
         if os.path.exists(tmp):
             os.unlink(tmp)
         os.close(fd)
-
-
-def _locked_temp_file(dest: Path) -> tuple[int, str]:
-    """A new `.<dest>.*.tmp` beside `dest`, flocked by this process while it writes it."""
-    while True:
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
-                return fd, tmp
-        except FileNotFoundError:
-            pass  # a sweeper took it between mkstemp and flock: make another
-        os.close(fd)
-
-
-def sweep_dead_temp_files(dest: Path) -> None:
-    """Remove the temp files of `dest` that a killed writer left (`.<wheel>.*.tmp`): a live
-    writer holds an flock on its own, which the kernel drops when the writer dies."""
-    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*.tmp"):
-        try:
-            fd = os.open(stale, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            stale.unlink(missing_ok=True)
-        except OSError:
-            pass  # held: another writer is writing it
-        finally:
-            os.close(fd)
 
 
 LOCAL_HEADER = struct.Struct("<4s5H3L2H")

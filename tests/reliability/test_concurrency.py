@@ -119,3 +119,26 @@ def test_the_mirror_sweep_leaves_loose_objects_being_written(toy):
     assert done.returncode == 0, done.stderr
     assert in_flight.exists()
     assert not stale_lock.exists()
+
+
+def test_a_mirror_sweep_keeps_another_runs_download(tmp_path):
+    """The sdist and wheel folders are shared by every target: one target's sweep (under its
+    own mirror lock) must not take a partial download another run is still writing, and must
+    still take a dead run's."""
+    from patchkit.locks import locked_temp_file
+    from patchkit.targets import Target
+    from patchkit.upstream.mirror import Mirror
+
+    sdists = tmp_path / "sdists"
+    sdists.mkdir()
+    fd, live = locked_temp_file(sdists, prefix=".other-1.0.tar.gz.download-")
+    dead = sdists / ".other-0.9.tar.gz.download-x1y2z3"
+    dead.write_bytes(b"partial")  # its writer died: nobody holds it
+    target = Target(name="toy", git="https://example.invalid/toy.git", subdir="", pin="", releases=())
+    try:
+        Mirror(target, root=tmp_path).sweep()
+        assert os.path.exists(live) and not dead.exists()
+    finally:
+        os.close(fd)
+    Mirror(target, root=tmp_path).sweep()
+    assert not os.path.exists(live)
