@@ -484,7 +484,8 @@ def clone_checked_out(
     the copy is complete the checkout reads the mirror's objects through an alternates
     entry, removed then, so the clone ends sharing no file with the mirror, as clone_local's
     does. With `base` (a commit every tip descends from), the loose objects are found from
-    the base's object list and those the tips add to it, not by walking every tip's tree.
+    the base's object list and those the tips add to it, not by walking every tip's tree,
+    and the clone ends at the base: a base with parents is named in its `shallow` file.
     """
     run(dest.parent, "init", "--quiet", "--", str(dest))
     alternates = dest / ".git" / "objects" / "info" / "alternates"
@@ -519,7 +520,8 @@ def _copy_objects(
     `rev-list`); each that is loose is copied as its file, inflated and hashed first (one
     whose bytes do not hash to its id is refused), the rest streamed by `pack-objects`.
     Else `pack-objects` walks every tip's trees for the loose ones. The clone's
-    completeness walk checks both.
+    completeness walk checks both; with `base` it ends there (the clone's `shallow` file
+    names a base that has parents, whose history nothing copies by name).
     """
     if base is not None and tips:
         named = list(loose_objects_of(mirror, base))
@@ -529,13 +531,34 @@ def _copy_objects(
         rest = _copy_loose(mirror, dest / ".git", list(dict.fromkeys(named)))
         if rest:
             _stream_objects(mirror, dest, [], rest)
-    else:
-        _stream_objects(
-            mirror, dest, ["--revs", "--incremental", *([] if tips else ["--all"])], tips or []
-        )
+        copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
+        # shallow at the base: its history is named by no copy, read by no verb, slow to walk
+        if parents_of(mirror, base, bare=True) or base in _shallow_commits(mirror):
+            _write_shallow(dest / ".git", [base])
+        return
+    _stream_objects(
+        mirror, dest, ["--revs", "--incremental", *([] if tips else ["--all"])], tips or []
+    )
     copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
     if (mirror / "shallow").is_file():  # a shallow fetch: the clone ends where the mirror does
         _copy_file(mirror / "shallow", dest / ".git" / "shallow")
+
+
+def _shallow_commits(repo: Path) -> set[str]:
+    """The commits the bare `repo`'s `shallow` file names (a fetch with --depth cut their
+    parents off)."""
+    try:
+        return set((repo / "shallow").read_text(encoding="ascii").split())
+    except FileNotFoundError:
+        return set()
+
+
+def _write_shallow(git_dir: Path, commits: list[str]) -> None:
+    """`git_dir`'s `shallow` file naming `commits`: git reads each as a commit without
+    parents, so neither a walk nor a fetch goes past it (written whole, then renamed)."""
+    tmp = git_dir / "shallow.patchkit-tmp"
+    tmp.write_text("".join(f"{c}\n" for c in sorted(commits)), encoding="ascii")
+    os.replace(tmp, git_dir / "shallow")
 
 
 def _stream_objects(mirror: Path, dest: Path, args: list[str], lines: list[str]) -> None:
@@ -1114,8 +1137,14 @@ def dirty_files(repo: Path) -> list[str]:
 
 
 def fetch_commit_from(repo: Path, source: Path, sha: str) -> None:
-    """Bring one commit (and its history) from another local repository."""
-    run(repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--", str(source), sha)
+    """Bring one commit (and its history) from another local repository. Where the source
+    is shallow (a mirror's `--depth=1` fetch) and `repo` lacks what it cut off, the cut is
+    added to `repo`'s `shallow` file (`--update-shallow`): else git takes the objects, says
+    nothing, and `repo` names parents it does not hold."""
+    run(
+        repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--update-shallow",
+        "--", str(source), sha,
+    )  # fmt: skip
 
 
 def checkout_branch(repo: Path, branch: str, sha: str) -> None:
@@ -1505,10 +1534,24 @@ def object_ids(repo: Path, commit: str, bare: bool = False) -> list[str]:
     return list(_object_ids(Path(repo), commit, bare))
 
 
-@functools.lru_cache(maxsize=32)
+def parents_of(repo: Path, commit: str, bare: bool = False) -> tuple[str, ...]:
+    """The parents of `commit` as `repo` reads them (none for a root commit, nor for one
+    its `shallow` file names), from the one `rev-list` that `object_ids` reads."""
+    return _object_listing(Path(repo), commit, bare)[1]
+
+
 def _object_ids(repo: Path, commit: str, bare: bool) -> tuple[str, ...]:
-    listing = str(run(repo, "rev-list", "--objects", "--no-walk", commit, bare=bare))
-    return tuple(line.split(" ", 1)[0] for line in listing.splitlines() if line)
+    return _object_listing(repo, commit, bare)[0]
+
+
+@functools.lru_cache(maxsize=32)
+def _object_listing(repo: Path, commit: str, bare: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the ids of `commit`, its trees and blobs; its parents): one `rev-list`, whose first
+    line is the commit's id followed by its parents' (`--parents`)."""
+    listing = str(run(repo, "rev-list", "--objects", "--parents", "--no-walk", commit, bare=bare))
+    lines = [line for line in listing.splitlines() if line]
+    parents = tuple(lines[0].split(" ")[1:]) if lines else ()
+    return tuple(line.split(" ", 1)[0] for line in lines), parents
 
 
 def corrupt_objects(repo: Path, commit: str, bare: bool = False) -> list[str]:
