@@ -3,15 +3,16 @@
 PYTHON    ?= python3
 VENV      := .venv
 BVENV     := .venv-build
-# The payload venv of the SGLang 0.5.12 line (torch 2.11.0; the 0.5.9 line runs in $(VENV)).
-PVENV_0512 := .venv-payload-0.5.12
-PWHEELS_0512 := .cache/wheels/payload-0.5.12
+# One payload venv per torch version, shared by the SGLang lines on it: torch 2.11.0 holds the
+# 0.5.12 line (the 0.5.9 line runs on torch 2.9.1 in $(VENV)); tests/tiers.py names the same.
+PVENV_T211 := .venv-torch-2.11
+PWHEELS_T211 := .cache/wheels/torch-2.11
 PIP_FLAGS ?= -q --disable-pip-version-check
 PROFILE   ?= cu130-sm120
 ARGS      ?=
 LINE      ?=
 
-.PHONY: wheels test test-fast test-reliability gpu-test gpu-bundle verify review lint bench clean install
+.PHONY: wheels test test-fast test-mutation test-reliability gpu-test gpu-bundle verify review lint bench clean install
 
 $(BVENV)/.stamp: pyproject.toml
 	@echo "creating $(BVENV) with patchkit and its dependencies (once: about 20 s)"
@@ -30,12 +31,12 @@ $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
 	touch $@
 
 # Its wheels (2.7 GB, torch 2.11.0) are kept in .cache/: a later build installs from there.
-$(PVENV_0512)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
-	test -x $(PVENV_0512)/bin/python || $(PYTHON) -m venv $(PVENV_0512)
-	@echo "installing torch 2.11.0 and the 0.5.12 payload stack into $(PVENV_0512) (once: 2.7 GB of wheels, minutes)"
-	$(PVENV_0512)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_0512) setuptools wheel \
+$(PVENV_T211)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
+	test -x $(PVENV_T211)/bin/python || $(PYTHON) -m venv $(PVENV_T211)
+	@echo "installing torch 2.11.0 and the payload stack of its lines into $(PVENV_T211) (once: 2.7 GB of wheels, minutes)"
+	$(PVENV_T211)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_T211) setuptools wheel \
 	    -r build/constraints/payload-test-0.5.12.txt '.[test]'
-	$(PVENV_0512)/bin/pip install $(PIP_FLAGS) --no-index --find-links $(PWHEELS_0512) \
+	$(PVENV_T211)/bin/pip install $(PIP_FLAGS) --no-index --find-links $(PWHEELS_T211) \
 	    -e '.[test]' -r build/constraints/payload-test-0.5.12.txt
 	touch $@
 
@@ -61,25 +62,31 @@ install:
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "note: $(PREFIX)/bin is not on PATH;" \
 	    "add it: export PATH=\"$(PREFIX)/bin:\$$PATH\" (e.g. in ~/.profile)";; esac
 
-## test: the CPU tier (manager tests and the payload tests of every patched path, both lines)
-test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_0512)/.stamp
-	$(VENV)/bin/patchkit lint
-	$(VENV)/bin/python -m pytest -m "not gpu" $(ARGS)
-	PATCHKIT_PAYLOAD_LINE=0.5.12 $(PVENV_0512)/bin/python -m pytest -m payload tests/payload $(ARGS)
+## test: the CPU tier in parts, each timed (tests/tiers.py prints the summary): lint, the
+## manager tests, the payload tests of each SGLang line in its torch's venv; pytest on every core;
+## a rotating sample of each long class (planted mistakes, kill points: tests/sampling.py)
+test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_T211)/.stamp
+	$(VENV)/bin/python tests/tiers.py $(if $(ARGS),-- $(ARGS))
 
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -m "not gpu and not payload" $(ARGS)
 
-## test-reliability: the reliability tests with a longer, randomized model-based search and
-## the kill tests ten times in a row (MODEL_EXAMPLES sequences of MODEL_STEPS steps)
+## test-mutation: every planted mistake of every line (tests/mutation/), two at a time
+test-mutation: $(VENV)/.stamp-payload $(PVENV_T211)/.stamp
+	$(VENV)/bin/python tests/mutation/plant.py --line 0.5.9 --jobs 2
+	$(PVENV_T211)/bin/python tests/mutation/plant.py --line 0.5.12 --jobs 2
+
+## test-reliability: the reliability tests with every kill point (PATCHKIT_SAMPLE=all), a longer,
+## randomized model-based search and the kill tests ten times in a row (MODEL_EXAMPLES sequences
+## of MODEL_STEPS steps)
 MODEL_EXAMPLES ?= 2000
 MODEL_STEPS    ?= 10
 test-reliability: $(VENV)/.stamp-core
-	PATCHKIT_MODEL_EXAMPLES=$(MODEL_EXAMPLES) PATCHKIT_MODEL_STEPS=$(MODEL_STEPS) \
+	PATCHKIT_SAMPLE=all PATCHKIT_MODEL_EXAMPLES=$(MODEL_EXAMPLES) PATCHKIT_MODEL_STEPS=$(MODEL_STEPS) \
 		$(VENV)/bin/python -m pytest tests/reliability $(ARGS)
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
-		$(VENV)/bin/python -m pytest -q tests/reliability/test_kill.py || exit 1; done
+		PATCHKIT_SAMPLE=all $(VENV)/bin/python -m pytest -q tests/reliability/test_kill.py || exit 1; done
 
 ## gpu-test: the GPU tier, on a host with the pinned stack and GPUs (skips cleanly without)
 gpu-test: $(VENV)/.stamp-core

@@ -5,8 +5,9 @@ each collected test must fail there; a test that passes on the base proves nothi
 patch.  Generic over ``tests/payload``: new payload tests are covered without listing them.
 
 Once per SGLang line (``PATCHKIT_PAYLOAD_LINE``), each in the interpreter made for it: this one
-when its torch is the line's (``build/constraints/payload-test*.txt``), else
-``.venv-payload-<line>`` (``make test`` builds it); a line without one is skipped.
+when its torch is the line's (``build/constraints/payload-test*.txt``), else the venv of the
+line's torch, ``.venv-torch-<major.minor>`` (``make test`` builds it); a line without one is
+skipped.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def _interpreter(line: str) -> str | None:
         here = None
     if here == _pinned_torch(line):
         return sys.executable
-    venv = ROOT / f".venv-payload-{line}" / "bin" / "python"
+    family = ".".join(_pinned_torch(line).split(".")[:2])
+    venv = ROOT / f".venv-torch-{family}" / "bin" / "python"
     return str(venv) if venv.is_file() else None
 
 

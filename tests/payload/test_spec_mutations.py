@@ -2,7 +2,9 @@
 ``tests/mutation/spec_<line>.toml`` in a copy of the line's patched tree makes the tier fail.
 
 Runs ``tests/mutation/plant.py`` (which first requires the unmutated copy to pass) under the
-running interpreter; skipped where the line's torch is not the running one.
+running interpreter; skipped where the line's torch is not the running one.  `make test` plants
+a rotating sample of each line's mistakes (``SAMPLE``, chosen by the commit:
+``tests/sampling.py``); ``PATCHKIT_SAMPLE=all`` (`make test-mutation`) plants every one.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from sampling import exhaustive
 from spec_fixtures import LINE_TORCH, use_line_tree
 
 pytestmark = [pytest.mark.payload, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = 3  # mistakes per line and landing; each costs one run of the speculation tier
 
 
 @pytest.mark.parametrize("line", sorted(LINE_TORCH))
@@ -26,7 +30,8 @@ def test_every_planted_mistake_is_caught(line, payload_kind):
         pytest.fail("the mutation check plants mistakes in the patched tree only")
     use_line_tree(line)
     run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "mutation" / "plant.py"), "--line", line, "--json"],
+        [sys.executable, str(ROOT / "tests" / "mutation" / "plant.py"), "--line", line, "--json",
+         "--sample", "0" if exhaustive() else str(SAMPLE)],
         cwd=ROOT, capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     assert run.stdout.strip(), run.stderr[-3000:]

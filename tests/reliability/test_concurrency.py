@@ -134,7 +134,7 @@ def test_a_mirror_sweep_keeps_another_runs_download(tmp_path):
     fd, live = locked_temp_file(sdists, prefix=".other-1.0.tar.gz.download-")
     dead = sdists / ".other-0.9.tar.gz.download-x1y2z3"
     dead.write_bytes(b"partial")  # its writer died: nobody holds it
-    target = Target(name="toy", git="https://example.invalid/toy.git", subdir="", pin="", releases=())
+    target = Target(name="toy", git="https://example.invalid/t.git", subdir="", pin="", releases=())
     try:
         Mirror(target, root=tmp_path).sweep()
         assert os.path.exists(live) and not dead.exists()

@@ -20,8 +20,10 @@ from reliability_support import (
     record,
     snapshot,
 )
+from sampling import rotating
 
 SECTION = "export interrupted (tests/reliability/test_kill_export.py)"
+SAMPLED = 9  # interrupts `make test` tries (rotating by commit); PATCHKIT_SAMPLE=all: every one
 
 # Runs the CLI with export's file writer sending SIGNAL to this very process after KILL_AFTER
 # complete files: the moment `export` is most exposed.
@@ -81,22 +83,23 @@ def test_export_interrupted_at_every_git_call(toy, tmp_path, exported):
     calls = len(faults.calls())
     assert calls >= 3
     tried = clean = 0
-    for at in range(1, calls + 1):
-        for sig in ("INT", "TERM", "KILL"):
-            reset()
-            faults.arm(at, sig)
-            done = cli(*args, env={**toy.env, **faults.env()})
-            tried += 1
-            now = snapshot(out)
-            assert now in (before, after), f"call {at} {sig}: a state neither old nor new"
-            assert _user_files_intact(out)
-            if sig != "KILL":
-                assert done.returncode == 130, (at, sig, done.stderr)
-                assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr
-            again = cli(*args, env=toy.env)
-            assert again.returncode == 0 and snapshot(out) == after, again.stderr
-            clean += 1
-    record(SECTION, f"{calls} git calls x SIGINT/SIGTERM/SIGKILL: {tried} interrupts, "
+    points = [(at, sig) for at in range(1, calls + 1) for sig in ("INT", "TERM", "KILL")]
+    for at, sig in rotating(points, SAMPLED, salt=13):
+        reset()
+        faults.arm(at, sig)
+        done = cli(*args, env={**toy.env, **faults.env()})
+        tried += 1
+        now = snapshot(out)
+        assert now in (before, after), f"call {at} {sig}: a state neither old nor new"
+        assert _user_files_intact(out)
+        if sig != "KILL":
+            assert done.returncode == 130, (at, sig, done.stderr)
+            assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr
+        again = cli(*args, env=toy.env)
+        assert again.returncode == 0 and snapshot(out) == after, again.stderr
+        clean += 1
+    record(SECTION, f"{calls} git calls x SIGINT/SIGTERM/SIGKILL: {tried} of {len(points)} "
+           "interrupts, "
            f"{clean}/{tried} left the old or the new series and a next run that finished; "
            "the user's own files untouched in all")  # fmt: skip
 

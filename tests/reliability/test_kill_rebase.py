@@ -5,10 +5,11 @@ stays sound, and the same command then finishes."""
 from __future__ import annotations
 
 from reliability_support import GitFaults, cache_problems, cli, one_or_two_lines, record
+from sampling import rotating
 from test_kill import _rebase_states, _toy_with_new_release
 
 SECTION = "rebase --write interrupted at git calls (tests/reliability/test_kill_rebase.py)"
-EVERY = 3  # interrupt at every third call with each signal (CI budget)
+SAMPLED = 9  # interrupts `make test` tries (rotating by commit); PATCHKIT_SAMPLE=all: every one
 
 
 def test_rebase_write_interrupted_at_git_calls(tmp_path):
@@ -20,23 +21,23 @@ def test_rebase_write_interrupted_at_git_calls(tmp_path):
     assert cli(*args, env={**toy.env, **faults.env()}).returncode == 0
     calls = len(faults.calls())
     tried = finished = 0
-    for sig_index, sig in enumerate(("KILL", "TERM", "INT")):
-        for at in range(1 + sig_index, calls + 1, EVERY):
-            reset()
-            faults.arm(at, sig)
-            done = cli(*args, env={**toy.env, **faults.env()})
-            tried += 1
-            verdict = after_kill()
-            assert not verdict, f"call {at} {sig}: {verdict}"
-            assert not cache_problems(toy.cache), (at, sig)
-            if sig != "KILL" and done.returncode == 130:
-                assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr
-            again = cli(*args, env=toy.env)
-            problems = final()
-            assert again.returncode in (0, 3) and not problems, (at, sig, again.stderr, problems)
-            finished += 1
+    points = [(sig, at) for sig in ("KILL", "TERM", "INT") for at in range(1, calls + 1)]
+    for sig, at in rotating(points, SAMPLED, salt=11):
+        reset()
+        faults.arm(at, sig)
+        done = cli(*args, env={**toy.env, **faults.env()})
+        tried += 1
+        verdict = after_kill()
+        assert not verdict, f"call {at} {sig}: {verdict}"
+        assert not cache_problems(toy.cache), (at, sig)
+        if sig != "KILL" and done.returncode == 130:
+            assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr
+        again = cli(*args, env=toy.env)
+        problems = final()
+        assert again.returncode in (0, 3) and not problems, (at, sig, again.stderr, problems)
+        finished += 1
     record(
         SECTION,
-        f"{tried} interrupts over {calls} git calls (every {EVERY}rd, each of SIGKILL/SIGTERM/"
-        f"SIGINT): 0 torn states, {finished}/{tried} next runs finished",
+        f"{tried} interrupts over {calls} git calls (of {len(points)}: each call with SIGKILL/"
+        f"SIGTERM/SIGINT): 0 torn states, {finished}/{tried} next runs finished",
     )

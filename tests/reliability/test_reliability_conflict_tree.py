@@ -26,7 +26,9 @@ from reliability_support import (
     record,
     snapshot,
 )
+from sampling import rotating
 
+SAMPLED = 12  # interrupts `make test` tries (rotating by commit); PATCHKIT_SAMPLE=all: every one
 SECTION = "rebase conflict tree interrupted (tests/reliability/test_reliability_conflict_tree.py)"
 
 
@@ -91,38 +93,39 @@ def test_conflict_tree_interrupted_at_every_git_call(tmp_path):
     first = max(i for i, c in enumerate(calls, 1) if verb(c) == "init")
     assert cli("rebase", "--target", "toy", "--abort", env=toy.env).returncode == 0
     tried = aborted = rerun = messages = 0
-    for sig in ("KILL", "TERM", "INT"):
-        for at in range(first, len(calls) + 1):
-            faults.arm(at, sig)
-            done = cli(*ARGS, env={**toy.env, **faults.env()})
-            assert len(faults.calls()) >= at, f"call {at} was never made"
-            tried += 1
-            where = f"call {at} ({calls[at - 1]}) {sig}"
-            assert snapshot(toy.project / "patches") == patches_before, where
-            assert not cache_problems(toy.cache), where
-            left = _tree_state(tree)
-            assert left in (None, complete), f"{where}: a partial conflict tree {left}"
-            assert not list(tree.parent.glob(".toy.patchkit-*")) or sig == "KILL", where
-            if sig != "KILL":
-                assert done.returncode == 130, (where, done.returncode, done.stderr)
-                assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr, where
-                messages += 1
-            if left is None:
-                again = cli(*ARGS, env=toy.env)
-                assert again.returncode == 1 and _tree_state(tree) == complete, (
-                    where,
-                    again.stderr,
-                )
-                rerun += 1
-            leftover = list(tree.parent.glob(".toy.patchkit-*"))
-            assert not leftover, f"{where}: scratch left after the next run: {leftover}"
-            stop = cli("rebase", "--target", "toy", "--abort", env=toy.env)
-            assert stop.returncode == 0 and not tree.exists(), (where, stop.stderr)
-            aborted += 1
+    points = [(sig, at) for sig in ("KILL", "TERM", "INT") for at in range(first, len(calls) + 1)]
+    for sig, at in rotating(points, SAMPLED, salt=5):
+        faults.arm(at, sig)
+        done = cli(*ARGS, env={**toy.env, **faults.env()})
+        assert len(faults.calls()) >= at, f"call {at} was never made"
+        tried += 1
+        where = f"call {at} ({calls[at - 1]}) {sig}"
+        assert snapshot(toy.project / "patches") == patches_before, where
+        assert not cache_problems(toy.cache), where
+        left = _tree_state(tree)
+        assert left in (None, complete), f"{where}: a partial conflict tree {left}"
+        assert not list(tree.parent.glob(".toy.patchkit-*")) or sig == "KILL", where
+        if sig != "KILL":
+            assert done.returncode == 130, (where, done.returncode, done.stderr)
+            assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr, where
+            messages += 1
+        if left is None:
+            again = cli(*ARGS, env=toy.env)
+            assert again.returncode == 1 and _tree_state(tree) == complete, (
+                where,
+                again.stderr,
+            )
+            rerun += 1
+        leftover = list(tree.parent.glob(".toy.patchkit-*"))
+        assert not leftover, f"{where}: scratch left after the next run: {leftover}"
+        stop = cli("rebase", "--target", "toy", "--abort", env=toy.env)
+        assert stop.returncode == 0 and not tree.exists(), (where, stop.stderr)
+        aborted += 1
     record(
         SECTION,
         f"{tried} interrupts over the {len(calls) - first + 1} git calls that build the tree "
-        f"(each of SIGKILL/SIGTERM/SIGINT): 0 partial trees, 0 changes to patches/; "
+        f"(of {len(points)}: each call with SIGKILL/SIGTERM/SIGINT): 0 partial trees, "
+        "0 changes to patches/; "
         f"{rerun} re-runs made the complete tree, {aborted}/{tried} --abort removed it; "
         f"{messages} SIGINT/SIGTERM exits were one line + 130",
     )

@@ -1,0 +1,112 @@
+"""`make test`: the CPU tier's parts, one after another, each timed, and a summary at the end.
+
+    python tests/tiers.py [--only NAME ...] [--list] [-- PYTEST_ARGS ...]
+
+The parts (``TIERS``) and the interpreter each runs in are data; pytest runs on every core
+(pytest-xdist, ``PATCHKIT_TEST_JOBS``, default: the machine's cores). Every part runs even
+when an earlier one failed, so one CI log shows every failure; the exit status is 1 when any
+part failed. The summary is also written to ``.cache/test-timings.json`` (the last run) so
+that a regression in one part is seen the day it lands (docs/perf.md keeps the history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMINGS = ROOT / ".cache" / "test-timings.json"
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    venv: str  # the interpreter's venv, relative to the project
+    argv: tuple[str, ...]  # after `<venv>/bin/python -m`
+    env: dict[str, str] = field(default_factory=dict)
+    parallel: bool = True  # pytest-xdist over the cores
+
+
+# Lines on the same torch share one payload venv (`make` names it by torch version).
+TIERS = (
+    Tier("lint", ".venv", ("patchkit", "lint"), parallel=False),
+    Tier("manager", ".venv", ("pytest", "-m", "not gpu and not payload")),
+    Tier("payload 0.5.9", ".venv", ("pytest", "-m", "payload"), {"PATCHKIT_PAYLOAD_LINE": "0.5.9"}),
+    Tier(
+        "payload 0.5.12",
+        ".venv-torch-2.11",
+        ("pytest", "-m", "payload", "tests/payload"),
+        {"PATCHKIT_PAYLOAD_LINE": "0.5.12"},
+    ),
+)
+
+
+def jobs() -> int:
+    return int(os.environ.get("PATCHKIT_TEST_JOBS") or os.cpu_count() or 1)
+
+
+def command(tier: Tier, extra: list[str]) -> list[str]:
+    python = str(ROOT / tier.venv / "bin" / "python")
+    argv = [python, "-m", *tier.argv]
+    if tier.argv[0] != "pytest":
+        return argv
+    if tier.parallel and jobs() > 1:
+        argv += ["-n", str(jobs())]
+    return argv + extra
+
+
+def run(tier: Tier, extra: list[str]) -> tuple[int, float]:
+    argv = command(tier, extra)
+    print(f"\n=== {tier.name}: {' '.join(argv[2:])}", flush=True)
+    start = time.monotonic()
+    rc = subprocess.run(argv, cwd=ROOT, env={**os.environ, **tier.env}).returncode
+    return rc, time.monotonic() - start
+
+
+def summary(results: list[tuple[Tier, int, float]]) -> str:
+    total = sum(seconds for _, _, seconds in results)
+    rows = [f"{'part':<16} {'result':<8} {'time':>8}"]
+    for tier, rc, seconds in results:
+        rows.append(f"{tier.name:<16} {'passed' if rc == 0 else f'exit {rc}':<8} "
+                    f"{_clock(seconds):>8}")  # fmt: skip
+    rows.append(f"{'all':<16} {'':<8} {_clock(total):>8}")
+    return "\n".join(rows)
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", default=[], help="run this part (repeat)")
+    parser.add_argument("--list", action="store_true", help="print the parts and exit")
+    parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest part")
+    args = parser.parse_args(argv)
+    names = {tier.name for tier in TIERS}
+    unknown = set(args.only) - names
+    if unknown:
+        parser.error(f"no such part: {', '.join(sorted(unknown))} (parts: {', '.join(names)})")
+    chosen = [t for t in TIERS if not args.only or t.name in args.only]
+    if args.list:
+        for tier in chosen:
+            print(f"{tier.name}: {' '.join(command(tier, []))}")
+        return 0
+    results = [(tier, *run(tier, args.pytest_args)) for tier in chosen]
+    table = summary(results)
+    print(f"\n=== timing summary ({jobs()} job(s))\n{table}", flush=True)
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    TIMINGS.write_text(json.dumps(
+        {"jobs": jobs(), "parts": [{"name": t.name, "exit": rc, "seconds": round(s, 1)}
+                                   for t, rc, s in results]}, indent=2) + "\n")  # fmt: skip
+    return 0 if all(rc == 0 for _, rc, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
