@@ -8,11 +8,14 @@ BVENV     := .venv-build
 PVENV_T211 := .venv-torch-2.11
 PWHEELS_T211 := .cache/wheels/torch-2.11
 PIP_FLAGS ?= -q --disable-pip-version-check
+# The test venvs skip pip's byte-compilation of every module (torch alone has thousands): what
+# the tests import is compiled on first import.
+TEST_PIP_FLAGS := $(PIP_FLAGS) --no-compile
 PROFILE   ?= cu130-sm120
 ARGS      ?=
 LINE      ?=
 
-.PHONY: wheels test test-fast test-mutation test-reliability gpu-test gpu-bundle verify review lint bench clean install
+.PHONY: wheels test test-venvs test-fast test-mutation test-reliability gpu-test gpu-bundle verify review lint bench clean install
 
 $(BVENV)/.stamp: pyproject.toml
 	@echo "creating $(BVENV) with patchkit and its dependencies (once: about 20 s)"
@@ -27,7 +30,7 @@ $(VENV)/.stamp-core: pyproject.toml
 
 $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
 	@echo "installing torch 2.9.1 and the payload test stack into $(VENV) (once: about 7 GB, minutes)"
-	$(VENV)/bin/pip install $(PIP_FLAGS) -r build/constraints/payload-test.txt
+	$(VENV)/bin/pip install $(TEST_PIP_FLAGS) -r build/constraints/payload-test.txt
 	touch $@
 
 # Its wheels (2.7 GB, torch 2.11.0) are kept in .cache/: a later build installs from there.
@@ -36,7 +39,7 @@ $(PVENV_T211)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
 	@echo "installing torch 2.11.0 and the payload stack of its lines into $(PVENV_T211) (once: 2.7 GB of wheels, minutes)"
 	$(PVENV_T211)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_T211) setuptools wheel \
 	    -r build/constraints/payload-test-0.5.12.txt '.[test]'
-	$(PVENV_T211)/bin/pip install $(PIP_FLAGS) --no-index --find-links $(PWHEELS_T211) \
+	$(PVENV_T211)/bin/pip install $(TEST_PIP_FLAGS) --no-index --find-links $(PWHEELS_T211) \
 	    -e '.[test]' -r build/constraints/payload-test-0.5.12.txt
 	touch $@
 
@@ -65,8 +68,13 @@ install:
 ## test: the CPU tier in parts, each timed (tests/tiers.py prints the summary): lint, the
 ## manager tests, the payload tests of each SGLang line in its torch's venv; pytest on every core;
 ## a rotating sample of each long class (planted mistakes, kill points: tests/sampling.py)
-test: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_T211)/.stamp
-	$(VENV)/bin/python tests/tiers.py $(if $(ARGS),-- $(ARGS))
+## (the venvs are made two at a time; their time is the summary's first row)
+test:
+	@start=$$(date +%s); $(MAKE) --no-print-directory -j2 test-venvs && \
+	    $(VENV)/bin/python tests/tiers.py --setup-seconds $$(( $$(date +%s) - start )) \
+	    $(if $(ARGS),-- $(ARGS))
+
+test-venvs: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_T211)/.stamp
 
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core

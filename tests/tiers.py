@@ -29,14 +29,20 @@ class Tier:
     name: str
     venv: str  # the interpreter's venv, relative to the project
     argv: tuple[str, ...]  # after `<venv>/bin/python -m`
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # "{root}": the project
     parallel: bool = True  # pytest-xdist over the cores
 
 
 # Lines on the same torch share one payload venv (`make` names it by torch version).
 TIERS = (
     Tier("lint", ".venv", ("patchkit", "lint"), parallel=False),
-    Tier("manager", ".venv", ("pytest", "-m", "not gpu and not payload")),
+    # the doctor's derivation checked against the real 0.5.12 model in that line's venv
+    Tier(
+        "manager",
+        ".venv",
+        ("pytest", "-m", "not gpu and not payload"),
+        {"PATCHKIT_P0512_PYTHON": "{root}/.venv-torch-2.11/bin/python"},
+    ),  # fmt: skip
     Tier("payload 0.5.9", ".venv", ("pytest", "-m", "payload"), {"PATCHKIT_PAYLOAD_LINE": "0.5.9"}),
     Tier(
         "payload 0.5.12",
@@ -65,13 +71,16 @@ def run(tier: Tier, extra: list[str]) -> tuple[int, float]:
     argv = command(tier, extra)
     print(f"\n=== {tier.name}: {' '.join(argv[2:])}", flush=True)
     start = time.monotonic()
-    rc = subprocess.run(argv, cwd=ROOT, env={**os.environ, **tier.env}).returncode
+    env = {key: value.format(root=ROOT) for key, value in tier.env.items()}
+    rc = subprocess.run(argv, cwd=ROOT, env={**os.environ, **env}).returncode
     return rc, time.monotonic() - start
 
 
-def summary(results: list[tuple[Tier, int, float]]) -> str:
-    total = sum(seconds for _, _, seconds in results)
+def summary(results: list[tuple[Tier, int, float]], setup: float | None) -> str:
+    total = sum(seconds for _, _, seconds in results) + (setup or 0)
     rows = [f"{'part':<16} {'result':<8} {'time':>8}"]
+    if setup is not None:
+        rows.append(f"{'venvs':<16} {'ready':<8} {_clock(setup):>8}")
     for tier, rc, seconds in results:
         rows.append(f"{tier.name:<16} {'passed' if rc == 0 else f'exit {rc}':<8} "
                     f"{_clock(seconds):>8}")  # fmt: skip
@@ -87,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], help="run this part (repeat)")
     parser.add_argument("--list", action="store_true", help="print the parts and exit")
+    parser.add_argument("--setup-seconds", type=float, help="the venvs' set-up time (make)")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest part")
     args = parser.parse_args(argv)
     names = {tier.name for tier in TIERS}
@@ -99,12 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{tier.name}: {' '.join(command(tier, []))}")
         return 0
     results = [(tier, *run(tier, args.pytest_args)) for tier in chosen]
-    table = summary(results)
+    table = summary(results, args.setup_seconds)
     print(f"\n=== timing summary ({jobs()} job(s))\n{table}", flush=True)
     TIMINGS.parent.mkdir(parents=True, exist_ok=True)
-    TIMINGS.write_text(json.dumps(
-        {"jobs": jobs(), "parts": [{"name": t.name, "exit": rc, "seconds": round(s, 1)}
-                                   for t, rc, s in results]}, indent=2) + "\n")  # fmt: skip
+    parts = [{"name": t.name, "exit": rc, "seconds": round(s, 1)} for t, rc, s in results]
+    record = {"jobs": jobs(), "setup_seconds": args.setup_seconds, "parts": parts}
+    TIMINGS.write_text(json.dumps(record, indent=2) + "\n")
     return 0 if all(rc == 0 for _, rc, _ in results) else 1
 
 
