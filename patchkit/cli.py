@@ -11,7 +11,7 @@ import sys
 import click
 
 from patchkit import __version__
-from patchkit.errors import PatchkitError
+from patchkit.errors import PatchkitError, did_you_mean
 
 # verb -> module under patchkit.commands exposing `command`; imported only when used.
 VERBS = {
@@ -98,6 +98,15 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        # click suggests from `self.commands`, which a lazy group leaves empty.
+        name = args[0]
+        if not name.startswith("-") and self.get_command(ctx, name) is None:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            if hint and not ctx.resilient_parsing:
+                raise click.UsageError(f"No such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = VERBS.get(name)

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT, patchkit
 
 from patchkit.cli import ENVIRONMENT, EXIT_CODES, SHORT_HELP, VERBS
@@ -53,3 +54,38 @@ def test_dash_c_runs_in_another_directory(tmp_path):
     missing = patchkit("-C", str(tmp_path / "nope"), "lint", cwd=tmp_path, env=here)
     assert missing.returncode == 2
     assert "nope" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_mistyped_verb_is_suggested():
+    r = patchkit("aply", "--target", "sglang")
+    assert r.returncode == 2
+    assert "No such command 'aply'; did you mean 'apply'?" in r.stderr, r.stderr
+    far = patchkit("xyzzy")
+    assert far.returncode == 2 and "did you mean" not in far.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, code, message, close",
+    [
+        (["apply", "--target", "sglng"], 2, "unknown target 'sglng'", "sglang"),
+        (["lint", "--target", "flashinfr"], 2, "unknown target 'flashinfr'", "flashinfer"),
+        (["apply", "--target", "sglang@v0.5.9x"], 1, "cannot resolve sglang@v0.5.9x", "v0.5.9"),
+        (["apply", "--target", "sglang", "--line", "0.5.99"], 2, "no line '0.5.99'", "0.5.9"),
+        (["rebase", "--target", "sglang@0.5.12", "--line", "0.5.13"], 2, "no line", "0.5.12"),
+    ],
+)
+def test_a_mistyped_target_ref_or_line_is_suggested(project, tmp_path, argv, code, message, close):
+    r = patchkit(*argv, env={"PATCHKIT_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == code, r.stdout + r.stderr
+    first = r.stderr.splitlines()[0]
+    assert message in first and first.endswith(f"; did you mean '{close}'?"), first
+
+
+def test_suggestions_come_from_one_place():
+    """Every unknown name (verb, target, ref, line) is matched by errors.did_you_mean."""
+    users = [
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "patchkit").rglob("*.py")
+        if "get_close_matches" in path.read_text(encoding="utf-8")
+    ]
+    assert users == ["patchkit/errors.py"], users
