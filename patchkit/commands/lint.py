@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from patchkit import gitops
-from patchkit.lines import line_series
+from patchkit.lines import check_line_names, line_series
 from patchkit.lint import LintReport, RoundTripStamp, lint_target
 from patchkit.project import cache_root
 from patchkit.stamps import module_files
@@ -42,6 +42,7 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
     out = Output(json_mode=as_json, verbose=verbose)
     ws = Workspace.load()
     names = list(targets) or list(ws.targets.targets)
+    check_line_names([ws.target(name) for name in names], line_names)
 
     def reexporter(target: Target):
         def reexport(_label: str) -> dict[str, bytes]:

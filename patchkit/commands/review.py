@@ -8,6 +8,7 @@ import click
 
 from patchkit.errors import UsageError
 from patchkit.files import replace_file
+from patchkit.lines import check_line_names
 from patchkit.review import build_review
 from patchkit.review.render import html, terminal
 from patchkit.targets import parse_target_spec
@@ -51,8 +52,8 @@ def command(targets, line, against, since, html_file, no_diff, as_json, verbose)
     names = list(targets) or None
     for name in names or []:
         ws.target(name)
-    if line is not None and not any(line in t.line_names for t in ws.targets.targets.values()):
-        raise UsageError(f"--line {line}: no target has that line")
+    if line is not None:
+        check_line_names([ws.target(name) for name in names or ws.targets.targets], [line])
     review = build_review(
         ws, targets=names, against=refs, since=since, progress=out.progress, line=line
     )
