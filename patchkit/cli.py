@@ -11,7 +11,7 @@ import sys
 import click
 
 from patchkit import __version__
-from patchkit.errors import PatchkitError, did_you_mean
+from patchkit.errors import NothingToDo, PatchkitError, did_you_mean
 
 # verb -> module under patchkit.commands exposing `command`; imported only when used.
 VERBS = {
@@ -169,6 +169,11 @@ def _run_verb(argv: list[str] | None, debug: bool) -> tuple[int, dict | None]:
 
     try:
         rv = _dispatch(argv)
+    except NothingToDo as exc:  # not an error: the requested state already holds
+        click.echo(f"patchkit: {_one_line(exc.message)}", err=True)
+        if exc.hint:
+            click.echo(f"patchkit: next: {_one_line(exc.hint)}", err=True)
+        return exc.exit_code, None
     except PatchkitError as exc:
         if debug:
             raise
