@@ -10,7 +10,7 @@ from patchkit.lint import LintReport, RoundTripStamp, lint_target
 from patchkit.project import cache_root
 from patchkit.stamps import module_files
 from patchkit.targets import Target
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
@@ -35,7 +35,7 @@ ROUND_TRIP_MODULES = (
     is_flag=True,
     help="Skip the apply + export round trip (needs the pinned upstreams).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(targets, line_names, no_reexport, as_json, verbose) -> int:
     """Check the series of every line of every target; exit 1 on any error."""

@@ -19,7 +19,7 @@ from patchkit.rebase import (
     write_rebase,
 )
 from patchkit.targets import NAME_RE, parse_target_spec
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire, resolve_new_base
 from patchkit.workspace import Workspace
 
@@ -68,7 +68,7 @@ MARK = {
 )
 @click.option("--abort", is_flag=True, help="Remove the scratch work tree of a stopped rebase.")
 @click.option("--upstream", help="A clone, bare repository or URL to fetch git refs from.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(
     spec, line, write, new_line, conflict_tree, cont, abort, upstream, as_json, verbose
