@@ -11,7 +11,7 @@ import sys
 import click
 
 from patchkit import __version__
-from patchkit.errors import PatchkitError
+from patchkit.errors import NothingToDo, PatchkitError, did_you_mean
 
 # verb -> module under patchkit.commands exposing `command`; imported only when used.
 VERBS = {
@@ -99,6 +99,15 @@ class LazyGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        # click suggests from `self.commands`, which a lazy group leaves empty.
+        name = args[0]
+        if not name.startswith("-") and self.get_command(ctx, name) is None:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            if hint and not ctx.resilient_parsing:
+                raise click.UsageError(f"No such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = VERBS.get(name)
         if module is None or not _module_exists(module):
@@ -146,12 +155,72 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     args = list(argv if argv is not None else sys.argv[1:])
     debug = "--debug" in args or bool(os.environ.get("PATCHKIT_DEBUG"))
+    if "patchkit.ui" in sys.modules:  # an earlier run's --json in this process is not ours
+        sys.modules["patchkit.ui"].take_json_option()
     rc, error = _run_verb(argv, debug)
-    if "--json" in args and not _asked_for_help(args):
+    if not _asked_for_help(args) and _json_mode(args):
         from patchkit import ui
 
         ui.print_envelope(ui.envelope(_verb_of(args), rc, ui.take_result(), error))
     return rc
+
+
+def _json_mode(args: list[str]) -> bool:
+    """The verb's parsed --json; when click stopped before parsing it (a usage error), whether
+    --json stands there as an option (not as an option's value, as in `--author --json`)."""
+    ui = sys.modules.get("patchkit.ui")
+    parsed = ui.take_json_option() if ui else None
+    return parsed if parsed is not None else _json_token(args)
+
+
+def _json_token(args: list[str]) -> bool:
+    """Whether `--json` is an option token of `args`, read with the options the group and the
+    verb declare: a value-taking option's value is skipped, whatever it looks like."""
+    from patchkit.ui import JSON_OPTION
+
+    command: click.Command | None = group
+    ctx = click.Context(group)
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if token == "--":
+            return False
+        if token == JSON_OPTION:
+            return True
+        if not token.startswith("-") or token == "-":
+            if isinstance(command, click.Group):
+                command = command.get_command(ctx, token)  # a verb (None: an unknown one)
+            continue
+        if command is None or "=" in token:
+            continue
+        long = token.startswith("--")
+        option = _option(command, token) if long else None
+        for n, char in enumerate("" if long else token[1:], start=2):
+            short = _option(command, f"-{char}")  # a cluster, as click reads it: -vC DIR
+            if _takes_value(short):
+                option = short if n == len(token) else None  # else -CDIR: value attached
+                break
+        if _takes_value(option):
+            optional = getattr(option, "_flag_needs_value", False)  # e.g. --new-line [NAME]
+            if not (optional and (i >= len(args) or args[i].startswith("-"))):
+                i += option.nargs
+    return False
+
+
+def _option(command: click.Command, name: str) -> click.Option | None:
+    return next(
+        (
+            p
+            for p in command.params
+            if isinstance(p, click.Option) and name in (*p.opts, *p.secondary_opts)
+        ),
+        None,
+    )
+
+
+def _takes_value(option: click.Option | None) -> bool:
+    return option is not None and not option.is_flag and not option.count
 
 
 def _run_verb(argv: list[str] | None, debug: bool) -> tuple[int, dict | None]:
@@ -160,6 +229,11 @@ def _run_verb(argv: list[str] | None, debug: bool) -> tuple[int, dict | None]:
 
     try:
         rv = _dispatch(argv)
+    except NothingToDo as exc:  # not an error: the requested state already holds
+        click.echo(f"patchkit: {_one_line(exc.message)}", err=True)
+        if exc.hint:
+            click.echo(f"patchkit: next: {_one_line(exc.hint)}", err=True)
+        return exc.exit_code, None
     except PatchkitError as exc:
         if debug:
             raise

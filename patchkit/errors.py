@@ -6,6 +6,8 @@ The CLI maps the class to an exit code; nothing else prints tracebacks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class PatchkitError(Exception):
     """Base class: a failure with a one-line cause and an optional next step."""
@@ -95,6 +97,15 @@ class InvalidArchiveError(PatchkitError):
     """A wheel or sdist is malformed or hostile; nothing was extracted from it."""
 
     exit_code = 1
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`; did you mean 'X'?` naming the known name closest to a mistyped `word`, or "" when
+    none is close: the one suggestion every unknown name (verb, target, ref, line) gets."""
+    from difflib import get_close_matches
+
+    close = get_close_matches(word, list(known), n=1, cutoff=0.7)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-from patchkit.errors import UsageError
+from patchkit.errors import UsageError, did_you_mean
 from patchkit.project import Project
 from patchkit.series import Series, load_series
 from patchkit.targets import Target
@@ -13,6 +14,18 @@ from patchkit.targets import Target
 def line_series(project: Project, target: Target) -> Series:
     """The series of the line `target` is seen through."""
     return load_series(project.patches_dir / target.current_line.series, target.name)
+
+
+def check_line_names(targets: Iterable[Target], wanted: Iterable[str]) -> None:
+    """Refuse a `--line` that none of `targets` has, naming the lines they have (a filter
+    matching nothing would check nothing and pass)."""
+    known = list(dict.fromkeys(name for target in targets for name in target.line_names))
+    for line in wanted:
+        if line not in known:
+            raise UsageError(
+                f"--line {line}: no target has that line (lines: {', '.join(known) or 'none'})"
+                + did_you_mean(line, known)
+            )
 
 
 def pick_line(target: Target, ref: str | None, line: str | None) -> Target:

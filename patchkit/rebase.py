@@ -891,9 +891,14 @@ def _stored_outcome(entry: dict) -> PatchOutcome:
     )
 
 
+def rebase_stopped(dest: Path) -> bool:
+    """Whether `dest` is the work tree of a rebase patchkit stopped (its state file is there)."""
+    return _state_path(dest).is_file()
+
+
 def abort_rebase(dest: Path) -> bool:
     """Remove the scratch work tree of a stopped rebase; False when there was none."""
-    if not _state_path(dest).is_file():
+    if not rebase_stopped(dest):
         return False
     shutil.rmtree(dest)
     return True

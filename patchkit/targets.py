@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.errors import ConfigError, UsageError
+from patchkit.errors import ConfigError, UsageError, did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -131,7 +131,10 @@ class Target:
             if line.name == wanted:
                 return dataclasses.replace(self, pin=line.pin, line=line.name)
         known = ", ".join(self.line_names) or "none"
-        raise UsageError(f"{self.name} has no line {wanted!r} (lines: {known})")
+        raise UsageError(
+            f"{self.name} has no line {wanted!r} (lines: {known})"
+            + did_you_mean(wanted, self.line_names)
+        )
 
     def line_for_release(self, release: Release) -> Line | None:
         """The line whose pin is `release` (the default line first when several are)."""
@@ -140,6 +143,11 @@ class Target:
             if line.pin == release.version:
                 return line
         return None
+
+    @property
+    def refs(self) -> list[str]:
+        """The refs naming a pinned release: each release's version and tag."""
+        return [ref for r in self.releases for ref in (r.version, r.tag) if ref]
 
     def release(self, version_or_tag: str) -> Release | None:
         for release in self.releases:
@@ -172,7 +180,9 @@ class Targets:
             target = self.targets[name]
         except KeyError:
             known = ", ".join(sorted(self.targets)) or "none"
-            raise UsageError(f"unknown target {name!r} (known: {known})") from None
+            raise UsageError(
+                f"unknown target {name!r} (known: {known})" + did_you_mean(name, self.targets)
+            ) from None
         return target.on_line(line) if line else target
 
 

@@ -21,7 +21,10 @@ from patchkit.errors import PatchkitError
 
 PLAIN_INTERVAL = 5.0
 SCHEMA_VERSION = 1
+SCHEMA_FILE = "patchkit.schema.json"  # in patchkit/schemas/, printed by `patchkit schema`
+JSON_OPTION = "--json"
 _RESULT: object = None  # the result a verb handed to Output.document in this process
+_JSON: bool | None = None  # the verb's parsed --json (None: no verb's options were parsed)
 _LIVE: list[Output] = []  # outputs with a live status line, stopped by stop_all() on any exit
 
 
@@ -89,6 +92,32 @@ class Output:
         _RESULT = data
 
 
+def _record_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    global _JSON
+    _JSON = bool(value)
+    return value
+
+
+def json_option(command):
+    """The one `--json` option of every verb. Eager, so its parsed value is recorded before
+    any other option is checked: the CLI prints the envelope from it, errors included."""
+    return click.option(
+        JSON_OPTION,
+        "as_json",
+        is_flag=True,
+        is_eager=True,
+        callback=_record_json,
+        help="Print one JSON document (the envelope of `patchkit schema`).",
+    )(command)
+
+
+def take_json_option() -> bool | None:
+    """The parsed `--json` of the verb that ran (None when click stopped before parsing it)."""
+    global _JSON
+    asked, _JSON = _JSON, None
+    return asked
+
+
 def stop_all() -> None:
     """Stop every live status line (the CLI calls this before printing an error)."""
     for output in list(_LIVE):
@@ -121,7 +150,7 @@ def error_object(exc: PatchkitError | Exception, exit_code: int) -> dict:
 
 
 def envelope(command: str | None, exit_code: int, result: object, error: dict | None) -> dict:
-    """The one `--json` document of every verb (schema: patchkit/schemas/envelope.json)."""
+    """The one `--json` document of every verb (schema: patchkit/schemas/SCHEMA_FILE)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "command": command,

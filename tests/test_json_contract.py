@@ -64,6 +64,15 @@ def test_apply_status_export_of_one_checkout(tmp_path, cache):
     assert exported["exit_code"] == 0
 
 
+def test_nothing_to_do_is_ok_without_an_error(project):
+    """Exit 3 is not a failure: `ok` true, `error` null (`rebase --abort` said `ok: false`)."""
+    for flag in ("--abort", "--continue"):
+        r = patchkit("rebase", flag, "--json")
+        doc = envelope(r, "rebase")
+        assert (doc["exit_code"], doc["ok"], doc["error"]) == (3, True, None), doc
+        assert r.stderr == "patchkit: no rebase in progress\n"
+
+
 @pytest.mark.parametrize("verb", sorted(set(VERBS) - {"schema"}))
 def test_errors_are_envelopes_too(cache, tmp_path, verb):
     """A failure the user caused: exit 2 (or 1), stdout one error envelope, stderr one line."""

@@ -244,3 +244,17 @@ def test_a_stamp_does_not_hide_a_tampered_mirror(cache, tmp_path):
     r = patchkit("lint", "--target", "sglang")
     assert "[base-damaged]" in r.stdout and "damaged or tampered" in r.stdout, r.stdout
     assert r.returncode == 1, "a damaged base fails lint, not a warning"
+
+
+def test_an_unknown_line_is_a_usage_error_naming_the_lines():
+    """`--line` that no target has checked nothing and passed ("0 patch(es) in 0 line(s)")."""
+    r = patchkit("lint", "--line", "0.5.99", "--no-reexport")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == ""
+    [line] = r.stderr.splitlines()
+    assert line.startswith("patchkit: error: --line 0.5.99: no target has that line (lines: ")
+    assert "0.5.9, 0.5.12" in line and line.endswith("; did you mean '0.5.9'?"), line
+    # A line of one target only is fine with every target, not with a target lacking it.
+    assert patchkit("lint", "--line", "0.5.12", "--no-reexport").returncode == 0
+    other = patchkit("lint", "--target", "flashinfer", "--line", "0.5.12", "--no-reexport")
+    assert other.returncode == 2 and "(lines: 0.6.3)" in other.stderr

@@ -3,6 +3,7 @@ git upstreams for `upstreamed` (patch-id and friends) and `conflict` + `--contin
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -256,16 +257,32 @@ def test_git_upstream_conflict_then_continue_write(git_project, git_upstream):  
     assert not tree.exists()
 
 
-def test_continue_without_a_rebase_is_a_usage_error(project):
-    r = patchkit("rebase", "--continue")
-    assert r.returncode == 2 and "no rebase in progress" in r.stderr
+@pytest.mark.parametrize("verb", ["--continue", "--abort"])
+@pytest.mark.parametrize("named", [False, True])
+def test_continue_or_abort_without_a_rebase_is_nothing_to_do(project, verb, named):
+    """Both exit alike: 3, one line saying no rebase is in progress, `ok: true` under --json
+    (--continue was a usage error, --abort's envelope said `ok: false`)."""
+    target = ["--target", "sglang"] if named else []
+    r = patchkit("rebase", verb, *target)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stdout == ""
+    assert r.stderr.splitlines() == [
+        "patchkit: no rebase in progress" + (" for sglang" if named else "")
+    ]
+    doc = json.loads(patchkit("rebase", verb, *target, "--json").stdout)
+    assert (doc["exit_code"], doc["ok"], doc["error"]) == (3, True, None), doc
+    # A folder there that patchkit did not leave is no rebase either, for both.
+    (project / "work" / "rebase" / "sglang").mkdir(parents=True)
+    r = patchkit("rebase", verb, *target)
+    assert r.returncode == 3 and "is not a conflict work tree patchkit left" in r.stderr
 
 
-def test_abort_without_a_rebase_is_nothing_to_do_with_or_without_target(project):
-    for argv in (("rebase", "--abort"), ("rebase", "--abort", "--target", "sglang")):
-        r = patchkit(*argv)
-        assert r.returncode == 3, (argv, r.stdout, r.stderr)
-        assert "no rebase in progress" in r.stderr
+def test_continue_and_abort_together_are_a_usage_error(project):
+    r = patchkit("rebase", "--continue", "--abort")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [
+        "patchkit: error: --continue and --abort exclude each other: pass one"
+    ]
 
 
 def test_render_targets_keeps_comments_and_validates():

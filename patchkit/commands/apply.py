@@ -12,7 +12,7 @@ from patchkit.files import within
 from patchkit.lines import line_series, pick_line
 from patchkit.project import cache_root
 from patchkit.report import render_apply
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
@@ -49,7 +49,7 @@ EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
 @click.option(
     "--allow-unpinned", is_flag=True, help="Accept a base that no pin names (unverified)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(targets, into, line, upstream, fuzz, threeway, allow_unpinned, as_json, verbose) -> int:
     """Apply the series of each --target onto its base, as one commit per patch."""

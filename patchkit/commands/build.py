@@ -9,7 +9,7 @@ import click
 
 from patchkit.errors import UsageError
 from patchkit.files import within
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.wheels import DEFAULT_PROFILE, BuildOptions, build_wheels, load_build_profile
 from patchkit.wheels.build import BuildReport
 from patchkit.workspace import Workspace
@@ -78,7 +78,7 @@ def render_build(report: BuildReport) -> str:
     multiple=True,
     help="Wheel bases: repack only the pinned wheels for this platform tag.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option(
     "-v",
     "--verbose",

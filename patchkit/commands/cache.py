@@ -6,7 +6,7 @@ import click
 
 from patchkit.cache import DEFAULT_DAYS, survey
 from patchkit.project import cache_root
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 
 
 @click.command("cache")
@@ -24,7 +24,7 @@ from patchkit.ui import Output
     metavar="DAYS",
     help="Only objects older than this many days (at least one hour).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def command(prune, days, as_json) -> int:
     """Show the cache's mirrors and downloads; with --prune, remove what nothing refers to."""
     out = Output(json_mode=as_json)

@@ -11,7 +11,7 @@ from patchkit.doctor import sources
 from patchkit.doctor.draft import DraftReport, check_draft
 from patchkit.doctor.fix import write_fixed
 from patchkit.errors import UsageError
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 
 MARK = {"pass": "ok", "fail": "FAIL", "warn": "warn", "skip": "skip"}
 
@@ -54,7 +54,7 @@ def command() -> None:
     default=None,
     help="Write a renamed copy that SGLang loads to this new folder.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def draft_command(draft, target, line, sglang_source, fix_out, as_json, verbose) -> int:
     """Check a draft against what the line's SGLang will do with it; exit 1 on problems."""

@@ -9,7 +9,7 @@ import click
 from patchkit.export import export_worktree
 from patchkit.lines import checkout_line
 from patchkit.status import detect_target
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.workspace import Workspace
 
 
@@ -29,7 +29,7 @@ from patchkit.workspace import Workspace
     is_flag=True,
     help="Write nothing; exit 1 when the patch files would change (a CI check).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def command(directory, target, line, out, dry_run, as_json) -> int:
     """One .patch per commit of DIRECTORY (base..HEAD), in deterministic bytes."""
     output = Output(json_mode=as_json)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.upstream import acquire
 from patchkit.workspace import Workspace
 
@@ -15,7 +15,7 @@ from patchkit.workspace import Workspace
 @click.option(
     "--allow-unpinned", is_flag=True, help="Accept a base that no pin names (unverified)."
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def command(targets, upstream, allow_unpinned, as_json) -> int:
     """Resolve and cache the base of each target without touching any work tree."""
     out = Output(json_mode=as_json, verbose=True)

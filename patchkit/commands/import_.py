@@ -22,7 +22,7 @@ from patchkit.import_.propose import (
 from patchkit.import_.split import load_mapping
 from patchkit.lines import line_series, pick_line
 from patchkit.targets import parse_target_spec
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
@@ -55,7 +55,7 @@ from patchkit.workspace import Workspace
 @click.option("--dry-run", is_flag=True, help="Show the proposal; write nothing.")
 @click.option("--3way", "threeway", is_flag=True, help="Merge onto the existing series (3-way).")
 @click.option("--author", default=DEFAULT_AUTHOR, show_default=True, help="From: of new patches.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(
     diff, overlay, target_spec, line, mapping, by_area, out, into_series, dry_run, threeway,

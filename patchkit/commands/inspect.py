@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from patchkit.errors import UsageError
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.wheels.inspection import Inspection, inspect_installed, inspect_wheel
 
 
@@ -70,7 +70,7 @@ def _default_paths() -> list[str] | None:
     help="site-packages directory to look in for --installed (repeatable; default: "
     "the active virtualenv's, then this interpreter's sys.path).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def command(wheel, dist, paths, as_json) -> int:
     """Show what WHEEL or an --installed distribution carries: upstream, series, patches.
 

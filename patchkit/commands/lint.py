@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from patchkit import gitops
-from patchkit.lines import line_series
+from patchkit.lines import check_line_names, line_series
 from patchkit.lint import LintReport, RoundTripStamp, lint_target
 from patchkit.project import cache_root
 from patchkit.stamps import module_files
 from patchkit.targets import Target
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
@@ -35,13 +35,14 @@ ROUND_TRIP_MODULES = (
     is_flag=True,
     help="Skip the apply + export round trip (needs the pinned upstreams).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(targets, line_names, no_reexport, as_json, verbose) -> int:
     """Check the series of every line of every target; exit 1 on any error."""
     out = Output(json_mode=as_json, verbose=verbose)
     ws = Workspace.load()
     names = list(targets) or list(ws.targets.targets)
+    check_line_names([ws.target(name) for name in names], line_names)
 
     def reexporter(target: Target):
         def reexport(_label: str) -> dict[str, bytes]:

@@ -13,12 +13,13 @@ from patchkit.rebase import (
     continue_rebase,
     leave_conflict_tree,
     rebase_dir,
+    rebase_stopped,
     replace_untouched,
     stopped_line,
     write_rebase,
 )
 from patchkit.targets import NAME_RE, parse_target_spec
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire, resolve_new_base
 from patchkit.workspace import Workspace
 
@@ -67,7 +68,7 @@ MARK = {
 )
 @click.option("--abort", is_flag=True, help="Remove the scratch work tree of a stopped rebase.")
 @click.option("--upstream", help="A clone, bare repository or URL to fetch git refs from.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(
     spec, line, write, new_line, conflict_tree, cont, abort, upstream, as_json, verbose
@@ -79,22 +80,21 @@ def command(
 
 def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream) -> int:
     as_json = out.json_mode
+    if cont and abort:
+        raise UsageError("--continue and --abort exclude each other: pass one")
     ws = Workspace.load()
     if new_line is not None and not write:
         raise UsageError("--new-line starts a line in patches/: it needs --write")
     if cont or abort:
-        name = parse_target_spec(spec).target if spec else _only_rebase_in_progress(ws, abort)
+        name = ws.targets.get(parse_target_spec(spec).target).name if spec else _only_one(ws)
         dest = rebase_dir(ws.project.work_dir, name)
+        if not rebase_stopped(dest):  # the same outcome for both, with or without --target
+            raise NothingToDo(
+                f"no rebase in progress for {name}"
+                + (f" ({dest} is not a conflict work tree patchkit left)" if dest.exists() else "")
+            )
         if abort:
-            if not abort_rebase(dest):  # the same outcome with or without --target
-                raise NothingToDo(
-                    f"{name}: no rebase in progress"
-                    + (
-                        f" ({dest} is not a conflict work tree patchkit left)"
-                        if dest.exists()
-                        else ""
-                    )
-                )
+            abort_rebase(dest)
             out.echo(f"{name}: removed {dest}")
             return 0
         target = ws.targets.get(name, stopped_line(dest) or line)
@@ -172,16 +172,13 @@ def _write(ws: Workspace, target, report: RebaseReport, new_line: str | None) ->
     )
 
 
-def _only_rebase_in_progress(ws: Workspace, abort: bool = False) -> str:
+def _only_one(ws: Workspace) -> str:
+    """The target of the one rebase in progress (--continue and --abort without --target)."""
     names = [n for n in ws.targets.targets if rebase_dir(ws.project.work_dir, n).exists()]
-    if not names and abort:
+    if not names:
         raise NothingToDo("no rebase in progress")
-    if len(names) != 1:
-        raise UsageError(
-            "no rebase in progress"
-            if not names
-            else f"rebases in progress for {', '.join(names)}: pass --target NAME"
-        )
+    if len(names) > 1:
+        raise UsageError(f"rebases in progress for {', '.join(names)}: pass --target NAME")
     return names[0]
 
 

@@ -8,10 +8,11 @@ import click
 
 from patchkit.errors import UsageError
 from patchkit.files import replace_file
+from patchkit.lines import check_line_names
 from patchkit.review import build_review
 from patchkit.review.render import html, terminal
 from patchkit.targets import parse_target_spec
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.workspace import Workspace
 
 
@@ -35,7 +36,7 @@ from patchkit.workspace import Workspace
     help="Write one self-contained HTML page here.",
 )
 @click.option("--no-diff", is_flag=True, help="Terminal: leave out the full combined diff.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
 def command(targets, line, against, since, html_file, no_diff, as_json, verbose) -> int:
     """Patch table, upstream status, combined delta and changes between series versions."""
@@ -51,8 +52,8 @@ def command(targets, line, against, since, html_file, no_diff, as_json, verbose)
     names = list(targets) or None
     for name in names or []:
         ws.target(name)
-    if line is not None and not any(line in t.line_names for t in ws.targets.targets.values()):
-        raise UsageError(f"--line {line}: no target has that line")
+    if line is not None:
+        check_line_names([ws.target(name) for name in names or ws.targets.targets], [line])
     review = build_review(
         ws, targets=names, against=refs, since=since, progress=out.progress, line=line
     )

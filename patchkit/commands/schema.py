@@ -6,10 +6,12 @@ from importlib import resources
 
 import click
 
+from patchkit.ui import SCHEMA_FILE
+
 
 @click.command("schema")
 def command() -> int:
     """Print the JSON Schema of every verb's --json document."""
-    text = resources.files("patchkit.schemas").joinpath("patchkit.schema.json").read_text()
+    text = resources.files("patchkit.schemas").joinpath(SCHEMA_FILE).read_text()
     click.echo(text.rstrip("\n"))
     return 0

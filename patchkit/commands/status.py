@@ -9,7 +9,7 @@ import click
 from patchkit.lines import checkout_line, line_series
 from patchkit.report import render_status
 from patchkit.status import detect_target, status
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 from patchkit.workspace import Workspace
 
 
@@ -17,7 +17,7 @@ from patchkit.workspace import Workspace
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
 @click.option("--target", help="Target name (default: the one the directory was made for).")
 @click.option("--line", help="Series line (default: the one the directory's base is pinned for).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def command(directory, target, line, as_json) -> int:
     """Show what DIRECTORY (default: work/<target>) carries versus the series."""
     ws = Workspace.load()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from patchkit.errors import VerifyInputError
-from patchkit.ui import Output
+from patchkit.ui import Output, json_option
 
 MAX_EVIDENCE = 8
 
@@ -43,7 +43,7 @@ MAX_EVIDENCE = 8
     metavar="CC",
     help="Target compute capability (12.0, 12, sm_120 or 120); repeatable; replaces the profile's.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the per-file cache.")
 def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
     """Statically verify CUDA 13 / torch ABI compatibility of an environment or a wheelhouse.

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import gitops
-from patchkit.errors import ConfigError, FetchError, PatchkitError, PinError, UsageError
+from patchkit.errors import (
+    ConfigError,
+    FetchError,
+    PatchkitError,
+    PinError,
+    UsageError,
+    did_you_mean,
+)
 from patchkit.locks import locked
 from patchkit.project import cache_root
 from patchkit.targets import HEX_RE, Release, Target, check_git_source
@@ -174,7 +181,7 @@ def acquire(
             known = ", ".join(r.tag or r.version for r in target.releases)
             raise PinError(
                 f"cannot resolve {target.name}@{ref}: not a pinned release or tag "
-                f"(pinned: {known})",
+                f"(pinned: {known})" + did_you_mean(ref, target.refs),
                 hint=f"use a pinned ref, pass --allow-unpinned to use it unverified, or "
                 f"`patchkit rebase --target {target.name}@{ref} --write` to add a pin",
             )
@@ -190,7 +197,8 @@ def acquire(
     if base is None:
         tried = "; ".join(f"{a.source}: {a.outcome}" for a in attempts) or "no source"
         raise BaseUnavailable(
-            f"cannot obtain the {target.name}@{ref} base (tried {tried})",
+            f"cannot obtain the {target.name}@{ref} base (tried {tried})"
+            + (did_you_mean(ref, target.refs) if release is None else ""),
             attempts,
             hint="pass --upstream PATH_OR_URL with a clone that has it, or make the package "
             "index reachable (PATCHKIT_INDEX_URL)",
