@@ -81,6 +81,13 @@ class LockedError(PatchkitError):
     exit_code = 1
 
 
+class SeriesChangedError(PatchkitError):
+    """What a verb read of patches/ (a series folder, targets.toml) changed before it wrote:
+    another command wrote there meanwhile; nothing was written."""
+
+    exit_code = 1
+
+
 class BuildError(PatchkitError):
     """A wheel build failed."""
 

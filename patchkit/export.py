@@ -8,19 +8,21 @@ The bytes are those of `git format-patch --keep-subject --no-stat --no-signature
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import gitops
 from patchkit.apply import BASE_REF, SERIES_REF
-from patchkit.errors import Interrupted, PatchFormatError, UsageError
-from patchkit.files import TMP_MARK, replace_file
+from patchkit.errors import Interrupted, PatchFormatError, SeriesChangedError, UsageError
+from patchkit.files import TMP_MARK, digest, replace_file
 from patchkit.locks import locked
-from patchkit.project import cache_root
+from patchkit.project import Project, cache_root
 from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, decode_header, read_series_file
 
 # format-patch --zero-commit starts every message with this line.
@@ -182,6 +184,7 @@ def write_series(
     patches: list[ExportedPatch],
     *,
     dry_run: bool = False,
+    read: SeriesRead | None = None,
     check: Callable[[], None] | None = None,
 ) -> ExportReport:
     """Make `directory` hold `patches` and a series file listing them, in order.
@@ -191,20 +194,118 @@ def write_series(
     and the like are left and reported (`left`). Unchanged files are not rewritten; the
     series file keeps its comments when the order is the same, its leading comment block
     otherwise. Interrupted (SIGINT, SIGTERM), every file is put back as it was.
-    `check` runs under the folder's lock before anything is written and may refuse (raise):
-    what it finds cannot change until the write is done.
+    `read`: what the caller read of the folder (and targets.toml) before it got here; it is
+    written only if all of that is still there under the locks (`unchanged_since`); without
+    it, the folder as the lock finds it. `check` runs under the locks before anything is
+    written and may refuse (raise): what it finds cannot change until the write is done.
     """
     if dry_run:
         return _write_series(directory, target, patches, dry_run=True)
-    with locked(_folder_lock(directory), f"the series folder {directory}"):
+    with unchanged_since(read if read is not None else SeriesRead.take(directory)):
         if check is not None:
             check()
         return _write_series(directory, target, patches, dry_run=False)
 
 
+@dataclass(frozen=True)
+class SeriesRead:
+    """What a writer of patches/ read before it could lock anything: each `series` and
+    `*.patch` file of one series folder, and (for a folder of the project) targets.toml, by
+    digest. Taken before the reads it stands for, so a change made after it is never missed;
+    `unchanged_since` compares it with the files under the locks."""
+
+    directory: Path
+    folder: dict[str, str]
+    project: Project | None = None
+    targets: str | None = None  # the digest of the project's targets.toml
+    by: str = "since it was read"  # when the change came, in the refusal's words
+
+    @classmethod
+    def take(
+        cls,
+        directory: Path,
+        project: Project | None = None,
+        *,
+        seen: str | None = None,
+        by: str = "since it was read",
+    ) -> SeriesRead:
+        """Take it just before the folder is read. `seen`: targets.toml's digest taken when it
+        was parsed, earlier (`Workspace.targets_digest`); without it, the file as it is now."""
+        targets = None
+        if project is not None:
+            targets = seen if seen is not None else digest(project.targets_file)
+        return cls(directory, _folder_digests(directory), project, targets, by)
+
+    def to_json(self) -> dict:
+        return {
+            "directory": str(self.directory),
+            "folder": self.folder,
+            "project": str(self.project.root) if self.project else None,
+            "targets": self.targets,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, *, by: str) -> SeriesRead:
+        project = Project(Path(data["project"])) if data.get("project") else None
+        return cls(Path(data["directory"]), dict(data["folder"]), project, data["targets"], by)
+
+    def refusal(self) -> SeriesChangedError | None:
+        """The error naming every file that changed since the read; None when none did."""
+        now = _folder_digests(self.directory)
+        changed = []
+        for name in sorted(self.folder.keys() | now.keys()):
+            before, after = self.folder.get(name), now.get(name)
+            if before != after:
+                how = "added" if before is None else "removed" if after is None else "changed"
+                changed.append(f"{name} {how}")
+        places = [f"the series in {self.directory}"] if changed else []
+        if self.project is not None and digest(self.project.targets_file) != self.targets:
+            changed.append(f"{self.project.targets_file.name} changed")
+            places.append(str(self.project.targets_file))
+        if not changed:
+            return None
+        return SeriesChangedError(
+            f"{' and '.join(places)} changed {self.by}; nothing was written "
+            f"({', '.join(changed)}: another patchkit command or an editor wrote there)",
+            hint="run the same command again: it starts from what is there now",
+        )
+
+
+@contextmanager
+def unchanged_since(read: SeriesRead) -> Iterator[None]:
+    """Hold the locks of what `read` covers (the project's for targets.toml first, then the
+    series folder's) and refuse (`SeriesChangedError`) unless every file is as it was read:
+    every writer of patches/ writes inside this, so nothing it read changes until it is
+    done, and what another writer wrote meanwhile is never written over."""
+    with ExitStack() as held:
+        if read.project is not None:
+            held.enter_context(locked(read.project.lock_path, str(read.project.patches_dir)))
+        folder = read.directory
+        held.enter_context(locked(_folder_lock(folder), f"the series folder {folder}"))
+        refusal = read.refusal()
+        if refusal is not None:
+            raise refusal
+        yield
+
+
+def _folder_digests(directory: Path) -> dict[str, str]:
+    """The digest of each file in `directory` a series writer reads: `series`, `*.patch`."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    found = {}
+    for name in names:
+        if name == "series" or name.endswith(".patch"):
+            seen = digest(directory / name)
+            if seen is not None:
+                found[name] = seen
+    return found
+
+
 def _folder_lock(directory: Path) -> Path:
     """The lock of one series folder, kept in the cache so the folder gains no file: two
-    exports (or an export and a `rebase --write`) into one folder never interleave."""
+    writers (export, import --into-series, rebase --write) of one folder never interleave."""
     key = hashlib.sha256(str(directory.absolute().resolve()).encode()).hexdigest()[:20]
     return cache_root() / "locks" / f"series-{key}.lock"
 
@@ -293,17 +394,24 @@ def render_series(series_path: Path, names: list[str]) -> str:
 
 
 def export_worktree(
-    worktree: Path, target: str, directory: Path, *, dry_run: bool = False
+    worktree: Path,
+    target: str,
+    directory: Path,
+    *,
+    dry_run: bool = False,
+    read: SeriesRead | None = None,
 ) -> ExportReport:
     """Regenerate `directory` (a target's series) from the commits of an `apply` work tree.
 
     Refused when the series gained patches after the work tree was made: they are not in it,
     so the export would delete them (the series the work tree was made from is the history
-    base..refs/patchkit/<target>/series)."""
+    base..refs/patchkit/<target>/series); and when `directory` (or targets.toml) changed
+    since `read`, taken when the export started."""
+    read = read if read is not None else SeriesRead.take(directory, by="while the export ran")
     base, head = worktree_range(worktree, target)
     patches = export_commits(worktree, base, head)
     check = _no_patch_added_since(worktree, target, base, directory, patches)
-    return write_series(directory, target, patches, dry_run=dry_run, check=check)
+    return write_series(directory, target, patches, dry_run=dry_run, read=read, check=check)
 
 
 def _no_patch_added_since(

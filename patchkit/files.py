@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -46,3 +48,21 @@ def within(path: Path, folder: Path) -> bool:
     """Whether `path` is `folder` or lies below it, links resolved on both sides."""
     where, top = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
     return where == top or top in where.parents
+
+
+def digest(path: Path) -> str | None:
+    """What `path` holds, to tell later whether it changed: the sha256 of a file's bytes, a
+    link's target, the kind of anything else (never opened: a FIFO would block); None when
+    there is nothing there."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"link:{os.readlink(path)}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"mode:{stat.S_IFMT(info.st_mode):o}"
+    try:
+        return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:  # removed between the two looks
+        return None

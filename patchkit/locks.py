@@ -34,8 +34,13 @@ def locked(
     """Hold an exclusive lock on `path`; wait (saying so once) up to `timeout` seconds.
 
     The waiting line goes to `notify`, or to stderr when none is given: a user whose command
-    seems to hang should always learn why.
+    seems to hang should always learn why. A lock this process already holds is held again
+    at once (an flock taken twice by one process through two descriptors would wait on
+    itself): a series writer called under the locks of another keeps them.
     """
+    if path in _HELD.values():
+        yield
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

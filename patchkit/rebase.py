@@ -49,9 +49,16 @@ from patchkit.apply import (
     patch_identity,
 )
 from patchkit.errors import ApplyError, Interrupted, UsageError
-from patchkit.export import ExportedPatch, export_commits, write_series
+from patchkit.export import (
+    ExportedPatch,
+    SeriesRead,
+    export_commits,
+    unchanged_since,
+    write_series,
+)
 from patchkit.locks import locked
 from patchkit.pins import check_targets, render_targets, write_targets
+from patchkit.project import Project
 from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
 from patchkit.targets import Release, Target, WheelPin, bump_version, load_targets
 from patchkit.upstream import Base, NewPin, resolve_new_base
@@ -620,10 +627,13 @@ def leave_conflict_tree(
     dest: Path,
     *,
     write: bool,
+    read: SeriesRead | None = None,
     progress: Progress = _quiet,
 ) -> None:
     """Replay the series from the first conflicting patch with `git rebase` in a scratch clone,
-    stopping at the conflict with markers in the files; records what --continue needs.
+    stopping at the conflict with markers in the files; records what --continue needs (with
+    `read`, what the carried series was read from: --continue --write refuses to write over
+    a change made there since).
 
     The tree is made in a scratch directory beside `dest` and renamed into place with its
     state file, so `dest` holds a complete conflict tree or nothing, whenever the run stops.
@@ -646,7 +656,7 @@ def leave_conflict_tree(
         scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))
         try:
             finished = _make_conflict_tree(
-                report, mirror, series, scratch / "tree", write=write, progress=progress
+                report, mirror, series, scratch / "tree", write=write, read=read, progress=progress
             )
             os.replace(scratch / "tree", dest)
         except KeyboardInterrupt:
@@ -673,6 +683,7 @@ def _make_conflict_tree(
     dest: Path,
     *,
     write: bool,
+    read: SeriesRead | None,
     progress: Progress,
 ) -> bool:
     """Build the conflict tree and its state file in `dest`; True if git finished the replay."""
@@ -704,6 +715,7 @@ def _make_conflict_tree(
         "pin": report.pin.to_json() if report.pin else None,
         "series_version": report.series_version,
         "outcomes": [{k: v for k, v in o.to_json().items()} for o in report.outcomes],
+        "series_read": read.to_json() if read is not None else None,
     }
     state["fingerprint"] = worktree_fingerprint(dest)
     _state_path(dest).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
@@ -765,6 +777,14 @@ def _read_state(dest: Path) -> dict | None:
         return json.loads(_state_path(dest).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def stopped_read(dest: Path) -> SeriesRead | None:
+    """What the rebase stopped in `dest` read its series from (None: no record of it)."""
+    data = (_read_state(dest) or {}).get("series_read")
+    if not data:
+        return None
+    return SeriesRead.from_json(data, by=f"since the rebase that left {dest} read it")
 
 
 def stopped_line(dest: Path) -> str | None:
@@ -914,11 +934,15 @@ def write_rebase(
     line: str | None = None,
     *,
     new_line: str | None = None,
-    lock: Path | None = None,
+    read: SeriesRead | None = None,
 ) -> None:
     """Refresh changed patches, drop upstreamed ones, move the line's pin (or, with
-    `new_line`, start that line beside it), bump the series version.  Under the project lock."""
-    with locked(lock or targets_file.with_name(".targets.lock"), "patches/"):
+    `new_line`, start that line beside it), bump the series version.  Under the project's
+    and the series folder's locks, refused when the folder or targets.toml changed since
+    `read` (taken before the series was carried; without it, as the locks find them)."""
+    if read is None:
+        read = SeriesRead.take(series_dir, Project(targets_file.parent.parent))
+    with unchanged_since(read):
         _write_rebase(report, series_dir, targets_file, line, new_line)
 
 

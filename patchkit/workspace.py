@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.files import digest
 from patchkit.project import Project, find_project
 from patchkit.series import Series, load_series
 from patchkit.targets import RefSpec, Target, Targets, load_targets, parse_target_spec
@@ -14,11 +15,15 @@ from patchkit.targets import RefSpec, Target, Targets, load_targets, parse_targe
 class Workspace:
     project: Project
     targets: Targets
+    # targets.toml as it was when `targets` was parsed from it (taken just before): a writer
+    # of patches/ proves under its lock that the file still holds it (export.SeriesRead).
+    targets_digest: str | None = None
 
     @classmethod
     def load(cls, start: Path | None = None) -> Workspace:
         project = find_project(start)
-        return cls(project, load_targets(project.targets_file))
+        seen = digest(project.targets_file)
+        return cls(project, load_targets(project.targets_file), seen)
 
     def target(self, name: str) -> Target:
         return self.targets.get(name)

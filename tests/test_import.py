@@ -494,7 +494,7 @@ def test_into_series_refuses_a_series_changed_since_its_proof(
     monkeypatch.setattr(command, "propose_import", then_the_series_changes)
     rc = cli.main(["import", str(diff), "--target", "sglang", "--into-series"])
     err = capsys.readouterr().err
-    assert rc == 2 and "changed while the import was proved; nothing was written" in err, err
+    assert rc == 1 and "changed while the import was proved; nothing was written" in err, err
     changed = snapshot(series_dir)
     assert not any(name.startswith("srt-managers") for name in changed)
     monkeypatch.setattr(command, "propose_import", proved)

@@ -10,6 +10,7 @@ import click
 
 from patchkit import gitops
 from patchkit.errors import PatchkitError, UsageError
+from patchkit.export import SeriesRead
 from patchkit.import_.overlay import read_overlay
 from patchkit.import_.propose import (
     DEFAULT_AUTHOR,
@@ -73,6 +74,9 @@ def command(
     ws = Workspace.load()
     spec = parse_target_spec(target_spec)
     target = pick_line(ws.target(spec.target), spec.ref, line)
+    series_dir = ws.project.patches_dir / target.current_line.series
+    by = "while the import was proved"
+    read = SeriesRead.take(series_dir, ws.project, seen=ws.targets_digest, by=by)
     existing = line_series(ws.project, target)
     base = acquire(target, spec.ref, progress=output.progress)
     repo = Mirror(target).path
@@ -117,8 +121,9 @@ def command(
         write_proposal(
             report,
             out=out,
-            series_dir=ws.project.series_dir(spec.target, target.line) if into_series else None,
+            series_dir=series_dir if into_series else None,
             proved_on=existing,
+            read=read,
         )
     if as_json:
         output.document(report.to_json())

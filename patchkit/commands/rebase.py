@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from patchkit.errors import NothingToDo, UsageError
+from patchkit.errors import NothingToDo, SeriesChangedError, UsageError
+from patchkit.export import SeriesRead
 from patchkit.lines import line_series
 from patchkit.rebase import (
     RebaseReport,
@@ -16,6 +17,7 @@ from patchkit.rebase import (
     rebase_stopped,
     replace_untouched,
     stopped_line,
+    stopped_read,
     write_rebase,
 )
 from patchkit.targets import NAME_RE, parse_target_spec
@@ -98,11 +100,20 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
             out.echo(f"{name}: removed {dest}")
             return 0
         target = ws.targets.get(name, stopped_line(dest) or line)
+        read = stopped_read(dest) or _read(ws, target)
         report, wanted = continue_rebase(
             dest, target, line_series(ws.project, target), progress=out.progress
         )
         if not report.conflicted and (write or wanted):
-            _write(ws, target, report, report.new_line if new_line is None else new_line)
+            try:
+                _write(ws, target, report, report.new_line if new_line is None else new_line, read)
+            except SeriesChangedError as exc:
+                exc.hint = (
+                    f"the conflict work tree {dest} is kept (the resolution is in its commits); "
+                    f"`patchkit rebase --target {target.name} --abort` and rebase again from "
+                    "the series as it is now"
+                )
+                raise
             abort_rebase(dest)
             report.next_steps = [f"removed the scratch work tree {dest}"]
         return _finish(out, report, as_json)
@@ -110,6 +121,7 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
         raise UsageError("--target NAME@REF is required (e.g. --target sglang@0.5.10)")
     parsed = parse_target_spec(spec)
     target = ws.targets.get(parsed.target, line)
+    read = _read(ws, target)
     series = line_series(ws.project, target)
     dest = rebase_dir(ws.project.work_dir, target.name)
     keep_tree = conflict_tree or write
@@ -133,7 +145,13 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     report.new_line = _new_line_name(new_line, report)
     if report.conflicted and keep_tree:
         leave_conflict_tree(
-            report, Mirror(target).path, series, dest, write=write, progress=out.progress
+            report,
+            Mirror(target).path,
+            series,
+            dest,
+            write=write,
+            read=read,
+            progress=out.progress,
         )
         if replaced:
             report.next_steps.insert(0, f"replaced the untouched conflict work tree in {dest}")
@@ -145,7 +163,7 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
         if dest.exists():
             report.next_steps.append(f"an earlier rebase's work tree is still in {dest}")
     elif write:
-        _write(ws, target, report, report.new_line)
+        _write(ws, target, report, report.new_line, read)
     return _finish(out, report, as_json)
 
 
@@ -161,14 +179,26 @@ def _new_line_name(new_line: str | None, report: RebaseReport) -> str | None:
     return name
 
 
-def _write(ws: Workspace, target, report: RebaseReport, new_line: str | None) -> None:
+def _read(ws: Workspace, target) -> SeriesRead:
+    """Taken before the line's series is read: --write refuses when it changed since."""
+    return SeriesRead.take(
+        ws.project.patches_dir / target.current_line.series,
+        ws.project,
+        seen=ws.targets_digest,
+        by="while the rebase carried it",
+    )
+
+
+def _write(
+    ws: Workspace, target, report: RebaseReport, new_line: str | None, read: SeriesRead
+) -> None:
     write_rebase(
         report,
         ws.project.patches_dir / target.current_line.series,
         ws.project.targets_file,
         target.line,
         new_line=new_line,
-        lock=ws.project.lock_path,
+        read=read,
     )
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from patchkit import gitops
 from patchkit.apply import ApplyOptions, build_series
 from patchkit.errors import ApplyError, PatchkitError, UsageError
-from patchkit.export import ExportedPatch, export_commits, slug, write_series
+from patchkit.export import ExportedPatch, SeriesRead, export_commits, slug, write_series
 from patchkit.import_.diagnose import applies_cleanly, failing_hunks, normalize_paths
 from patchkit.import_.diffparse import Message, ParsedInput, parse_input, render_file
 from patchkit.import_.overlay import Overlay
@@ -628,24 +628,21 @@ def write_proposal(
     out: Path | None,
     series_dir: Path | None,
     proved_on: Series | None = None,
+    read: SeriesRead | None = None,
 ) -> None:
     """Write a proved proposal: a new series in `out` (new or empty directory), or appended to
-    `proved_on`, the target's series in `series_dir` the proof was made with (refused when
-    that series changed since: the proof would not hold).  Refuses anything that would
-    overwrite a file."""
+    `proved_on`, the target's series in `series_dir` the proof was made with, which `read`
+    was taken just before (refused when the folder or targets.toml changed since: the proof
+    would not hold).  Refuses anything that would overwrite a file."""
     if report.status != "proposed":
         raise UsageError("the proposal was not proved; nothing was written")
     new = [ExportedPatch(p.name, p.raw) for p in report.patches]
     if series_dir is not None:
+        if read is None:
+            read = SeriesRead.take(series_dir, by="while the import was proved")
         proved_on = proved_on if proved_on is not None else load_series(series_dir, report.target)
 
-        def unchanged_and_free() -> None:  # under the series folder's lock
-            if load_series(series_dir, report.target).hash() != proved_on.hash():
-                raise UsageError(
-                    f"the series in {series_dir} changed while the import was proved; "
-                    "nothing was written",
-                    hint="run the same import again (it is proved on the series as it is now)",
-                )
+        def free() -> None:  # under the series folder's lock, the folder as `read` found it
             present = {p.name for p in series_dir.glob("*.patch")}
             clash = sorted(present & {p.name for p in new})
             if clash:
@@ -655,7 +652,7 @@ def write_proposal(
                 )
 
         kept = [ExportedPatch(p.name, p.raw) for p in proved_on.patches]
-        result = write_series(series_dir, report.target, kept + new, check=unchanged_and_free)
+        result = write_series(series_dir, report.target, kept + new, read=read, check=free)
         report.directory, report.written = series_dir, result.written
         report.status = "written"
         return
