@@ -7,6 +7,7 @@ in about a second, so many kills and hostile inputs fit in a CI run.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import os
@@ -369,8 +370,19 @@ def checkout_problems(tree: Path, allowed_heads: set[str]) -> list[str]:
     return problems
 
 
+def wait_for_orphans(cache: Path) -> None:
+    """A git that outlived a SIGKILLed patchkit (a repack, a prune-packed) holds the cache's
+    locks until it exits, and may be moving objects meanwhile: what the next run sees is the
+    cache once they are free, so that is what is checked."""
+    for lock in sorted((cache / "locks").glob("*.lock")) if (cache / "locks").is_dir() else ():
+        with lock.open() as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+
+
 def cache_problems(cache: Path, sdist_pins: dict[str, str] | None = None) -> list[str]:
-    """A cache is sound when every mirror passes fsck and every sdist has its pinned hash."""
+    """A cache is sound when every mirror passes fsck and every sdist has its pinned hash
+    (checked once no orphaned git holds a lock)."""
+    wait_for_orphans(cache)
     problems = []
     for mirror in sorted((cache / "mirrors").glob("*.git")) if (cache / "mirrors").exists() else []:
         if not (mirror / "HEAD").is_file():
