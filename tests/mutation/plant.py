@@ -129,6 +129,18 @@ def chosen(mutations: list[dict], only: list[str], sample: int) -> list[dict]:
     return rotating(mutations, sample)
 
 
+def check_baseline(copy: Path, args: argparse.Namespace, data: dict) -> float | bool:
+    """The unmutated copy must pass the whole tier: its seconds, or False (said why)."""
+    start = time.monotonic()
+    rc, detail = run_tier(copy, args.line, data["tests"], args.timeout)
+    if rc != 0 or "skipped" in detail or "deselected" in detail:
+        # a skipped or deselected test cannot catch anything: the baseline runs them all
+        print(f"error: the unmutated tree does not pass the whole tier ({detail})",
+              file=sys.stderr)  # fmt: skip
+        return False
+    return round(time.monotonic() - start, 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--line", default="0.5.12")
@@ -137,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="plant this many, chosen by the commit (tests/sampling.py); "
                              "0 or PATCHKIT_SAMPLE=all: every one")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1, help="mistakes run side by side")
+    parser.add_argument("--baseline", choices=("first", "only", "skip"), default="first",
+                        help="the unmutated run: before the mistakes (default), alone, or not "
+                             "at all (where the caller runs it apart)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--timeout", type=int, default=900)
     args = parser.parse_args(argv)
@@ -146,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: no such mistake: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
-    mutations = chosen(data["mutation"], args.only, args.sample)
+    mutations = [] if args.baseline == "only" else chosen(data["mutation"], args.only, args.sample)
     tree = patched_tree(args.line)
     jobs = max(1, min(args.jobs, len(mutations)))
     with tempfile.TemporaryDirectory(prefix="spec-mutation-") as tmp:
@@ -157,14 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                 tree / "python", copy / "python", ignore=shutil.ignore_patterns("__pycache__")
             )
             copies.append(copy)
-        start = time.monotonic()
-        rc, detail = run_tier(copies[0], args.line, data["tests"], args.timeout)
-        if rc != 0 or "skipped" in detail or "deselected" in detail:
-            # a skipped or deselected test cannot catch anything: the baseline runs them all
-            print(f"error: the unmutated tree does not pass the whole tier ({detail})",
-                  file=sys.stderr)  # fmt: skip
+        baseline = None if args.baseline == "skip" else check_baseline(copies[0], args, data)
+        if baseline is False:
             return 1
-        baseline = time.monotonic() - start
         free: queue.Queue[Path] = queue.Queue()
         for copy in copies:
             free.put(copy)
@@ -179,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             verdicts = list(pool.map(one, mutations))
     if args.json:
-        print(json.dumps({"line": args.line, "baseline_seconds": round(baseline, 1),
+        print(json.dumps({"line": args.line, "baseline_seconds": baseline,
                           "planted": len(verdicts), "of": len(data["mutation"]),
                           "mutations": [asdict(v) for v in verdicts]}, indent=2))  # fmt: skip
     else:
