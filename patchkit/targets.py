@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from packaging.version import InvalidVersion, Version
 
+from patchkit.compat import tomllib
 from patchkit.errors import ConfigError, UsageError, did_you_mean
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 HEX_RE = re.compile(r"^[0-9a-f]{4,40}\Z")
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")

@@ -11,16 +11,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from patchkit.abi.archs import CC
+from patchkit.compat import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGED_DIR = os.path.join(HERE, "profiles")

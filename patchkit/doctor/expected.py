@@ -22,8 +22,7 @@ from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
 
-import tomllib
-
+from patchkit.compat import tomllib
 from patchkit.doctor.interp import (
     ClassInfo,
     Config,

@@ -12,19 +12,14 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from patchkit.compat import tomllib
 from patchkit.errors import UsageError
 from patchkit.import_.diffparse import FileDiff, Hunk, render_file
 from patchkit.series import PATCH_NAME_RE
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 AREA_DEPTH = 3
 PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in")

@@ -6,24 +6,19 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import gitops
 from patchkit.apply import ApplyOptions, build_series
+from patchkit.compat import tomllib
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.lines import line_series
 from patchkit.rebase import RebaseReport, classify_rebase, resolve_new_base
 from patchkit.series import Patch, Series, parse_patch
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 Progress = Callable[[str], None]
 URL_RE = re.compile(r"https?://\S+")

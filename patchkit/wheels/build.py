@@ -32,6 +32,7 @@ from packaging.version import Version
 import build as pypa_build
 from patchkit import __version__, gitops
 from patchkit.apply import ApplyReport, apply_series
+from patchkit.compat import tomllib
 from patchkit.errors import BuildError, ConfigError, Interrupted, PinError, UsageError
 from patchkit.lines import line_series, pick_line
 from patchkit.locks import locked
@@ -44,11 +45,6 @@ from patchkit.wheels.provenance import PROVENANCE_FILE, Provenance, make_provena
 from patchkit.wheels.repack import check_same_sources, check_series_paths, repack, tree_changes
 from patchkit.wheels.reproducible import dist_info_dir, normalize_wheel
 from patchkit.wheels.sbom import SBOM_DIR, SBOM_FILE, make_sbom
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 Progress = Callable[[str], None]
 BackendOutput = Callable[[str], None]

@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.compat import tomllib
 from patchkit.errors import ConfigError, UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 DEFAULT_PROFILE = "cu130-sm120"
 VARIANT_RE = re.compile(r"^[a-z0-9]+\Z")
