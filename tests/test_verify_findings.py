@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 
 import pytest
@@ -161,6 +162,148 @@ def test_real_kernel_wheel_built_for_newer_torch(tmp_path, cache_dir, torch_dir)
     assert "cuda-major" not in found
     fa3 = [f for f in found["arch-coverage-optional"] if f.file.endswith("flash_ops.abi3.so")]
     assert fa3 and "sm_80 sm_86 sm_90a" in fa3[0].message
+
+
+# ---------------------------------------------------------------- Requires-Dist on torch
+
+
+def _one_object() -> bytes:
+    """A real ELF object for a wheel or an environment to hold, so the run checks something."""
+    return open(builders.stub_library("libpkdemo.so", ("pk_demo",)), "rb").read()
+
+
+def test_wheel_requiring_another_torch(tmp_path):
+    """A wheel whose Requires-Dist excludes the profile's torch 2.9.1+cu130 — a pin to 2.8.0,
+    to the cu128 build of 2.9.1, a range from 2.10 — is one error each, naming the wheel, the
+    requirement and the profile's torch; a requirement the profile's torch meets, or one made
+    only for an extra or another platform, is no finding."""
+    _need_gcc()
+    house = tmp_path / "house"
+    house.mkdir()
+    requires = {
+        "pinned": ["numpy", "torch==2.8.0"],
+        "cu128": ["torch==2.9.1+cu128"],
+        "newer": ["torch>=2.10"],
+        "range": ["torch>=2.9,<2.10"],
+        "exact": ["torch==2.9.1"],
+        "extra": ['torch==2.8.0; extra == "old"'],
+        "windows": ['torch==2.8.0; sys_platform == "win32"'],
+        "bare": ["torch"],
+    }
+    for name, reqs in requires.items():
+        builders.make_wheel(
+            str(house),
+            f"{name}-1.0-py3-none-any.whl",
+            {f"{name}/libpkdemo.so": _one_object()},
+            reqs,
+        )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    pins = {f.file.split("-")[0]: f for f in _checks(report).get("torch-pin", [])}
+    assert sorted(pins) == ["cu128", "newer", "pinned"]
+    assert report.errors == 3, [f.line() for f in report.findings]
+    f = pins["pinned"]
+    assert (f.severity, f.number, f.file) == ("error", 1, "pinned-1.0-py3-none-any.whl")
+    assert f.message == (
+        "pinned 1.0 requires torch==2.8.0, which the profile's torch 2.9.1+cu130 does not "
+        "satisfy: pip replaces torch, or stops with ResolutionImpossible"
+    )
+    assert f.hint == (
+        "install a pinned built for torch 2.9.1+cu130 (its Requires-Dist admitting it), or "
+        "rebuild it against torch 2.9.1+cu130"
+    )
+    assert "requires torch==2.9.1+cu128," in pins["cu128"].message
+    assert "requires torch>=2.10," in pins["newer"].message
+
+
+def _dist_info(site: str, name: str, header: str, body: str = "long description\n") -> str:
+    folder = os.path.join(site, f"{name}-1.0.dist-info")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "METADATA"), "w") as fh:
+        fh.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{header}\n\n{body}")
+    with open(os.path.join(folder, "RECORD"), "w") as fh:
+        fh.write(f"{name}/libpkdemo.so,,\n")
+    return os.path.join(folder, "METADATA")
+
+
+def test_installed_dist_requiring_another_torch(tmp_path):
+    """In an environment, the installed dist's METADATA: its Requires-Dist on torch comes after
+    a License field of 100 kB (verify read the first 64 kB of a METADATA, so it was never
+    seen) and is found."""
+    _need_gcc()
+    site = builders.make_site(
+        str(tmp_path),
+        None,
+        {"kx/libpkdemo.so": builders.stub_library("libpkdemo.so", ("pk_demo",))},
+    )
+    license_text = "\n        ".join(
+        ["Permission is hereby granted, free of charge, to any"] * 2000
+    )
+    _dist_info(site, "kx", f"License: {license_text}\nRequires-Dist: torch==2.8.0")
+    assert os.path.getsize(os.path.join(site, "kx-1.0.dist-info", "METADATA")) > 100_000
+    report = verify(env=site, cache_dir=str(tmp_path / "c"), host_checks=False)
+    (f,) = _checks(report)["torch-pin"]
+    assert f.file == "kx 1.0" and f.severity == "error"
+    assert f.message.startswith("kx 1.0 requires torch==2.8.0, which the profile's torch 2.9.1")
+
+
+def test_installed_metadata_is_read_bounded(tmp_path):
+    """An installed METADATA is read to its blank line and never past 4 MiB: a header cut
+    there loses its partial last line (``torch==2.9`` of ``torch==2.9.1`` is no pin); a
+    METADATA that is a FIFO is skipped, not waited on forever."""
+    from patchkit.abi import sources
+    from patchkit.archives import MAX_METADATA_BYTES
+
+    site = str(tmp_path / "site")
+    line = "Requires-Dist: torch==2.9.1\n"
+    head = "Metadata-Version: 2.1\nName: big\nVersion: 1.0\n"
+    filler = MAX_METADATA_BYTES - len(head) - len("Requires-Dist: torch==2.9")
+    classifiers = "Classifier: X\n" * (filler // len("Classifier: X\n"))
+    classifiers += "K" * (filler - len(classifiers) - 1) + "\n"
+    path = _dist_info(site, "big", classifiers + line.rstrip("\n"))
+    with open(path, "rb") as fh:  # the 4 MiB end falls inside that requirement
+        assert fh.read(MAX_METADATA_BYTES).endswith(b"\nRequires-Dist: torch==2.9")
+    fifo = _dist_info(site, "fifo", "")
+    os.unlink(fifo)
+    os.mkfifo(fifo)
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(sources.read_env(site)), daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():  # let the blocked reader go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert done, "read_env waited on a METADATA that is a FIFO"
+    (tree,) = done
+    assert sorted(tree.dists) == ["big"]
+    assert tree.dists["big"].requires == []
+
+
+def test_wheel_metadata_claiming_more_than_4_mib_is_refused_unread(tmp_path, monkeypatch):
+    """A wheel whose METADATA claims more than 4 MiB (a crafted one may claim GiBs) is one
+    invalid-archive error, refused before a byte of it is inflated; it was read whole."""
+    from patchkit.abi import sources
+
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = house / "fat-1.0-py3-none-any.whl"
+    # hex digits deflate about 2:1: no decompression-bomb ratio, only the size claimed
+    metadata = f"Name: fat\nVersion: 1.0\n\n{os.urandom(2_700_000).hex()}\n"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("fat/x.py", "")
+        zf.writestr("fat-1.0.dist-info/METADATA", metadata)
+        zf.writestr("fat-1.0.dist-info/RECORD", "")
+    inflated: list[str] = []
+    real = sources._pieces
+    monkeypatch.setattr(
+        sources, "_pieces", lambda m, *a, **k: inflated.append(m.relpath) or real(m, *a, **k)
+    )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=1)
+    (f,) = _checks(report)["invalid-archive"]
+    assert f.file == wheel.name
+    assert f.message == (
+        "invalid archive: member 'fat-1.0.dist-info/METADATA' claims "
+        f"{len(metadata)} bytes (limit 4194304)"
+    )
+    assert not [m for m in inflated if m.endswith("METADATA")]
 
 
 # ---------------------------------------------------------------- kernels outside shared objects

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from patchkit.abi.archs import CC, arch_list_runs_on, coverage, family_hint
@@ -323,6 +324,48 @@ def check_torch_dist(ctx: Context) -> None:
     if dist and ctx.torch.version and dist.version != ctx.torch.version:
         if dist.version != _public(ctx.torch.version):
             ctx.emit("torch-dist-version", "torch", a=dist.version, b=ctx.torch.version)
+
+
+# The target host's marker values: a requirement made only off Linux does not apply there.
+TARGET_MARKERS = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"}
+
+
+def _torch_requirements(dist) -> list[Requirement]:
+    """The dist's Requires-Dist on torch that apply on the target host without an extra."""
+    out = []
+    for text in dist.requires:
+        try:
+            req = Requirement(text)
+            if canonicalize_name(req.name) != "torch" or not req.specifier:
+                continue
+            if req.marker is None or req.marker.evaluate({"extra": "", **TARGET_MARKERS}):
+                out.append(req)
+        except Exception:  # InvalidRequirement, or a marker that cannot be evaluated
+            continue
+    return out
+
+
+def check_torch_pins(ctx: Context) -> None:
+    """Every dist (wheel or installed) whose Requires-Dist excludes the profile's torch."""
+    want = ctx.profile.torch_version
+    for name, dist in sorted(ctx.tree.dists.items()):
+        if name == "torch":
+            continue
+        for req in _torch_requirements(dist):
+            try:
+                ok = req.specifier.contains(want, prereleases=True)
+            except InvalidVersion:
+                continue
+            if not ok:
+                ctx.emit(
+                    "torch-pin",
+                    dist.wheel or f"{dist.name} {dist.version}",
+                    dist=dist.name,
+                    version=dist.version,
+                    req=str(req).split(";")[0].strip(),
+                    torch=want,
+                )
+                break
 
 
 def check_cuda_wheels(ctx: Context) -> None:
@@ -1271,6 +1314,7 @@ def run_checks(ctx: Context) -> list[Finding]:
     check_malformed(ctx)
     check_torch_variant(ctx)
     check_torch_dist(ctx)
+    check_torch_pins(ctx)
     check_cuda_wheels(ctx)
     check_sgl_kernel(ctx)
     check_wheel_filenames(ctx)
