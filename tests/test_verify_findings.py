@@ -306,6 +306,56 @@ def test_wheel_metadata_claiming_more_than_4_mib_is_refused_unread(tmp_path, mon
     assert not [m for m in inflated if m.endswith("METADATA")]
 
 
+# ---------------------------------------------------------------- torch symbols, a library missing
+
+
+def test_missing_library_leaves_torch_symbols_checked(tmp_path):
+    """Beside the profile's torch wheel (a stand-in compiled here: torch 2.9.1+cu130 whose
+    libc10.so lacks c10::TensorImpl::decref_pyobject), an extension built for a newer torch
+    that also NEEDs a library no wheel ships: the missing library is an error, the torch
+    symbol is still found undefined against the torch libraries present (the check skipped
+    the object), and what the missing library keeps from being checked is a note of its own."""
+    _need_gcc()
+    other = builders.stub_library("libpk_other.so.1", ("pk_one",))
+    ext = builders.newer_torch_extension(1, other)
+    c10 = builders.fake_c10()
+    assert "_ZNK3c1010TensorImpl15decref_pyobjectEv" in _nm(["--undefined-only"], ext)
+    assert "_ZNK3c1010TensorImpl15decref_pyobjectEv" not in _nm(["--defined-only"], c10)
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.fake_torch_wheel(str(house))
+    name = "newer_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"newer_ext/_C.so": open(ext, "rb").read()})
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    found = _checks(report)
+    assert not {"torch-variant", "torch-from-profile", "cxx11-abi"} & set(found), found
+    (missing,) = found["needed-missing"]
+    assert missing.message.startswith("libpk_other.so.1: cannot open shared object file")
+    (undef,) = found["undefined-symbol"]
+    assert undef.file == f"{name}!newer_ext/_C.so"
+    assert undef.message == (
+        "undefined symbol: _ZNK3c1010TensorImpl15decref_pyobjectEv "
+        "(c10::TensorImpl::decref_pyobject() const)"
+    )
+    (note,) = found["undefined-symbol-unchecked"]
+    assert (note.severity, note.file) == ("note", f"{name}!newer_ext/_C.so")
+    assert note.message == (
+        "1 undefined symbol(s) not checked: libpk_other.so.1 cannot be found, and it may "
+        "define them"
+    )
+    assert [f.check for f in report.findings if f.severity == "error"] == [
+        "needed-missing",
+        "undefined-symbol",
+    ]
+    # The same extension without that library: the same torch finding, nothing left unchecked.
+    (house / name).unlink()
+    alone = builders.newer_torch_extension(1)
+    builders.make_wheel(str(house), name, {"newer_ext/_C.so": open(alone, "rb").read()})
+    again = _checks(verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c")))
+    assert [f.message for f in again["undefined-symbol"]] == [undef.message]
+    assert "undefined-symbol-unchecked" not in again and "needed-missing" not in again
+
+
 # ---------------------------------------------------------------- kernels outside shared objects
 
 
