@@ -356,6 +356,85 @@ def test_missing_library_leaves_torch_symbols_checked(tmp_path):
     assert "undefined-symbol-unchecked" not in again and "needed-missing" not in again
 
 
+# ---------------------------------------------------------------- ABI flag or API change
+
+
+def test_abi_flag_told_from_api_change(tmp_path):
+    """An extension built with _GLIBCXX_USE_CXX11_ABI=0 against a newer torch, checked against
+    the profile's torch 2.9.1: c10::detail::torchCheckFail(..., std::string const&), which
+    2.9.1 exports with the C++11 ABI's mangling, is the ABI-flag finding (rebuild with
+    -D_GLIBCXX_USE_CXX11_ABI=1); c10::TensorImpl::decref_pyobject, which 2.9.1 exports in no
+    mangling, the API-change finding (rebuild against 2.9.1) — neither in the other's, where
+    both were the one undefined-symbol finding and the ABI finding's example."""
+    _need_gcc()
+    from patchkit.abi import torchsyms
+    from patchkit.abi.profiles import load_profile
+
+    old_abi = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
+    new_abi = (
+        "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcE"
+        "SaIcEEE"
+    )
+    api = "_ZNK3c1010TensorImpl15decref_pyobjectEv"
+    ext = builders.newer_torch_extension(0)
+    assert {old_abi, api} <= _nm(["--undefined-only"], ext)
+    prof = load_profile("cu130-sm120")
+    doc = torchsyms.load(prof.data_file(prof.torch_symbols))
+    exported = {n for lib in doc["libraries"].values() for n in lib["defined"]}
+    assert new_abi in exported and old_abi not in exported and api not in exported
+    house = tmp_path / "house"
+    house.mkdir()
+    name = "old_abi_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"old_abi_ext/_C.so": open(ext, "rb").read()})
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    found = _checks(report)
+    (change,) = found["undefined-symbol-profile"]
+    assert change.message == (f"undefined symbol: {api} (c10::TensorImpl::decref_pyobject() const)")
+    assert "neither C++ ABI" in change.hint and "rebuild against 2.9.1+cu130" in change.hint
+    assert "torchCheckFail" not in change.message + " ".join(change.evidence)
+    (flag,) = found["cxx11-abi"]
+    assert flag.message.startswith(
+        "built with _GLIBCXX_USE_CXX11_ABI=0 but torch uses 1 (symbols like "
+        "c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::"
+    )
+    assert flag.hint == "rebuild with -D_GLIBCXX_USE_CXX11_ABI=1"
+    (line,) = flag.evidence
+    assert line.startswith(f"{old_abi}: undefined (") and line.endswith(f"torch exports {new_abi}")
+    assert "decref_pyobject" not in flag.message + " ".join(flag.evidence)
+    # Built with the ABI torch uses: the API change alone.
+    (house / name).unlink()
+    good_abi = builders.newer_torch_extension(1)
+    builders.make_wheel(str(house), name, {"old_abi_ext/_C.so": open(good_abi, "rb").read()})
+    found = _checks(verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c")))
+    assert "cxx11-abi" not in found
+    assert [f.message for f in found["undefined-symbol-profile"]] == [change.message]
+
+
+def test_abi_flag_against_a_torch_of_the_old_abi(tmp_path):
+    """The other way round: a C++11-ABI extension beside a torch built with the old ABI (a
+    stand-in compiled here) — torchCheckFail's std::__cxx11::string overload is torch's
+    ``Ss`` one in the other ABI's spelling."""
+    _need_gcc()
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.fake_torch_wheel(str(house), abi=0)
+    ext = builders.newer_torch_extension(1)
+    name = "new_abi_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"new_abi_ext/_C.so": open(ext, "rb").read()})
+    found = _checks(verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c")))
+    (change,) = found["undefined-symbol"]
+    assert change.message == (
+        "undefined symbol: _ZNK3c1010TensorImpl15decref_pyobjectEv "
+        "(c10::TensorImpl::decref_pyobject() const)"
+    )
+    (flag,) = found["cxx11-abi"]
+    assert "built with _GLIBCXX_USE_CXX11_ABI=1 but torch uses 0" in flag.message
+    assert flag.hint == "rebuild with -D_GLIBCXX_USE_CXX11_ABI=0"
+    (line,) = flag.evidence
+    assert line.startswith("_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx11")
+    assert line.endswith("torch exports _ZN3c106detail14torchCheckFailEPKcS2_jRKSs")
+
+
 # ---------------------------------------------------------------- kernels outside shared objects
 
 

@@ -6,6 +6,7 @@ functions only decide whether a rule is broken and fill in the fields.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import json
 import os
@@ -195,6 +196,8 @@ class Context:
     profile_torch: dict[str, FileReport] = field(default_factory=dict)
     profile_torch_source: str | None = None
     grouped: set[str] = field(default_factory=set)  # files whose CUDA build is one finding
+    # rel -> (undefined torch name, the name torch exports with the other C++ ABI's mangling)
+    abi_twins: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
     def emit(self, check: str, file: str, evidence: tuple[str, ...] = (), **fields) -> None:
         spec = self.catalogue[check]
@@ -683,9 +686,10 @@ class _Unresolved(NamedTuple):
 
 
 def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
-    """Undefined symbols: torch's grouped per package, other buckets per file; an object whose
-    NEEDED closure misses a library has its torch names checked against every torch library
-    present and the rest named as not checked (_emit_unchecked)."""
+    """Undefined symbols: torch's grouped per package (an ABI-flag mismatch is check 9's, see
+    _split_abi_flag), other buckets per file; an object whose NEEDED closure misses a library
+    has its torch names checked against every torch library present and the rest named as
+    not checked (_emit_unchecked)."""
     global_sets = [name_set(o.report.elf.defined) for o in ctx.loader.global_scope if o.report.elf]
     torch_known = ctx.torch.present or bool(ctx.profile_torch)
     pending: list[_Unresolved] = []
@@ -708,8 +712,10 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
             ]
         pending += [_Unresolved(rel, rep.origin, n, b, len(found)) for n, b in found]
     names = demangle([p.name for p in pending])
+    torch_items = [p for p in pending if p.bucket == "torch-abi"]
+    api = _split_abi_flag(ctx, torch_items, extensions)
     _emit_other(ctx, [p for p in pending if p.bucket != "torch-abi"], names)
-    _emit_torch(ctx, [p for p in pending if p.bucket == "torch-abi"], extensions, names)
+    _emit_torch(ctx, api, extensions, names)
     _emit_unchecked(ctx, unchecked, extensions)
 
 
@@ -820,8 +826,8 @@ def _emit_other(ctx: Context, items: list[_Unresolved], names: dict[str, str]) -
 def _emit_torch(
     ctx: Context, items: list[_Unresolved], extensions: dict[str, FileReport], names: dict
 ) -> None:
-    """Torch names torch does not export: one finding per package (a build against another
-    torch), the names as evidence."""
+    """Torch names no mangling of which torch exports: one finding per package (a build
+    against another torch's API), the names as evidence."""
     by_owner: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for item in items:
         by_owner[owner_label(ctx, item.rel, extensions[item.rel])].append((item.origin, item.name))
@@ -864,6 +870,70 @@ def _emit_unchecked(
         )
 
 
+# Mangled pieces whose spelling depends on _GLIBCXX_USE_CXX11_ABI: the C++11 ABI's
+# std::__cxx11 types and [abi:cxx11] tags; the old ABI's std::string (Ss), std::list and the
+# string streams. A name holding none of them is mangled the same under both, and two
+# manglings of one name are alike up to the first such piece (a name is mangled left to right).
+_ABI_DEPENDENT = re.compile(
+    r"N?St7__cxx11|B5cxx11|cxx11|Ss|St4list|St12basic_string|St15basic_stringbuf"
+    r"|St18basic_stringstream|St19basic_[io]stringstream"
+)
+# The most other-ABI candidates demangled for one name (names sharing its mangled prefix).
+MAX_TWIN_CANDIDATES = 256
+
+
+_STRING = "std::basic_string<char, std::char_traits<char>, std::allocator<char> >"
+
+
+def _abi_neutral(demangled: str) -> str:
+    """A demangled name as both ABIs would spell it."""
+    text = demangled.replace("[abi:cxx11]", "").replace("std::__cxx11::", "std::")
+    return text.replace(_STRING, "std::string")
+
+
+def _split_abi_flag(
+    ctx: Context, items: list[_Unresolved], extensions: dict[str, FileReport]
+) -> list[_Unresolved]:
+    """Keep in ``ctx.abi_twins`` (per object) the undefined torch names that torch exports
+    with the other _GLIBCXX_USE_CXX11_ABI mangling: the same name once demangled and rid of
+    the ABI's spelling, the one holding ``cxx11`` where the other does not, the object built
+    with another ABI than torch's (as far as either is known). Return the others: names no
+    torch library exports in any mangling, an API change."""
+    twins = _abi_twins(ctx, sorted({i.name for i in items if _ABI_DEPENDENT.search(i.name)}))
+    y = ctx.torch.cxx11_abi
+    api = []
+    for item in items:
+        twin = twins.get(item.name)
+        x = extensions[item.rel].elf.cxx11_abi
+        if twin is None or (x is not None and x == y):
+            api.append(item)
+        else:
+            ctx.abi_twins.setdefault(item.rel, []).append((item.name, twin))
+    return api
+
+
+def _abi_twins(ctx: Context, wanted: list[str]) -> dict[str, str]:
+    """name -> an exported torch name it equals but for the ABI's spelling (c++filt)."""
+    if not wanted:
+        return {}
+    exports = sorted(_torch_exports(ctx))
+    candidates: dict[str, list[str]] = {}
+    for name in wanted:
+        prefix = name[: _ABI_DEPENDENT.search(name).start()]  # spelt alike by both ABIs
+        start = bisect.bisect_left(exports, prefix)
+        near = exports[start : start + MAX_TWIN_CANDIDATES]
+        is_new = "cxx11" in name
+        candidates[name] = [e for e in near if e.startswith(prefix) and ("cxx11" in e) != is_new]
+    shown = demangle(sorted(set(wanted) | {c for cs in candidates.values() for c in cs}))
+    out = {}
+    for name, cands in candidates.items():
+        key = _abi_neutral(shown[name]) if name in shown else None
+        twin = next((c for c in cands if c in shown and _abi_neutral(shown[c]) == key), None)
+        if twin is not None:
+            out[name] = twin
+    return out
+
+
 def demangle(names: list[str]) -> dict[str, str]:
     """Demangle C++ names with c++filt when it is installed (one process for all)."""
     if not names:
@@ -881,24 +951,37 @@ def demangle(names: list[str]) -> dict[str, str]:
 
 
 def check_cxx11(ctx: Context, extensions: dict[str, FileReport]) -> None:
-    y = ctx.torch.cxx11_abi
-    if y is None:
-        return
-    for rep in extensions.values():
-        if rep.elf is None or rep.elf.cxx11_abi is None or rep.elf.cxx11_abi == y:
+    """An object built with the other _GLIBCXX_USE_CXX11_ABI than torch: by the undefined
+    torch names torch exports with the other mangling (_split_abi_flag), else by the std::string
+    spellings in its dynamic string table; the names as evidence."""
+    for rel, rep in extensions.items():
+        twins = ctx.abi_twins.get(rel, [])
+        if twins:  # torch's mangling of the first name says which ABI torch uses
+            y = 1 if "cxx11" in twins[0][1] else 0
+            x = 1 - y
+        elif not _other_abi(ctx, rep):
             continue
-        if not any(n in TORCH_SONAMES for n in rep.elf.needed):
-            continue
-        example = next(
-            (
-                s
-                for s in rep.elf.undefined
-                if _bucket(s) == "torch-abi" and ("Ss" in s or "cxx11" in s)
+        else:
+            x, y = rep.elf.cxx11_abi, ctx.torch.cxx11_abi
+        shown = demangle([n for pair in twins for n in pair])
+        ctx.emit(
+            "cxx11-abi",
+            rep.origin,
+            evidence=tuple(
+                f"{n}: undefined ({shown.get(n, n)}); torch exports {t}" for n, t in sorted(twins)
             ),
-            "",
+            x=x,
+            y=y,
+            example=shown.get(twins[0][0], twins[0][0]) if twins else "std::string overloads",
         )
-        shown = demangle([example]).get(example, example) if example else "std::string overloads"
-        ctx.emit("cxx11-abi", rep.origin, x=rep.elf.cxx11_abi, y=y, example=shown)
+
+
+def _other_abi(ctx: Context, rep: FileReport) -> bool:
+    """A torch-linked object whose std::string spellings say another ABI than libc10's."""
+    x, y = (rep.elf.cxx11_abi if rep.elf else None), ctx.torch.cxx11_abi
+    if x is None or y is None or x == y:
+        return False
+    return any(n in TORCH_SONAMES for n in rep.elf.needed)
 
 
 _VERSION = re.compile(r"^([A-Z]+)_(\d+(?:\.\d+)*)$")
