@@ -137,11 +137,20 @@ def _reason(exc: BaseException) -> str:
     return text[:200]
 
 
+def claim_problem(info, limit: int) -> str | None:
+    """Why a member is refused before a byte of it is inflated: its header claims more than
+    `limit` bytes (`info`: a ZipInfo, or anything with its `filename` and `file_size`)."""
+    if info.file_size > limit:
+        return f"member {info.filename!r} claims {info.file_size} bytes (limit {limit})"
+    return None
+
+
 def read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
     """The bytes of one member, refusing more than `limit` (checked before decompressing and
     again on the bytes actually produced, so a lying header gains nothing)."""
-    if info.file_size > limit:
-        raise MemberError(f"member {info.filename!r} claims {info.file_size} bytes (limit {limit})")
+    problem = claim_problem(info, limit)
+    if problem:
+        raise MemberError(problem)
     try:
         with zf.open(info) as fh:
             data = fh.read(limit + 1)

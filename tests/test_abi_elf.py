@@ -111,15 +111,25 @@ def test_unresolvable_torch_symbol(tmp_path, torch_dir, cache_dir):
 
 
 def test_cxx11_abi_mismatch(tmp_path, torch_dir, cache_dir):
+    """The Ss-mangled overload sglang#5100 describes, which torch exports with the C++11 ABI's
+    mangling: one cxx11-abi finding with both names as evidence, not also an undefined-symbol
+    finding saying to rebuild against another torch."""
     site = builders.make_site(
         str(tmp_path), torch_dir, {"myext/_abi0.so": builders.torch_extension("abi0")}
     )
     report = verify(env=site, cache_dir=cache_dir, host_checks=False)
     checks = {f.check: f for f in _findings(report, "myext")}
-    assert set(checks) == {"cxx11-abi", "undefined-symbol"}
-    assert "_GLIBCXX_USE_CXX11_ABI=0 but torch uses 1" in checks["cxx11-abi"].message
-    # the Ss-mangled overload sglang#5100 describes
-    assert "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs" in checks["undefined-symbol"].message
+    assert set(checks) == {"cxx11-abi"}
+    f = checks["cxx11-abi"]
+    assert "_GLIBCXX_USE_CXX11_ABI=0 but torch uses 1" in f.message
+    assert "symbols like c10::detail::torchCheckFail(" in f.message
+    assert f.hint == "rebuild with -D_GLIBCXX_USE_CXX11_ABI=1"
+    (line,) = f.evidence
+    assert line.startswith("_ZN3c106detail14torchCheckFailEPKcS2_jRKSs: undefined (")
+    assert line.endswith(
+        "torch exports _ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_string"
+        "IcSt11char_traitsIcESaIcEEE"
+    )
 
 
 def test_missing_needed_and_cuda_major(tmp_path, torch_dir, cache_dir):

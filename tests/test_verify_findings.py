@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 
 import pytest
@@ -161,6 +162,277 @@ def test_real_kernel_wheel_built_for_newer_torch(tmp_path, cache_dir, torch_dir)
     assert "cuda-major" not in found
     fa3 = [f for f in found["arch-coverage-optional"] if f.file.endswith("flash_ops.abi3.so")]
     assert fa3 and "sm_80 sm_86 sm_90a" in fa3[0].message
+
+
+# ---------------------------------------------------------------- Requires-Dist on torch
+
+
+def _one_object() -> bytes:
+    """A real ELF object for a wheel or an environment to hold, so the run checks something."""
+    return open(builders.stub_library("libpkdemo.so", ("pk_demo",)), "rb").read()
+
+
+def test_wheel_requiring_another_torch(tmp_path):
+    """A wheel whose Requires-Dist excludes the profile's torch 2.9.1+cu130 — a pin to 2.8.0,
+    to the cu128 build of 2.9.1, a range from 2.10 — is one error each, naming the wheel, the
+    requirement and the profile's torch; a requirement the profile's torch meets, or one made
+    only for an extra or another platform, is no finding."""
+    _need_gcc()
+    house = tmp_path / "house"
+    house.mkdir()
+    requires = {
+        "pinned": ["numpy", "torch==2.8.0"],
+        "cu128": ["torch==2.9.1+cu128"],
+        "newer": ["torch>=2.10"],
+        "range": ["torch>=2.9,<2.10"],
+        "exact": ["torch==2.9.1"],
+        "extra": ['torch==2.8.0; extra == "old"'],
+        "windows": ['torch==2.8.0; sys_platform == "win32"'],
+        "bare": ["torch"],
+    }
+    for name, reqs in requires.items():
+        builders.make_wheel(
+            str(house),
+            f"{name}-1.0-py3-none-any.whl",
+            {f"{name}/libpkdemo.so": _one_object()},
+            reqs,
+        )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    pins = {f.file.split("-")[0]: f for f in _checks(report).get("torch-pin", [])}
+    assert sorted(pins) == ["cu128", "newer", "pinned"]
+    assert report.errors == 3, [f.line() for f in report.findings]
+    f = pins["pinned"]
+    assert (f.severity, f.number, f.file) == ("error", 1, "pinned-1.0-py3-none-any.whl")
+    assert f.message == (
+        "pinned 1.0 requires torch==2.8.0, which the profile's torch 2.9.1+cu130 does not "
+        "satisfy: pip replaces torch, or stops with ResolutionImpossible"
+    )
+    assert f.hint == (
+        "install a pinned built for torch 2.9.1+cu130 (its Requires-Dist admitting it), or "
+        "rebuild it against torch 2.9.1+cu130"
+    )
+    assert "requires torch==2.9.1+cu128," in pins["cu128"].message
+    assert "requires torch>=2.10," in pins["newer"].message
+
+
+def _dist_info(site: str, name: str, header: str, body: str = "long description\n") -> str:
+    folder = os.path.join(site, f"{name}-1.0.dist-info")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "METADATA"), "w") as fh:
+        fh.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{header}\n\n{body}")
+    with open(os.path.join(folder, "RECORD"), "w") as fh:
+        fh.write(f"{name}/libpkdemo.so,,\n")
+    return os.path.join(folder, "METADATA")
+
+
+def test_installed_dist_requiring_another_torch(tmp_path):
+    """In an environment, the installed dist's METADATA: its Requires-Dist on torch comes after
+    a License field of 100 kB (verify read the first 64 kB of a METADATA, so it was never
+    seen) and is found."""
+    _need_gcc()
+    site = builders.make_site(
+        str(tmp_path),
+        None,
+        {"kx/libpkdemo.so": builders.stub_library("libpkdemo.so", ("pk_demo",))},
+    )
+    license_text = "\n        ".join(
+        ["Permission is hereby granted, free of charge, to any"] * 2000
+    )
+    _dist_info(site, "kx", f"License: {license_text}\nRequires-Dist: torch==2.8.0")
+    assert os.path.getsize(os.path.join(site, "kx-1.0.dist-info", "METADATA")) > 100_000
+    report = verify(env=site, cache_dir=str(tmp_path / "c"), host_checks=False)
+    (f,) = _checks(report)["torch-pin"]
+    assert f.file == "kx 1.0" and f.severity == "error"
+    assert f.message.startswith("kx 1.0 requires torch==2.8.0, which the profile's torch 2.9.1")
+
+
+def test_installed_metadata_is_read_bounded(tmp_path):
+    """An installed METADATA is read to its blank line and never past 4 MiB: a header cut
+    there loses its partial last line (``torch==2.9`` of ``torch==2.9.1`` is no pin); a
+    METADATA that is a FIFO is skipped, not waited on forever."""
+    from patchkit.abi import sources
+    from patchkit.archives import MAX_METADATA_BYTES
+
+    site = str(tmp_path / "site")
+    line = "Requires-Dist: torch==2.9.1\n"
+    head = "Metadata-Version: 2.1\nName: big\nVersion: 1.0\n"
+    filler = MAX_METADATA_BYTES - len(head) - len("Requires-Dist: torch==2.9")
+    classifiers = "Classifier: X\n" * (filler // len("Classifier: X\n"))
+    classifiers += "K" * (filler - len(classifiers) - 1) + "\n"
+    path = _dist_info(site, "big", classifiers + line.rstrip("\n"))
+    with open(path, "rb") as fh:  # the 4 MiB end falls inside that requirement
+        assert fh.read(MAX_METADATA_BYTES).endswith(b"\nRequires-Dist: torch==2.9")
+    fifo = _dist_info(site, "fifo", "")
+    os.unlink(fifo)
+    os.mkfifo(fifo)
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(sources.read_env(site)), daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():  # let the blocked reader go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert done, "read_env waited on a METADATA that is a FIFO"
+    (tree,) = done
+    assert sorted(tree.dists) == ["big"]
+    assert tree.dists["big"].requires == []
+
+
+def test_wheel_metadata_claiming_more_than_4_mib_is_refused_unread(tmp_path, monkeypatch):
+    """A wheel whose METADATA claims more than 4 MiB (a crafted one may claim GiBs) is one
+    invalid-archive error, refused before a byte of it is inflated; it was read whole."""
+    from patchkit.abi import sources
+
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = house / "fat-1.0-py3-none-any.whl"
+    # hex digits deflate about 2:1: no decompression-bomb ratio, only the size claimed
+    metadata = f"Name: fat\nVersion: 1.0\n\n{os.urandom(2_700_000).hex()}\n"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("fat/x.py", "")
+        zf.writestr("fat-1.0.dist-info/METADATA", metadata)
+        zf.writestr("fat-1.0.dist-info/RECORD", "")
+    inflated: list[str] = []
+    real = sources._pieces
+    monkeypatch.setattr(
+        sources, "_pieces", lambda m, *a, **k: inflated.append(m.relpath) or real(m, *a, **k)
+    )
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=1)
+    (f,) = _checks(report)["invalid-archive"]
+    assert f.file == wheel.name
+    assert f.message == (
+        "invalid archive: member 'fat-1.0.dist-info/METADATA' claims "
+        f"{len(metadata)} bytes (limit 4194304)"
+    )
+    assert not [m for m in inflated if m.endswith("METADATA")]
+
+
+# ---------------------------------------------------------------- torch symbols, a library missing
+
+
+def test_missing_library_leaves_torch_symbols_checked(tmp_path):
+    """Beside the profile's torch wheel (a stand-in compiled here: torch 2.9.1+cu130 whose
+    libc10.so lacks c10::TensorImpl::decref_pyobject), an extension built for a newer torch
+    that also NEEDs a library no wheel ships: the missing library is an error, the torch
+    symbol is still found undefined against the torch libraries present (the check skipped
+    the object), and what the missing library keeps from being checked is a note of its own."""
+    _need_gcc()
+    other = builders.stub_library("libpk_other.so.1", ("pk_one",))
+    ext = builders.newer_torch_extension(1, other)
+    c10 = builders.fake_c10()
+    assert "_ZNK3c1010TensorImpl15decref_pyobjectEv" in _nm(["--undefined-only"], ext)
+    assert "_ZNK3c1010TensorImpl15decref_pyobjectEv" not in _nm(["--defined-only"], c10)
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.fake_torch_wheel(str(house))
+    name = "newer_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"newer_ext/_C.so": open(ext, "rb").read()})
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    found = _checks(report)
+    assert not {"torch-variant", "torch-from-profile", "cxx11-abi"} & set(found), found
+    (missing,) = found["needed-missing"]
+    assert missing.message.startswith("libpk_other.so.1: cannot open shared object file")
+    (undef,) = found["undefined-symbol"]
+    assert undef.file == f"{name}!newer_ext/_C.so"
+    assert undef.message == (
+        "undefined symbol: _ZNK3c1010TensorImpl15decref_pyobjectEv "
+        "(c10::TensorImpl::decref_pyobject() const)"
+    )
+    (note,) = found["undefined-symbol-unchecked"]
+    assert (note.severity, note.file) == ("note", f"{name}!newer_ext/_C.so")
+    assert note.message == (
+        "1 undefined symbol(s) not checked: libpk_other.so.1 cannot be found, and it may "
+        "define them"
+    )
+    assert [f.check for f in report.findings if f.severity == "error"] == [
+        "needed-missing",
+        "undefined-symbol",
+    ]
+    # The same extension without that library: the same torch finding, nothing left unchecked.
+    (house / name).unlink()
+    alone = builders.newer_torch_extension(1)
+    builders.make_wheel(str(house), name, {"newer_ext/_C.so": open(alone, "rb").read()})
+    again = _checks(verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c")))
+    assert [f.message for f in again["undefined-symbol"]] == [undef.message]
+    assert "undefined-symbol-unchecked" not in again and "needed-missing" not in again
+
+
+# ---------------------------------------------------------------- ABI flag or API change
+
+
+def test_abi_flag_told_from_api_change(tmp_path):
+    """An extension built with _GLIBCXX_USE_CXX11_ABI=0 against a newer torch, checked against
+    the profile's torch 2.9.1: c10::detail::torchCheckFail(..., std::string const&), which
+    2.9.1 exports with the C++11 ABI's mangling, is the ABI-flag finding (rebuild with
+    -D_GLIBCXX_USE_CXX11_ABI=1); c10::TensorImpl::decref_pyobject, which 2.9.1 exports in no
+    mangling, the API-change finding (rebuild against 2.9.1) — neither in the other's, where
+    both were the one undefined-symbol finding and the ABI finding's example."""
+    _need_gcc()
+    from patchkit.abi import torchsyms
+    from patchkit.abi.profiles import load_profile
+
+    old_abi = "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"
+    new_abi = (
+        "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcE"
+        "SaIcEEE"
+    )
+    api = "_ZNK3c1010TensorImpl15decref_pyobjectEv"
+    ext = builders.newer_torch_extension(0)
+    assert {old_abi, api} <= _nm(["--undefined-only"], ext)
+    prof = load_profile("cu130-sm120")
+    doc = torchsyms.load(prof.data_file(prof.torch_symbols))
+    exported = {n for lib in doc["libraries"].values() for n in lib["defined"]}
+    assert new_abi in exported and old_abi not in exported and api not in exported
+    house = tmp_path / "house"
+    house.mkdir()
+    name = "old_abi_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"old_abi_ext/_C.so": open(ext, "rb").read()})
+    report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"))
+    found = _checks(report)
+    (change,) = found["undefined-symbol-profile"]
+    assert change.message == (f"undefined symbol: {api} (c10::TensorImpl::decref_pyobject() const)")
+    assert "neither C++ ABI" in change.hint and "rebuild against 2.9.1+cu130" in change.hint
+    assert "torchCheckFail" not in change.message + " ".join(change.evidence)
+    (flag,) = found["cxx11-abi"]
+    assert flag.message.startswith(
+        "built with _GLIBCXX_USE_CXX11_ABI=0 but torch uses 1 (symbols like "
+        "c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::"
+    )
+    assert flag.hint == "rebuild with -D_GLIBCXX_USE_CXX11_ABI=1"
+    (line,) = flag.evidence
+    assert line.startswith(f"{old_abi}: undefined (") and line.endswith(f"torch exports {new_abi}")
+    assert "decref_pyobject" not in flag.message + " ".join(flag.evidence)
+    # Built with the ABI torch uses: the API change alone.
+    (house / name).unlink()
+    good_abi = builders.newer_torch_extension(1)
+    builders.make_wheel(str(house), name, {"old_abi_ext/_C.so": open(good_abi, "rb").read()})
+    found = _checks(verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c")))
+    assert "cxx11-abi" not in found
+    assert [f.message for f in found["undefined-symbol-profile"]] == [change.message]
+
+
+def test_abi_flag_against_a_torch_of_the_old_abi(tmp_path):
+    """The other way round: a C++11-ABI extension beside a torch built with the old ABI (a
+    stand-in compiled here) — torchCheckFail's std::__cxx11::string overload is torch's
+    ``Ss`` one in the other ABI's spelling."""
+    _need_gcc()
+    house = tmp_path / "house"
+    house.mkdir()
+    builders.fake_torch_wheel(str(house), abi=0)
+    ext = builders.newer_torch_extension(1)
+    name = "new_abi_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"new_abi_ext/_C.so": open(ext, "rb").read()})
+    found = _checks(verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c")))
+    (change,) = found["undefined-symbol"]
+    assert change.message == (
+        "undefined symbol: _ZNK3c1010TensorImpl15decref_pyobjectEv "
+        "(c10::TensorImpl::decref_pyobject() const)"
+    )
+    (flag,) = found["cxx11-abi"]
+    assert "built with _GLIBCXX_USE_CXX11_ABI=1 but torch uses 0" in flag.message
+    assert flag.hint == "rebuild with -D_GLIBCXX_USE_CXX11_ABI=0"
+    (line,) = flag.evidence
+    assert line.startswith("_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx11")
+    assert line.endswith("torch exports _ZN3c106detail14torchCheckFailEPKcS2_jRKSs")
 
 
 # ---------------------------------------------------------------- kernels outside shared objects

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from packaging.utils import canonicalize_name
 
-from patchkit.archives import archive_problem
+from patchkit.archives import MAX_METADATA_BYTES, archive_problem, claim_problem, open_regular
 
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
 # Text files the checks read, relative to site-packages.
@@ -40,6 +40,10 @@ TEXT_SUFFIXES = frozenset(
     ).split()
 )
 HEAD_BYTES = 64
+# METADATA and the checks' text files are read whole from a wheel, so no bigger than this
+# (a crafted one claiming GiBs is refused before it is inflated); an installed METADATA is
+# read up to its first blank line, and never past this many bytes.
+MAX_TEXT_BYTES = MAX_METADATA_BYTES
 # Shorter files carry no magic that scan.classify knows; a truncated ELF from 4 bytes on is
 # read, and named as malformed.
 MIN_CODE_BYTES = 4
@@ -221,6 +225,28 @@ def read_env(site: str) -> Tree:
     return tree
 
 
+def metadata_head(path: str, limit: int = MAX_TEXT_BYTES, step: int = 1 << 16) -> str:
+    """The header block of an installed METADATA file (up to its first blank line), read in
+    ``step``-byte pieces and never more than ``limit`` bytes; a header cut at ``limit`` loses
+    its last, partial line (``torch==2.9`` of ``torch==2.9.1`` is no requirement). A FIFO or a
+    device is refused (archives.open_regular), not waited on."""
+    pieces: list[bytes] = []
+    size = 0
+    with open_regular(path) as fh:
+        while size < limit:
+            piece = fh.read(min(step, limit - size))
+            if not piece:
+                break
+            pieces.append(piece)
+            size += len(piece)
+            if b"\n\n" in b"".join(pieces[-2:]):
+                break
+    data = b"".join(pieces)
+    if size >= limit and b"\n\n" not in data:
+        data = data[: data.rfind(b"\n") + 1]
+    return data.decode("utf-8", "replace")
+
+
 class _Record:
     """A dist-info RECORD, read on first use."""
 
@@ -300,9 +326,8 @@ def _kinds_of_files(files: list[tuple[str, str]], group: int = 256) -> list[str 
 
 def _read_dist_info(tree: Tree, folder: str) -> None:
     try:
-        with open(os.path.join(folder, "METADATA"), encoding="utf-8", errors="replace") as fh:
-            name, version, requires = _parse_metadata(fh.read(1 << 16))
-    except OSError:
+        name, version, requires = _parse_metadata(metadata_head(os.path.join(folder, "METADATA")))
+    except OSError:  # absent, unreadable, or a FIFO or device (never waited on)
         return
     record = _Record(os.path.join(folder, "RECORD"))
     dist = Dist(canonicalize_name(name), version, requires, record.owns, files=record.files)
@@ -508,7 +533,12 @@ def _list_wheel(wheel: Wheel, scratch: str) -> list[Member]:
 
 
 def _small(wheel: Wheel, e: Entry, scratch: str) -> str | None:
-    """A text member (METADATA, version.py), read whole; a damaged one makes the wheel invalid."""
+    """A text member (METADATA, version.py), read whole; a damaged one, or one claiming more
+    than MAX_TEXT_BYTES, makes the wheel invalid (read_member never inflates past the claim)."""
+    problem = claim_problem(e, MAX_TEXT_BYTES)
+    if problem:
+        wheel.invalid = f"invalid archive: {problem}"
+        return None
     member = Member(e.filename, None, e.file_size, 0, "", "", wheel=wheel.path, zinfo=e)
     try:
         return bytes(read_member(member)).decode("utf-8", "replace")
@@ -607,7 +637,7 @@ def _archive_problem(entries: list[Entry]) -> str | None:
     return archive_problem(entries) if suspicious else None
 
 
-_LISTING = 1  # bump when the listing's fields change
+_LISTING = 2  # bump when the listing's fields, or what listing a wheel refuses, change
 
 
 def _load_listing(cache, path: str, name: str, stamp: tuple, scratch: str):

@@ -112,6 +112,102 @@ def torch_extension(variant: str = "ok") -> str:
     return _cached(f"ext-{variant}", EXT_SOURCE + " ".join(flags), build)
 
 
+# A stand-in for the profile's torch 2.9.1 (C++11 ABI): a libc10.so exporting what EXT_SOURCE
+# calls but c10::TensorImpl::decref_pyobject, which a newer torch added.
+FAKE_C10_SOURCE = r"""
+#include <string>
+namespace c10 {
+namespace detail {
+[[noreturn]] void torchCheckFail(const char*, const char*, unsigned int, const std::string&) {
+  __builtin_trap();
+}
+}
+struct TensorImpl {
+  void release_resources();
+};
+void TensorImpl::release_resources() {}
+}
+"""
+
+# A torch extension built against a newer torch (it calls c10::TensorImpl::decref_pyobject),
+# and, with OTHER_LIBRARY, into a library of its own.
+NEWER_TORCH_SOURCE = r"""
+#include <string>
+namespace c10 {
+namespace detail {
+[[noreturn]] void torchCheckFail(const char*, const char*, unsigned int, const std::string&);
+}
+struct TensorImpl {
+  void release_resources();
+  void decref_pyobject() const;
+};
+}
+extern "C" int pk_one(void);
+extern "C" int ext_entry(c10::TensorImpl* t, int fail) {
+  if (fail) c10::detail::torchCheckFail("f", "file", 1, std::string("boom"));
+  t->release_resources();
+  t->decref_pyobject();
+#ifdef OTHER_LIBRARY
+  return pk_one();
+#else
+  return 0;
+#endif
+}
+"""
+
+
+def _gxx(name: str, source: str, flags: list[str], libs: list[str] = ()) -> str:
+    """A shared object g++ builds from ``source`` with ``flags``, NEEDing each of ``libs``."""
+    if shutil.which("g++") is None:
+        raise FileNotFoundError("g++")
+    links = [
+        arg for lib in libs for arg in (f"-L{os.path.dirname(lib)}", f"-l:{os.path.basename(lib)}")
+    ]
+
+    def build(out: str) -> None:
+        src = out + ".cpp"
+        with open(src, "w") as fh:
+            fh.write(source)
+        _run(
+            ["g++", "-shared", "-fPIC", "-O1", *flags, src, "-o", out, "-Wl,--no-as-needed", *links]
+        )
+        os.unlink(src)
+
+    return _cached(name, source + " ".join(flags) + "|".join(libs), build)
+
+
+def fake_c10(abi: int = 1) -> str:
+    """FAKE_C10_SOURCE as ``libc10.so`` (SONAME too), built with _GLIBCXX_USE_CXX11_ABI=``abi``."""
+    flags = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-Wl,-soname,libc10.so"]
+    return _gxx(f"fake-c10-abi{abi}", FAKE_C10_SOURCE, flags)
+
+
+def newer_torch_extension(abi: int = 1, other: str | None = None) -> str:
+    """An extension built against a torch newer than fake_c10's (it calls
+    c10::TensorImpl::decref_pyobject), with _GLIBCXX_USE_CXX11_ABI=``abi``, NEEDing
+    ``libc10.so`` and, given ``other`` (a stub_library exporting ``pk_one``), that library."""
+    flags = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] + (["-DOTHER_LIBRARY"] if other else [])
+    libs = [fake_c10()] + ([other] if other else [])
+    return _gxx(f"newer-torch-abi{abi}", NEWER_TORCH_SOURCE, flags, libs)
+
+
+def fake_torch_wheel(
+    folder: str, version: str = "2.9.1+cu130", cuda: str = "13.0", abi: int = 1
+) -> str:
+    """A torch wheel of the profile's version: ``torch/version.py``, ``torch/lib/libc10.so``
+    (fake_c10 of ``abi``) and ``torch/_C`` NEEDing it through RPATH ``$ORIGIN/lib``, which is
+    how `import torch` makes libc10.so loaded for every extension."""
+    c10 = fake_c10(abi)
+    torch_c = linking(f"fake-torch-C-abi{abi}", [c10], rpath="$ORIGIN/lib")
+    members = {
+        "torch/version.py": f"__version__ = '{version}'\ncuda: Optional[str] = '{cuda}'\n".encode(),
+        "torch/lib/libc10.so": open(c10, "rb").read(),
+        "torch/_C.cpython-311-x86_64-linux-gnu.so": open(torch_c, "rb").read(),
+    }
+    name = f"torch-{version}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    return make_wheel(folder, name, members)
+
+
 def stub_library(soname: str, symbols: tuple[str, ...] = ()) -> str:
     """An empty library with a given SONAME (e.g. a fake libcudart.so.13) defining ``symbols``."""
     if shutil.which("gcc") is None:
@@ -144,8 +240,9 @@ def string_library(soname: str, text: str) -> str:
     return _cached(f"text-{soname}", source + soname, build)
 
 
-def linking(name: str, libs: list[str], call: str = "") -> str:
-    """A library NEEDing each of ``libs`` (paths), optionally calling ``call``."""
+def linking(name: str, libs: list[str], call: str = "", rpath: str = "") -> str:
+    """A library NEEDing each of ``libs`` (paths), optionally calling ``call``, with an
+    optional DT_RPATH."""
     source = (
         f"extern int {call}(void);\nint entry(void) {{ return {call}(); }}\n"
         if call
@@ -159,10 +256,13 @@ def linking(name: str, libs: list[str], call: str = "") -> str:
         cmd = ["gcc", "-shared", "-fPIC", src, "-o", out, "-Wl,--no-as-needed"]
         for lib in libs:
             cmd += [f"-L{os.path.dirname(lib)}", f"-l:{os.path.basename(lib)}"]
+        if rpath:
+            cmd += [f"-Wl,-rpath,{rpath}", "-Wl,--disable-new-dtags"]
         _run(cmd)
         os.unlink(src)
 
-    return _cached(f"link-{name}", source + "|".join(libs), build)
+    key = source + "|".join(libs) + (f"|rpath={rpath}" if rpath else "")
+    return _cached(f"link-{name}", key, build)
 
 
 CUDA_SOURCE = r"""
