@@ -28,14 +28,22 @@ def exhaustive() -> bool:
 
 
 def seed() -> int:
-    """The commit's offset: ``PATCHKIT_SAMPLE_SEED``, else the checkout's HEAD, else 0."""
-    given = os.environ.get(SEED_ENV)
-    if given:
-        return int(given, 16) if not given.isdigit() else int(given)
+    """The commit's offset: of ``PATCHKIT_SAMPLE_SEED`` (a commit of this checkout, or a
+    number), else of the checkout's HEAD; 0 outside a git checkout."""
+    given = os.environ.get(SEED_ENV, "")
+    sha = _commit(given or "HEAD")
+    if sha:
+        return int(sha[:12], 16)
+    return int(given) if given.isdigit() else 0
+
+
+def _commit(ref: str) -> str | None:
     run = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
     )
-    return int(run.stdout.strip()[:12], 16) if run.returncode == 0 and run.stdout.strip() else 0
+    return run.stdout.strip() if run.returncode == 0 and run.stdout.strip() else None
 
 
 def rotating(members: Sequence[T], size: int, salt: int = 0) -> list[T]:

@@ -195,6 +195,9 @@ def test_build_interrupted_at_every_step(tmp_path):
     faults.arm(0, "KILL")
     assert cli(*args, env={**env, **faults.env()}).returncode == 0
     git_calls = len(faults.calls())
+    # Every interrupted run below follows a plain one (the build record names the git program,
+    # so a run through the wrapper after a plain one rebuilds, making the calls counted here).
+    assert cli(*args, env=env).returncode == 0
 
     def reset() -> None:
         (out / wheel).unlink(missing_ok=True)
@@ -217,6 +220,7 @@ def test_build_interrupted_at_every_step(tmp_path):
         if kind == "git":
             faults.arm(at, sig)
             done = cli(*args, env={**env, **faults.env()})
+            assert len(faults.calls()) >= at, f"git call {at} was never made"
         else:
             done = planted_run(args, env, at, sig)
             if done.returncode == 0:  # past the last step: every step was tried
