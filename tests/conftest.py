@@ -24,6 +24,11 @@ if importlib.util.find_spec("torch") is None:
     collect_ignore = ["payload", "gpu"]
 
 from helpers import ROOT as _ROOT  # noqa: E402
+from timing import (  # noqa: E402,F401 - the run's hooks: long items first, figures, time by class
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_terminal_summary,
+)
 
 # Test data stays under the project's ignored .cache/, never in the user's ~/.cache/patchkit.
 # The default is its own folder: the warm cache (.cache/test-patchkit) is only read through

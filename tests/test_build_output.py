@@ -120,6 +120,7 @@ def test_verbose_streams_the_real_backend_output_to_stderr_and_json_stays_one_do
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_failing_backend_streams_live_under_verbose_and_is_quoted_in_one_line_without(
     warm_mirrors, tmp_path
 ):

@@ -880,6 +880,7 @@ def test_outside_a_project_the_installed_sglang_is_read(tmp_path, line059):
     assert proc.stdout.startswith(f"installed sglang 0.5.9 at {site / 'sglang'}")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_0_5_12_derivation_is_the_real_models(tmp_path, wheel0512, line0512):
     """The real 0.5.12 model, in an interpreter with that line's torch 2.11 and transformers 5

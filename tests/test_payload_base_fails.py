@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.payload, pytest.mark.slow]
+pytestmark = [pytest.mark.payload, pytest.mark.slow, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = "tests/payload"

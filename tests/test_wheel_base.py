@@ -328,6 +328,7 @@ def _sglang_patch(tmp_path: Path, wheel: Path) -> bytes:
     )
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_repack_real_wheels_install_inspect_reproducible(
     project, wheel_cache, sglang_wheels, tmp_path

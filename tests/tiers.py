@@ -33,19 +33,23 @@ class Tier:
     parallel: bool = True  # pytest-xdist over the cores
 
 
-# Lines on the same torch share one payload venv (`make` names it by torch version).
+# Lines on the same torch share one payload venv (`make` names it by torch version). The
+# manager tests share a part with the 0.5.9 line's payload tests (both in .venv): the cores
+# then fill the gaps between the long payload items with short manager ones.
 TIERS = (
     Tier("lint", ".venv", ("patchkit", "lint"), parallel=False),
-    # the doctor's derivation checked against the real 0.5.12 model in that line's venv
     Tier(
-        "manager",
+        "torch 2.9.1: manager + payload 0.5.9",
         ".venv",
-        ("pytest", "-m", "not gpu and not payload"),
-        {"PATCHKIT_P0512_PYTHON": "{root}/.venv-torch-2.11/bin/python"},
-    ),  # fmt: skip
-    Tier("payload 0.5.9", ".venv", ("pytest", "-m", "payload"), {"PATCHKIT_PAYLOAD_LINE": "0.5.9"}),
+        ("pytest", "-m", "not gpu"),
+        {
+            "PATCHKIT_PAYLOAD_LINE": "0.5.9",
+            # the doctor's derivation checked against the real 0.5.12 model in that line's venv
+            "PATCHKIT_P0512_PYTHON": "{root}/.venv-torch-2.11/bin/python",
+        },
+    ),
     Tier(
-        "payload 0.5.12",
+        "torch 2.11: payload 0.5.12",
         ".venv-torch-2.11",
         ("pytest", "-m", "payload", "tests/payload"),
         {"PATCHKIT_PAYLOAD_LINE": "0.5.12"},
@@ -63,7 +67,8 @@ def command(tier: Tier, extra: list[str]) -> list[str]:
     if tier.argv[0] != "pytest":
         return argv
     if tier.parallel and jobs() > 1:
-        argv += ["-n", str(jobs())]
+        # worksteal: an idle core takes queued items from a busy one (the long ones come first)
+        argv += ["-n", str(jobs()), "--dist", "worksteal"]
     return argv + extra
 
 
@@ -78,13 +83,13 @@ def run(tier: Tier, extra: list[str]) -> tuple[int, float]:
 
 def summary(results: list[tuple[Tier, int, float]], setup: float | None) -> str:
     total = sum(seconds for _, _, seconds in results) + (setup or 0)
-    rows = [f"{'part':<16} {'result':<8} {'time':>8}"]
+    rows = [f"{'part':<36} {'result':<8} {'time':>8}"]
     if setup is not None:
-        rows.append(f"{'venvs':<16} {'ready':<8} {_clock(setup):>8}")
+        rows.append(f"{'venvs':<36} {'ready':<8} {_clock(setup):>8}")
     for tier, rc, seconds in results:
-        rows.append(f"{tier.name:<16} {'passed' if rc == 0 else f'exit {rc}':<8} "
+        rows.append(f"{tier.name:<36} {'passed' if rc == 0 else f'exit {rc}':<8} "
                     f"{_clock(seconds):>8}")  # fmt: skip
-    rows.append(f"{'all':<16} {'':<8} {_clock(total):>8}")
+    rows.append(f"{'all':<36} {'':<8} {_clock(total):>8}")
     return "\n".join(rows)
 
 

@@ -20,7 +20,7 @@ import tomllib
 from sampling import rotating
 from spec_fixtures import LINE_TORCH, use_line_tree
 
-pytestmark = [pytest.mark.payload, pytest.mark.slow]
+pytestmark = [pytest.mark.payload, pytest.mark.slow, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANT = ROOT / "tests" / "mutation" / "plant.py"

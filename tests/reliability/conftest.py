@@ -15,17 +15,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reliability_support import FIGURES, Toy, make_toy  # noqa: E402
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
-    if not FIGURES:
-        return
-    terminalreporter.section("reliability figures")
-    for section, lines in FIGURES.items():
-        terminalreporter.write_line(f"{section}:")
-        for line in lines:
-            terminalreporter.write_line(f"  {line}")
+from reliability_support import Toy, make_toy  # noqa: E402
 
 
 @pytest.fixture

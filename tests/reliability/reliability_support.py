@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import io
+import json
 import os
 import random
 import subprocess
@@ -20,14 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers import snapshot  # noqa: F401 - re-exported for the reliability tests
+from timing import FIGURES_ENV  # set by tests/timing.py for pytest-xdist's workers
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES: dict[str, list[str]] = {}
 
 
 def record(section: str, line: str) -> None:
-    """Add one figure line under `section` (printed at the end of the pytest run)."""
-    FIGURES.setdefault(section, []).append(line)
+    """Add one figure line under `section` (printed at the end of the pytest run): into the
+    run's figures file where pytest-xdist's workers share one, else kept here."""
+    shared = os.environ.get(FIGURES_ENV)
+    if shared:
+        with open(shared, "a", encoding="utf-8") as fh:  # one short line: one append
+            fh.write(json.dumps([section, line]) + "\n")
+    else:
+        FIGURES.setdefault(section, []).append(line)
 
 
 GIT_ENV = {

@@ -136,6 +136,7 @@ def test_corpus_has_at_least_40_cases(corpus):
     assert all(json.loads((c["dir"] / "case.json").read_text())["id"] == c["id"] for c in corpus)
 
 
+@pytest.mark.long
 def test_hostile_patches_refused(corpus, warm_toy):
     toy = warm_toy
     first = {"toy-01.patch": toy.patches["toy-01.patch"]}

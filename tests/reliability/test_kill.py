@@ -348,6 +348,7 @@ def test_kill_sdist_import_small(tmp_path, tallies):
     assert tally.corrupt == 0 and tally.next_ok == tally.kills, tally.problems
 
 
+@pytest.mark.long
 def test_kill_sdist_import_sglang(tmp_path, tallies, sglang_sdist, workspace):
     rng = random.Random(SEED + 4)
     cache = tmp_path / "cache"

@@ -4,6 +4,7 @@ stays sound, and the same command then finishes."""
 
 from __future__ import annotations
 
+import pytest
 from reliability_support import GitFaults, cache_problems, cli, one_or_two_lines, record
 from sampling import rotating
 from test_kill import _rebase_states, _toy_with_new_release
@@ -12,6 +13,7 @@ SECTION = "rebase --write interrupted at git calls (tests/reliability/test_kill_
 SAMPLED = 9  # interrupts `make test` tries (rotating by commit); PATCHKIT_SAMPLE=all: every one
 
 
+@pytest.mark.long
 def test_rebase_write_interrupted_at_git_calls(tmp_path):
     toy = _toy_with_new_release(tmp_path / "toy")
     args, reset, after_kill, final, _ = _rebase_states(toy)

@@ -369,6 +369,7 @@ def world(tmp_path_factory):
     WORLD = None
 
 
+@pytest.mark.long
 def test_nothing_lost_model(world):
     import time
 

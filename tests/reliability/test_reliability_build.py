@@ -175,6 +175,7 @@ def after_run_problems(toy: dict, out: Path) -> list[str]:
     return found
 
 
+@pytest.mark.long
 def test_build_interrupted_at_every_step(tmp_path):
     toy = make_buildable_toy(tmp_path / "toy")
     env = toy["env"]

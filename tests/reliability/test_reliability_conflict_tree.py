@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from reliability_support import (
     ROOT,
     GitFaults,
@@ -75,6 +76,7 @@ def _tree_state(tree):
     return head, status, sorted(p.name for p in tree.iterdir())
 
 
+@pytest.mark.long
 def test_conflict_tree_interrupted_at_every_git_call(tmp_path):
     toy = toy_with_conflicting_release(tmp_path / "toy")
     tree = toy.project / "work" / "rebase" / "toy"
