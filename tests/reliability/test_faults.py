@@ -162,3 +162,31 @@ def test_git_naming_a_path_too_long_is_named_as_such(tmp_path):
     with pytest.raises(gitops.PathTooLongError) as raised:
         gitops.run(tmp_path, "init", "-q", "x" * 300)  # git's own words, not a stand-in
     assert "too long" in raised.value.message and raised.value.hint
+
+
+def test_a_series_file_linking_out_of_the_project_is_refused_unread(toy, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET-LINE\n")
+    series = toy.project / "patches" / "toy" / "series"
+    kept = series.read_bytes()
+    series.unlink()
+    series.symlink_to(secret)
+    into = toy.root / "wt"
+    for args in (("lint",), ("apply", "--target", "toy", "--into", str(into))):
+        done = cli(*args, env=toy.env)
+        _refused(done, 2, f"{series} is a symbolic link", "outside the project")
+        assert "SECRET" not in done.stderr + done.stdout
+    assert not into.exists()
+    inside = toy.project / "patches" / "toy.series"  # a link within the project is read
+    inside.write_bytes(kept)
+    series.unlink()
+    series.symlink_to(inside)
+    assert cli("apply", "--target", "toy", "--into", str(into), env=toy.env).returncode == 0
+
+
+def test_a_series_version_that_is_not_a_string_is_refused(toy):
+    targets = toy.project / "patches" / "targets.toml"
+    targets.write_text(targets.read_text().replace('version = "1.0.0"', "version = 1", 1))
+    for args in (("lint",), ("apply", "--target", "toy", "--into", str(toy.root / "wt"))):
+        done = cli(*args, env=toy.env)
+        _refused(done, 2, str(targets), "[series] version must be a string, not int")
