@@ -164,6 +164,13 @@ def test_git_naming_a_path_too_long_is_named_as_such(tmp_path):
     assert "too long" in raised.value.message and raised.value.hint
 
 
+def test_an_into_path_too_long_is_named_as_such(toy):
+    into = toy.root / ("x" * 300)
+    done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+    _refused(done, 2, "File name too long", "too long for the file system")
+    assert "make it writable" not in done.stderr
+
+
 def test_a_series_file_linking_out_of_the_project_is_refused_unread(toy, tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("SECRET-LINE\n")
@@ -190,3 +197,17 @@ def test_a_series_version_that_is_not_a_string_is_refused(toy):
     for args in (("lint",), ("apply", "--target", "toy", "--into", str(toy.root / "wt"))):
         done = cli(*args, env=toy.env)
         _refused(done, 2, str(targets), "[series] version must be a string, not int")
+
+
+def test_a_refused_into_leaves_no_lock_file(toy):
+    place = toy.root / "place"
+    into = place / "wt"
+    into.mkdir(parents=True)
+    (into / "mine.txt").write_text("not a checkout\n")
+    before = snapshot(place)
+    done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+    _refused(done, 2, "not a git checkout")
+    assert snapshot(place) == before
+    fresh = place / "fresh"
+    assert cli("apply", "--target", "toy", "--into", str(fresh), env=toy.env).returncode == 0
+    assert sorted(p.name for p in place.iterdir()) == ["fresh", "wt"]
