@@ -11,7 +11,7 @@ import sys
 import click
 
 from patchkit import __version__
-from patchkit.errors import NothingToDo, PatchkitError, did_you_mean
+from patchkit.errors import NothingToDo, PatchkitError, did_you_mean, os_error_hint
 
 # verb -> module under patchkit.commands exposing `command`; imported only when used.
 VERBS = {
@@ -257,6 +257,9 @@ def _run_verb(argv: list[str] | None, debug: bool) -> tuple[int, dict | None]:
             raise
         where = f": {exc.filename}" if exc.filename else ""
         click.echo(f"patchkit: error: {exc.strerror or exc}{where}", err=True)
+        hint = os_error_hint(exc)
+        if hint:
+            click.echo(f"patchkit: next: {hint}", err=True)
         return 1, error_object(exc, 1) | {"kind": "os", "message": f"{exc.strerror or exc}{where}"}
     except Exception as exc:  # a bug, not a user error: still no traceback without --debug
         if debug:

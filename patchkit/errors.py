@@ -115,6 +115,21 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def os_error_hint(exc: OSError) -> str | None:
+    """The next step for an OSError whose cause is the file system, not the file: a full
+    disk (TMPDIR holds every run's scratch) or a path longer than it takes."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            "free space on that file system, or point TMPDIR (patchkit's scratch) or "
+            "PATCHKIT_CACHE at one with room, then run again"
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return "the path is too long for the file system: use a shorter folder, then run again"
+    return None
+
+
 class Interrupted(KeyboardInterrupt):
     """An interrupt (SIGINT, SIGTERM) after which the core says exactly what it left."""
 

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import ApplyError, DamagedBaseError, PatchkitError
-from patchkit.series import PATCH_NAME_RE, Patch, parse_patch, safe_repo_path
+from patchkit.series import (
+    PATCH_NAME_RE,
+    Patch,
+    parse_patch,
+    refuse_special_files,
+    safe_repo_path,
+)
 from patchkit.stamps import Stamp, series_key
 
 # rule id -> (severity, what it checks)
@@ -148,6 +154,7 @@ def lint_target(
     today: dt.date | None = None,
 ) -> LintReport:
     """Lint one target's series directory."""
+    refuse_special_files(directory)  # before a byte is read, as every verb's load_series
     report = LintReport()
     add = report.findings.append
     entries = _series_entries(directory, target, add)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from patchkit.errors import ConfigError, LockedError
+from patchkit.errors import ConfigError, LockedError, os_error_hint
 
 _HELD: dict[int, Path] = {}
 
@@ -37,46 +37,92 @@ def locked(
     seems to hang should always learn why. A lock this process already holds is held again
     at once (an flock taken twice by one process through two descriptors would wait on
     itself): a series writer called under the locks of another keeps them.
+
+    The lock file goes when its holder lets go (removed while still locked), so a command,
+    refused or not, leaves no file beside a folder it locked; one who waited on the removed
+    file finds it gone or replaced once it gets the lock, and locks the file now there.
+    A SIGKILLed holder leaves its file; the next holder removes it.
     """
     if path in _HELD.values():
         yield
         return
+    fd = _acquire(path, what, time.monotonic() + timeout, notify)
+    _HELD[fd] = path
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:  # a read-only cache or target folder, a file where a folder goes
-        raise ConfigError(
-            f"cannot write the lock file {path} for {what}: {exc.strerror}; nothing was changed",
-            hint="patchkit writes there: make it writable, or choose another folder "
-            "(PATCHKIT_CACHE for the cache, --into or --out for a target)",
-        ) from None
-    try:
-        deadline = time.monotonic() + timeout
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not told:
-                    line = f"waiting for another patchkit process using {what}"
-                    if notify is not None:
-                        notify(line)
-                    else:
-                        sys.stderr.write(f"patchkit: {line}\n")
-                        sys.stderr.flush()
-                    told = True
-                if time.monotonic() > deadline:
-                    raise LockedError(
-                        f"{what} is locked by another patchkit process ({path})",
-                        hint="wait for it to finish, then run again",
-                    ) from None
-                time.sleep(0.1)
-        _HELD[fd] = path
         yield
     finally:
         _HELD.pop(fd, None)
+        if _is_locked_file(fd, path):
+            path.unlink(missing_ok=True)
         os.close(fd)
+
+
+def _acquire(path: Path, what: str, deadline: float, notify: Callable[[str], None] | None) -> int:
+    """An fd holding the flock of the file now at `path` (not of one its holder removed)."""
+    told = False
+    while True:
+        fd = _open(path, what)
+        try:
+            told = _flock(fd, path, what, deadline, notify, told)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _is_locked_file(fd, path):
+            return fd
+        os.close(fd)  # its holder removed it as it let go: lock the one at `path` now
+
+
+def _open(path: Path, what: str) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a read-only cache or target folder, a file where a folder goes
+        raise ConfigError(
+            f"cannot write the lock file {path} for {what}: {exc.strerror}; nothing was changed",
+            hint=os_error_hint(exc)
+            or "patchkit writes there: make it writable, or choose another folder "
+            "(PATCHKIT_CACHE for the cache, --into or --out for a target)",
+        ) from None
+
+
+def _flock(
+    fd: int,
+    path: Path,
+    what: str,
+    deadline: float,
+    notify: Callable[[str], None] | None,
+    told: bool,
+) -> bool:
+    """Wait for the flock on `fd`; whether the waiting line was said."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return told
+        except BlockingIOError:
+            if not told:
+                line = f"waiting for another patchkit process using {what}"
+                if notify is not None:
+                    notify(line)
+                else:
+                    sys.stderr.write(f"patchkit: {line}\n")
+                    sys.stderr.flush()
+                told = True
+            if time.monotonic() > deadline:
+                raise LockedError(
+                    f"{what} is locked by another patchkit process ({path})",
+                    hint="wait for it to finish, then run again",
+                ) from None
+            time.sleep(0.1)
+
+
+def _is_locked_file(fd: int, path: Path) -> bool:
+    """Whether `path` is still the file `fd` has open."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
 def locked_temp_file(folder: Path, prefix: str, suffix: str = "") -> tuple[int, str]:

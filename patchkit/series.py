@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -13,6 +14,7 @@ from unidiff.errors import UnidiffParseError
 
 from patchkit.archives import special_file_problem
 from patchkit.errors import ConfigError, PatchFormatError
+from patchkit.files import within
 
 FROM_LINE_RE = re.compile(rb"^From [0-9a-f]{40} ", re.M)
 TRAILER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): ?(.*)$")
@@ -483,13 +485,35 @@ def touched_paths(patch: Patch) -> list[str]:
 
 
 def refuse_special_files(directory: Path) -> None:
-    """A FIFO or device in a series directory would block (or feed) the reader: refuse it."""
+    """A FIFO or device in a series directory would block (or feed) the reader, a symbolic
+    link leading out of the project would read (and name in errors) a file that is not the
+    project's: refuse either before anything is read."""
     if not directory.is_dir():
         return
+    project = _project_of(directory)
     for entry in sorted(directory.iterdir()):
-        problem = special_file_problem(entry) if not entry.is_dir() else None
+        problem = _link_problem(entry, project)
+        if problem is None and not entry.is_dir():
+            problem = special_file_problem(entry)
         if problem:
             raise ConfigError(
                 f"{problem}; a series directory holds regular files only; nothing was read",
                 hint=f"replace {entry.name} with the file it stands for",
             )
+
+
+def _project_of(directory: Path) -> Path:
+    """The project a series folder belongs to: the folder holding the `patches/` folder
+    whose targets.toml is at or above `directory`."""
+    for folder in (directory, *directory.parents):
+        if (folder / "targets.toml").is_file():
+            return folder.parent
+    return directory
+
+
+def _link_problem(entry: Path, project: Path) -> str | None:
+    """Why a symbolic link in a series folder may not be read: it leads out of the project
+    (never followed there: its target is named, not its bytes)."""
+    if not entry.is_symlink() or within(entry, project):
+        return None
+    return f"{entry} is a symbolic link to {os.path.realpath(entry)}, outside the project {project}"

@@ -208,7 +208,7 @@ def load_targets(path: Path) -> Targets:
     series = data.get("series", {})
     if not isinstance(series, dict):
         raise ConfigError(f"{path}: [series] must be a table")
-    version = str(series.get("version", ""))
+    version = _str(path, "series", series, "version") or ""
     try:
         Version(version)
     except InvalidVersion:
