@@ -383,7 +383,11 @@ def wait_for_orphans(cache: Path) -> None:
     locks until it exits, and may be moving objects meanwhile: what the next run sees is the
     cache once they are free, so that is what is checked."""
     for lock in sorted((cache / "locks").glob("*.lock")) if (cache / "locks").is_dir() else ():
-        with lock.open() as fh:
+        try:
+            fh = lock.open()
+        except FileNotFoundError:
+            continue  # its holder let go and removed it
+        with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
 
 
