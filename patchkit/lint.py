@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.errors import ApplyError, DamagedBaseError, PatchkitError
+from patchkit.errors import ApplyError, ConfigError, DamagedBaseError, PatchkitError
 from patchkit.series import (
     PATCH_NAME_RE,
     Patch,
@@ -28,6 +28,7 @@ RULES: dict[str, tuple[str, str]] = {
     "series-extra": ("error", "a .patch file is not listed in the series"),
     "series-duplicate": ("error", "a series entry is listed twice"),
     "series-name": ("error", "a series entry is not a NAME.patch file name"),
+    "series-special": ("error", "a FIFO, device or link out of the project in the series folder"),
     "patch-malformed": ("error", "the file is not a well-formed format-patch mbox"),
     "description-missing": ("error", "no description (message body) explains the patch"),
     "metadata-missing": ("error", "a required field (Origin, Forwarded, Last-Update) is absent"),
@@ -154,9 +155,14 @@ def lint_target(
     today: dt.date | None = None,
 ) -> LintReport:
     """Lint one target's series directory."""
-    refuse_special_files(directory)  # before a byte is read, as every verb's load_series
     report = LintReport()
     add = report.findings.append
+    try:
+        refuse_special_files(directory)  # before a byte is read, as every verb's load_series
+    except ConfigError as exc:  # lint reports it, and reads nothing of that folder
+        add(Finding("series-special", target, None, exc.message))
+        report.checked[target] = []
+        return report
     entries = _series_entries(directory, target, add)
     names = [n for n, _ in entries]
     report.checked[target] = names

@@ -179,11 +179,14 @@ def test_a_series_file_linking_out_of_the_project_is_refused_unread(toy, tmp_pat
     series.unlink()
     series.symlink_to(secret)
     into = toy.root / "wt"
-    for args in (("lint",), ("apply", "--target", "toy", "--into", str(into))):
-        done = cli(*args, env=toy.env)
-        _refused(done, 2, f"{series} is a symbolic link", "outside the project")
-        assert "SECRET" not in done.stderr + done.stdout
+    done = cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+    _refused(done, 2, f"{series} is a symbolic link", "outside the project")
+    assert "SECRET" not in done.stderr + done.stdout
     assert not into.exists()
+    done = cli("lint", env=toy.env)  # lint reports it as a finding and reads nothing
+    assert done.returncode == 1 and "series-special" in done.stdout + done.stderr, done
+    assert "outside the project" in done.stdout + done.stderr
+    assert "SECRET" not in done.stderr + done.stdout
     inside = toy.project / "patches" / "toy.series"  # a link within the project is read
     inside.write_bytes(kept)
     series.unlink()
