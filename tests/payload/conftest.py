@@ -183,9 +183,11 @@ def flashinfer_tree(payload_kind: str) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def server_args(sglang_tree: Path):
-    """A real default ``ServerArgs`` installed as SGLang's global server args.
+    """A real default ``ServerArgs`` installed as SGLang's global server args, for this test
+    (made again for each: another test may have installed its own as the global, and a
+    shared one would carry a test's settings into the next).
 
     ``__post_init__`` is skipped: it probes GPUs and model files; the tests set the few
     fields they need.
