@@ -92,9 +92,10 @@ MODEL_EXAMPLES ?= 2000
 MODEL_STEPS    ?= 10
 test-reliability: $(VENV)/.stamp-core
 	PATCHKIT_SAMPLE=all PATCHKIT_MODEL_EXAMPLES=$(MODEL_EXAMPLES) PATCHKIT_MODEL_STEPS=$(MODEL_STEPS) \
-		$(VENV)/bin/python -m pytest tests/reliability $(ARGS)
+		$(VENV)/bin/python -m pytest -n auto --dist worksteal tests/reliability $(ARGS)
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
-		PATCHKIT_SAMPLE=all $(VENV)/bin/python -m pytest -q tests/reliability/test_kill.py || exit 1; done
+		PATCHKIT_SAMPLE=all $(VENV)/bin/python -m pytest -q -n auto tests/reliability/test_kill.py \
+		|| exit 1; done
 
 ## gpu-test: the GPU tier, on a host with the pinned stack and GPUs (skips cleanly without)
 gpu-test: $(VENV)/.stamp-core
