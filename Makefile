@@ -78,7 +78,7 @@ test-venvs: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_T211)/.stamp
 
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core
-	$(VENV)/bin/python -m pytest -m "not gpu and not payload" $(ARGS)
+	$(VENV)/bin/python -m pytest -n auto --dist worksteal -m "not gpu and not payload" $(ARGS)
 
 ## test-mutation: every planted mistake of every line (tests/mutation/), two at a time
 test-mutation: $(VENV)/.stamp-payload $(PVENV_T211)/.stamp
