@@ -225,52 +225,87 @@ def _takes_value(option: click.Option | None) -> bool:
 
 def _run_verb(argv: list[str] | None, debug: bool) -> tuple[int, dict | None]:
     """(exit code, the envelope's error object or None)."""
-    from patchkit.ui import error_object
-
     try:
         rv = _dispatch(argv)
-    except NothingToDo as exc:  # not an error: the requested state already holds
-        click.echo(f"patchkit: {_one_line(exc.message)}", err=True)
-        if exc.hint:
-            click.echo(f"patchkit: next: {_one_line(exc.hint)}", err=True)
-        return exc.exit_code, None
-    except PatchkitError as exc:
-        if debug:
-            raise
-        click.echo(f"patchkit: error: {_one_line(exc.message)}", err=True)
-        if exc.hint:
-            click.echo(f"patchkit: next: {_one_line(exc.hint)}", err=True)
-        return exc.exit_code, error_object(exc, exc.exit_code)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code, None
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code, error_object(exc, exc.exit_code) | {"kind": "usage"}
-    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
-        # click wraps the KeyboardInterrupt in Abort; the core's Interrupted says what it left.
-        cause = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
-        left = getattr(cause, "left", None) or "nothing was left half-done"
-        click.echo(f"patchkit: interrupted; {left}", err=True)
-        return 130, error_object(exc, 130) | {"kind": "interrupted", "message": left}
-    except OSError as exc:
-        if debug:
-            raise
-        where = f": {exc.filename}" if exc.filename else ""
-        click.echo(f"patchkit: error: {exc.strerror or exc}{where}", err=True)
-        hint = os_error_hint(exc)
-        if hint:
-            click.echo(f"patchkit: next: {hint}", err=True)
-        return 1, error_object(exc, 1) | {"kind": "os", "message": f"{exc.strerror or exc}{where}"}
-    except Exception as exc:  # a bug, not a user error: still no traceback without --debug
-        if debug:
-            raise
-        cause = _first_line(str(exc)) or "no message"
-        click.echo(f"patchkit: error: internal error ({type(exc).__name__}: {cause})", err=True)
-        click.echo(
-            "patchkit: next: run again with --debug for the traceback and report it", err=True
-        )
-        return 70, error_object(exc, 70) | {"kind": "internal", "message": cause}
+    except (Exception, KeyboardInterrupt) as exc:
+        for kinds, answer in _ANSWERS:
+            if isinstance(exc, kinds):
+                if debug and answer in _DEBUG_RERAISES:
+                    raise
+                return answer(exc)
+        raise
     return (rv if isinstance(rv, int) else 0), None
+
+
+def _tell(message: str, hint: str | None) -> None:
+    click.echo(f"patchkit: {message}", err=True)
+    if hint:
+        click.echo(f"patchkit: next: {_one_line(hint)}", err=True)
+
+
+def _nothing_to_do(exc: NothingToDo) -> tuple[int, dict | None]:
+    _tell(_one_line(exc.message), exc.hint)  # not an error: the requested state already holds
+    return exc.exit_code, None
+
+
+def _refused(exc: PatchkitError) -> tuple[int, dict | None]:
+    from patchkit.ui import error_object
+
+    _tell(f"error: {_one_line(exc.message)}", exc.hint)
+    return exc.exit_code, error_object(exc, exc.exit_code)
+
+
+def _click_exit(exc: click.exceptions.Exit) -> tuple[int, dict | None]:
+    return exc.exit_code, None
+
+
+def _usage(exc: click.ClickException) -> tuple[int, dict | None]:
+    from patchkit.ui import error_object
+
+    exc.show()
+    return exc.exit_code, error_object(exc, exc.exit_code) | {"kind": "usage"}
+
+
+def _interrupted(exc: BaseException) -> tuple[int, dict | None]:
+    from patchkit.ui import error_object
+
+    # click wraps the KeyboardInterrupt in Abort; the core's Interrupted says what it left.
+    cause = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
+    left = getattr(cause, "left", None) or "nothing was left half-done"
+    click.echo(f"patchkit: interrupted; {left}", err=True)
+    return 130, error_object(exc, 130) | {"kind": "interrupted", "message": left}
+
+
+def _os_error(exc: OSError) -> tuple[int, dict | None]:
+    from patchkit.ui import error_object
+
+    where = f": {exc.filename}" if exc.filename else ""
+    _tell(f"error: {exc.strerror or exc}{where}", os_error_hint(exc))
+    return 1, error_object(exc, 1) | {"kind": "os", "message": f"{exc.strerror or exc}{where}"}
+
+
+def _internal(exc: Exception) -> tuple[int, dict | None]:
+    from patchkit.ui import error_object
+
+    # a bug, not a user error: still no traceback without --debug
+    cause = _first_line(str(exc)) or "no message"
+    _tell(f"error: internal error ({type(exc).__name__}: {cause})",
+          "run again with --debug for the traceback and report it")  # fmt: skip
+    return 70, error_object(exc, 70) | {"kind": "internal", "message": cause}
+
+
+# What each failure of a verb answers, the first that matches (order matters: NothingToDo is a
+# PatchkitError, Exit and Abort are not ClickExceptions); --debug re-raises those in the set.
+_ANSWERS = (
+    (NothingToDo, _nothing_to_do),
+    (PatchkitError, _refused),
+    (click.exceptions.Exit, _click_exit),
+    (click.ClickException, _usage),
+    ((click.exceptions.Abort, KeyboardInterrupt), _interrupted),
+    (OSError, _os_error),
+    (Exception, _internal),
+)
+_DEBUG_RERAISES = {_refused, _os_error, _internal}
 
 
 def _verb_of(args: list[str]) -> str | None:
