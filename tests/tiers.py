@@ -6,7 +6,7 @@ The parts (``TIERS``) and the interpreter each runs in are data; pytest runs on 
 (pytest-xdist, ``PATCHKIT_TEST_JOBS``, default: the machine's cores). Every part runs even
 when an earlier one failed, so one CI log shows every failure; the exit status is 1 when any
 part failed. The summary is also written to ``.cache/test-timings.json`` (the last run) so
-that a regression in one part is seen the day it lands (docs/perf.md keeps the history).
+that a regression in one part is seen the day it lands (docs/perf.md holds the figures).
 """
 
 from __future__ import annotations
@@ -124,4 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the part's own pytest has said what it stopped
+        sys.exit(130)
