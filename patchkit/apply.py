@@ -885,10 +885,19 @@ def _recover(into: Path, journal: dict) -> tuple[str, str]:
         shown = "; ".join(changed[:4]) + (
             f"; and {len(changed) - 4} more" if len(changed) > 4 else ""
         )
+        undo = _undo_by_hand(into, journal)
+        lock = git_dir / "index.lock"
+        killed_git = ""
+        if lock.exists():  # git's own checkout refuses to run while it is there
+            killed_git = (
+                f"; git's lock file {lock} is still there: the git the interrupted apply ran "
+                "was killed, perhaps as it wrote the files named"
+            )
+            undo = f"if no git process is running there, remove {lock}; then {undo}"
         raise ApplyError(
             f"an interrupted apply left {into} part-way to {journal['result'][:12]}, and it "
-            f"changed since ({shown}); patchkit will not guess, nothing was touched",
-            hint=f"{_undo_by_hand(into, journal)}; when the checkout is as you want it, "
+            f"changed since ({shown}){killed_git}; patchkit will not guess, nothing was touched",
+            hint=f"{undo}; when the checkout is as you want it, "
             f"remove {_journal_path(into)} and run again",
         )
     locks = [p for p in gitops.stale_lock_files(git_dir) if p.name.endswith(".lock")]
