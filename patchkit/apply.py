@@ -832,6 +832,8 @@ def _git_dir_identity(into: Path) -> list[int] | None:
 def _describe_head(journal: dict) -> str:
     head = (journal.get("head") or "?")[:12]
     branch = journal.get("branch")
+    if not journal.get("head") and branch:
+        return f"no commit yet on branch {branch}"
     return f"{head} on branch {branch}" if branch else f"{head} (detached)"
 
 
@@ -878,33 +880,56 @@ def _recover(into: Path, journal: dict) -> tuple[str, str]:
         journal["result"],
         journal.get("result_branch") or "",
     )
+    git_dir = repo.git_dir()
     if state == "changed":
         shown = "; ".join(changed[:4]) + (
             f"; and {len(changed) - 4} more" if len(changed) > 4 else ""
         )
+        undo = _undo_by_hand(into, journal)
+        lock = git_dir / "index.lock"
+        killed_git = ""
+        if lock.exists():  # git's own checkout refuses to run while it is there
+            killed_git = (
+                f"; git's lock file {lock} is still there: the git the interrupted apply ran "
+                "was killed, perhaps as it wrote the files named"
+            )
+            undo = f"if no git process is running there, remove {lock}; then {undo}"
         raise ApplyError(
             f"an interrupted apply left {into} part-way to {journal['result'][:12]}, and it "
-            f"changed since ({shown}); patchkit will not guess, nothing was touched",
-            hint="to undo the interrupted apply by hand: "
-            f"`git -C {shlex.quote(str(into))} checkout --force "
-            f"{journal.get('head', '')[:12]}`; when the checkout is as you want it, remove "
-            f"{_journal_path(into)} and run again",
+            f"changed since ({shown}){killed_git}; patchkit will not guess, nothing was touched",
+            hint=f"{undo}; when the checkout is as you want it, "
+            f"remove {_journal_path(into)} and run again",
         )
-    git_dir = repo.git_dir()
     locks = [p for p in gitops.stale_lock_files(git_dir) if p.name.endswith(".lock")]
     gitops.remove_leftovers(locks)
     if state == "finished":
         _journal_path(into).unlink(missing_ok=True)
         return state, f"the interrupted apply of {into} had finished; its journal was removed"
-    if journal.get("head"):
-        written = gitops.files_written_by_checkout(into, journal["head"], journal["result"])
-        gitops.force_checkout(into, journal["head"], journal.get("branch"))
+    head = journal.get("head")
+    if head or journal.get("branch"):
+        start = head or gitops.empty_tree(into)  # no head: an unborn branch
+        written = gitops.files_written_by_checkout(into, start, journal["result"])
+        if head:
+            gitops.force_checkout(into, head, journal.get("branch"))
+        else:
+            gitops.unborn_checkout(into, journal["branch"])
         for rel in written:
             (into / rel).unlink(missing_ok=True)
     _restore_refs(into, journal)
     return (
         state,
         f"put {into} back at {_describe_head(journal)}, where an interrupted apply left it",
+    )
+
+
+def _undo_by_hand(into: Path, journal: dict) -> str:
+    git = f"git -C {shlex.quote(str(into))}"
+    if journal.get("head"):
+        head = journal["head"][:12]
+        return f"to undo the interrupted apply by hand: `{git} checkout --force {head}`"
+    return (
+        f"the checkout had no commit yet (branch {journal.get('branch')}): to undo the "
+        f"interrupted apply by hand, `{git} read-tree --empty` and remove the files it wrote"
     )
 
 

@@ -145,14 +145,49 @@ def group(ctx: click.Context, debug: bool, project_dir: str | None) -> None:
             raise click.UsageError(f"-C {project_dir}: {exc.strerror}") from None
 
 
-def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+_interrupted_once = False
+
+
+def _on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    """The first SIGINT or SIGTERM raises KeyboardInterrupt; from then on both are ignored,
+    by patchkit and by the gits its clean-up starts (SIG_IGN is inherited), so a second
+    Ctrl-C cannot cut short the clean-up of the first (it gave a traceback and left scratch
+    folders). SIGKILL still ends the run; the next one recovers from that."""
+    global _interrupted_once
+    _interrupted_once = True
+    for signum_ in _INTERRUPTS:
+        signal.signal(signum_, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def _take_interrupts() -> dict[int, object]:
+    """Route SIGTERM, and SIGINT unless it was ignored from the start (a background job), to
+    `_on_interrupt`; the handlers they had."""
+    global _interrupted_once
+    previous = {signum: signal.getsignal(signum) for signum in _INTERRUPTS}
+    if _interrupted_once:  # an earlier run in this process left them ignored, not its caller
+        previous = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+        _interrupted_once = False
+    for signum in _INTERRUPTS:
+        if signum == signal.SIGTERM or previous[signum] != signal.SIG_IGN:
+            signal.signal(signum, _on_interrupt)
+    return previous
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map PatchkitError to its exit code and one or two lines on stderr. Under
     `--json` every outcome, errors included, is one envelope document on stdout."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = _take_interrupts()
+    try:
+        return _main(argv)
+    finally:
+        if not _interrupted_once:  # an interrupted process is on its way out: stay deaf
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     debug = "--debug" in args or bool(os.environ.get("PATCHKIT_DEBUG"))
     if "patchkit.ui" in sys.modules:  # an earlier run's --json in this process is not ours

@@ -1772,6 +1772,29 @@ def remove_leftovers(paths: list[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
+def empty_tree(repo: Path) -> str:
+    """The id of the empty tree in `repo`'s hash (what an unborn branch's checkout starts
+    from)."""
+    return str(run(repo, "hash-object", "-t", "tree", "-w", "--stdin", stdin=b"")).strip()
+
+
+def unborn_checkout(repo: Path, branch: str) -> None:
+    """Put `repo` back on the unborn `branch`: every tracked file removed, the index emptied
+    (the caller has checked that each tracked file is one the interrupted checkout wrote)."""
+    for name in _names(run(repo, "ls-files", "-z", env=_LITERAL)):
+        with contextlib.suppress(FileNotFoundError):
+            (repo / name).unlink()
+        for folder in (repo / name).parents:  # the folders the checkout made, once empty
+            if folder == repo or not folder.is_relative_to(repo):
+                break
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+    run(repo, "read-tree", "--empty")
+    run(repo, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+
+
 def force_checkout(repo: Path, sha: str, branch: str | None) -> None:
     """Check out `sha` (on `branch`, else detached), overwriting tracked files and index."""
     if branch:
@@ -1958,8 +1981,8 @@ def interrupted_checkout_state(
         was = f"{(head or '?')[:12]} on {branch or 'a detached HEAD'}"
         now = f"{(now_head or '?')[:12]} on {now_branch or 'a detached HEAD'}"
         return "changed", [f"HEAD is now {now}; the interrupted apply left it at {was}"]
-    if head is None:
-        return "changed", ["the checkout had no commit when the apply began"]
+    if head is None:  # an unborn branch: the checkout started from nothing
+        head = empty_tree(repo.path)
     moving = _names(repo.run("diff", "--name-only", "-z", "--no-renames", head, result))
     moving_set = set(moving)
     problems = []

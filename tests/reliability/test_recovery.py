@@ -9,6 +9,7 @@ before anything is touched. Real git, real checkouts, the real CLI.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -79,6 +80,33 @@ def test_user_edit_after_a_kill_is_not_reset(toy, older_checkout):
     assert snapshot(into) == before
     assert edited.read_text() == "the user's own work\n"
     assert (into.parent / ".wt.patchkit.journal").exists()
+
+
+def test_file_torn_by_a_killed_git_names_its_index_lock(toy, older_checkout):
+    """git killed as it wrote a file: the torn file is refused as changed, and the refusal
+    names the index.lock the killed git left, whose removal its hint puts first."""
+    into = older_checkout
+    head = rev(into, "HEAD")
+    _killed_mid_checkout(toy, into)
+    journal = into.parent / f".{into.name}.patchkit.journal"
+    result = json.loads(journal.read_text())["result"]
+    lock = into / ".git" / "index.lock"
+    torn = git(into, "diff", "--name-only", head, result).split()[0]
+    new = git(into, "show", f"{result}:{torn}").encode()
+    (into / torn).write_bytes(new[: len(new) // 2])  # git had written half of it
+    done = _apply(toy, into)
+    assert done.returncode == 1 and one_or_two_lines(done.stderr), done.stderr
+    assert f"{torn} was edited" in done.stderr and str(lock) in done.stderr
+    hint = done.stderr.splitlines()[-1]
+    assert hint.index(f"remove {lock}") < hint.index(f"checkout --force {head[:12]}"), hint
+    assert journal.exists() and lock.exists()
+    lock.unlink()  # as the hint says, in its order
+    git(into, "checkout", "--force", head)
+    git(into, "clean", "-fdq")  # files the checkout added stay untracked (no user files here)
+    journal.unlink()
+    done = _apply(toy, into)
+    assert done.returncode == 0, done.stderr
+    assert rev(into, "HEAD") == result
 
 
 def test_user_commit_after_a_kill_is_not_reset(toy, older_checkout):

@@ -1,0 +1,145 @@
+"""Interrupts at the awkward moments of an apply: a SIGKILL while checking out into a
+`git init`-ed empty folder (an unborn branch), and a second Ctrl-C while the first is being
+cleaned up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from reliability_support import ROOT, cli, git, leftovers, one_or_two_lines, rev, start_cli
+
+# The in-place checkout replaced by one that writes every other file of the result into the
+# index and the work tree (as `git checkout` does, file by file), leaves git's index.lock and
+# SIGKILLs the process: it needs no HEAD, so it works on an unborn branch too.
+KILL_IN_UNBORN = """
+import os, signal, sys
+from patchkit import cli, gitops
+def partial(repo, branch, sha):
+    paths = gitops.run(repo, "ls-tree", "-r", "--name-only", "-z", sha).split("\\0")
+    for path in [p for p in paths if p][::2]:
+        gitops.run(repo, "checkout", sha, "--", path)
+    open(os.path.join(repo, ".git", "index.lock"), "w").close()
+    os.kill(os.getpid(), signal.SIGKILL)
+gitops.checkout_branch = partial
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _apply(toy, into):
+    return cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
+
+
+def test_kill_in_unborn_checkout_is_put_back(toy, tmp_path):
+    into = tmp_path / "wt"
+    into.mkdir()
+    git(into, "init", "-q", "-b", "work")
+    args = ("apply", "--target", "toy", "--into", str(into))
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_IN_UNBORN, *args],
+        cwd=ROOT,
+        env={**os.environ, **toy.env},
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    journal = into.parent / f".{into.name}.patchkit.journal"
+    assert journal.exists()
+    done = _apply(toy, into)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert git(into, "symbolic-ref", "--short", "HEAD").strip() == "patchkit/toy"
+    assert git(into, "status", "--porcelain").strip() == ""
+    assert not (into / ".git" / "index.lock").exists()
+    assert not leftovers(tmp_path, "wt", toy.cache)
+    # killed again, then the user commits on the unborn branch: refused, naming the journal
+    git(into, "checkout", "-q", "--orphan", "work2")
+    git(into, "rm", "-rq", "--cached", ".")
+    for p in into.iterdir():
+        if p.name != ".git":
+            subprocess.run(["rm", "-rf", str(p)], check=True)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_IN_UNBORN, *args],
+        cwd=ROOT,
+        env={**os.environ, **toy.env},
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (into / ".git" / "index.lock").unlink()
+    (into / "mine.txt").write_text("the user's own file\n")
+    git(into, "add", "mine.txt")
+    done = _apply(toy, into)
+    assert done.returncode == 1 and one_or_two_lines(done.stderr), done.stderr
+    assert str(journal) in done.stderr and "will not guess" in done.stderr
+    assert journal.exists() and rev(into, "HEAD") is None
+
+
+# The first Ctrl-C planted as the checkout into a new folder starts, the second as the run's
+# scratch folder is being removed on the way out: the clean-up of the first interrupt.
+TWO_INTERRUPTS = """
+import os, signal, sys
+from patchkit import apply, cli, scratch
+publish, remove = apply._publish_new, scratch._remove
+def first(*args):
+    os.kill(os.getpid(), signal.SIGINT)
+    return publish(*args)
+def second(pid):
+    os.kill(os.getpid(), signal.SIGINT)
+    return remove(pid)
+apply._publish_new, scratch._remove = first, second
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _scratch_left(tmp: Path, parent: Path, toy) -> list[str]:
+    return [str(p) for p in tmp.iterdir()] + leftovers(parent, "wt", toy.cache)
+
+
+def test_second_interrupt_during_cleanup_is_ignored(toy, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    into = tmp_path / "wt"
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_INTERRUPTS, "apply", "--target", "toy", "--into", str(into)],
+        cwd=ROOT,
+        env={**os.environ, **toy.env, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 130 and one_or_two_lines(done.stderr), done.stderr
+    assert not into.exists()
+    assert not _scratch_left(tmp, tmp_path, toy)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.2, 0.5, 1.0])
+def test_two_ctrl_c_in_a_row(toy, tmp_path, delay):
+    """Two SIGINTs 30 ms apart, at several moments after the run made its scratch folder:
+    one line, exit 130, nothing left behind (into is absent or the whole result)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    into = tmp_path / "wt"
+    proc = start_cli(
+        "apply", "--target", "toy", "--into", str(into), env={**toy.env, "TMPDIR": str(tmp)}
+    )
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and not any(tmp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(delay)
+    sent = proc.poll() is None
+    for _ in range(2):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        time.sleep(0.03)
+    _, stderr = proc.communicate(timeout=120)
+    assert "Traceback" not in stderr, stderr
+    if sent and proc.returncode != 0:
+        assert proc.returncode == 130 and one_or_two_lines(stderr), stderr
+    assert not _scratch_left(tmp, tmp_path, toy)
+    if into.exists():
+        assert git(into, "status", "--porcelain").strip() == ""
