@@ -165,24 +165,24 @@ def _take_interrupts() -> dict[int, object]:
     """Route SIGTERM, and SIGINT unless it was ignored from the start (a background job), to
     `_on_interrupt`; the handlers they had."""
     global _interrupted_once
+    _interrupted_once = False
     previous = {signum: signal.getsignal(signum) for signum in _INTERRUPTS}
-    if _interrupted_once:  # an earlier run in this process left them ignored, not its caller
-        previous = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-        _interrupted_once = False
     for signum in _INTERRUPTS:
         if signum == signal.SIGTERM or previous[signum] != signal.SIG_IGN:
             signal.signal(signum, _on_interrupt)
     return previous
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Run the CLI; map PatchkitError to its exit code and one or two lines on stderr. Under
-    `--json` every outcome, errors included, is one envelope document on stdout."""
+    `--json` every outcome, errors included, is one envelope document on stdout. The caller's
+    signal handlers are given back, except to a process that exits after an interrupted run
+    (`exiting`, the console script): it stays deaf through its exit clean-up."""
     previous = _take_interrupts()
     try:
         return _main(argv)
     finally:
-        if not _interrupted_once:  # an interrupted process is on its way out: stay deaf
+        if not (exiting and _interrupted_once):
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
@@ -378,7 +378,7 @@ def _first_line(text: str) -> str:
 
 
 def run() -> None:
-    code = main()
+    code = main(exiting=True)
     # What the run made is freed with the process: the collector's passes over every object
     # at interpreter shutdown (18 ms of a warm `apply`, docs/perf.md) are skipped.
     gc.freeze()

@@ -27,7 +27,7 @@ def partial(repo, branch, sha):
     open(os.path.join(repo, ".git", "index.lock"), "w").close()
     os.kill(os.getpid(), signal.SIGKILL)
 gitops.checkout_branch = partial
-sys.exit(cli.main(sys.argv[1:]))
+sys.exit(cli.main(sys.argv[1:], exiting=True))  # as the console script
 """
 
 
@@ -93,7 +93,7 @@ def second(pid):
     os.kill(os.getpid(), signal.SIGINT)
     return remove(pid)
 apply._publish_new, scratch._remove = first, second
-sys.exit(cli.main(sys.argv[1:]))
+sys.exit(cli.main(sys.argv[1:], exiting=True))  # as the console script
 """
 
 
