@@ -35,18 +35,22 @@ def _apply(toy, into):
     return cli("apply", "--target", "toy", "--into", str(into), env=toy.env)
 
 
-def test_kill_in_unborn_checkout_is_put_back(toy, tmp_path):
-    into = tmp_path / "wt"
-    into.mkdir()
-    git(into, "init", "-q", "-b", "work")
-    args = ("apply", "--target", "toy", "--into", str(into))
-    killed = subprocess.run(
+def _killed_in_unborn_checkout(toy, args: tuple[str, ...]) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-c", KILL_IN_UNBORN, *args],
         cwd=ROOT,
         env={**os.environ, **toy.env},
         capture_output=True,
         text=True,
     )
+
+
+def test_kill_in_unborn_checkout_is_put_back(toy, tmp_path):
+    into = tmp_path / "wt"
+    into.mkdir()
+    git(into, "init", "-q", "-b", "work")
+    args = ("apply", "--target", "toy", "--into", str(into))
+    killed = _killed_in_unborn_checkout(toy, args)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     journal = into.parent / f".{into.name}.patchkit.journal"
     assert journal.exists()
@@ -63,13 +67,7 @@ def test_kill_in_unborn_checkout_is_put_back(toy, tmp_path):
     for p in into.iterdir():
         if p.name != ".git":
             subprocess.run(["rm", "-rf", str(p)], check=True)
-    killed = subprocess.run(
-        [sys.executable, "-c", KILL_IN_UNBORN, *args],
-        cwd=ROOT,
-        env={**os.environ, **toy.env},
-        capture_output=True,
-        text=True,
-    )
+    killed = _killed_in_unborn_checkout(toy, args)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     (into / ".git" / "index.lock").unlink()
     (into / "mine.txt").write_text("the user's own file\n")
