@@ -27,7 +27,8 @@ MAX_STAMP_BYTES = 16 << 20
 
 
 def module_files(names: Iterable[str]) -> list[Path]:
-    """The source files of `names`, found without importing the ones not imported yet."""
+    """The source files of `names`, found without importing the ones not imported yet; a
+    package's are every module of its folder."""
     out = []
     for name in names:
         module = sys.modules.get(name)
@@ -37,7 +38,8 @@ def module_files(names: Iterable[str]) -> list[Path]:
             origin = spec.origin if spec else None
         if origin is None:
             raise LookupError(f"no source for {name}")
-        out.append(Path(origin))
+        path = Path(origin)
+        out += sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
     return out
 
 

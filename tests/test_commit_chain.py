@@ -8,6 +8,7 @@ import pytest
 from helpers import git
 
 from patchkit import gitops
+from patchkit.gitops.trees import _plain_identity
 
 IDENTITIES = [
     gitops.Identity("Ada Lovelace", "ada@example.invalid", "1700000000 +0000"),
@@ -65,7 +66,7 @@ def test_chain_matches_commit_tree(tmp_path, who, bare):
 
 
 def test_plain_identity_is_only_what_commit_tree_keeps():
-    plain = [gitops._plain_identity(who) for who in IDENTITIES]
+    plain = [_plain_identity(who) for who in IDENTITIES]
     assert plain == [True, True, True, False, False, False, False]
 
 
