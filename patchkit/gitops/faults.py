@@ -9,12 +9,16 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from patchkit.errors import PatchkitError
 
-if TYPE_CHECKING:
-    from patchkit.gitops.repo import Repo
+
+class Where(Protocol):
+    """Where a failed git ran (a `repo.Repo`): what the messages and repair hints name."""
+
+    path: Path
+    bare: bool
 
 
 class GitError(Exception):
@@ -123,7 +127,7 @@ _MISSING_OBJECT = re.compile(
 )
 
 
-def raise_for(repo: Repo, args: list[str], status: int, err: bytes, check: bool = True) -> None:
+def raise_for(repo: Where, args: list[str], status: int, err: bytes, check: bool = True) -> None:
     """The one mapping of a failed git call to an exception: a fault (see _FAULTS) always, a
     lock or a missing object only where the caller asked git to succeed (`check`)."""
     text = err.decode("utf-8", "replace")
@@ -143,7 +147,7 @@ def raise_for(repo: Repo, args: list[str], status: int, err: bytes, check: bool 
     raise GitError(args, status, text)
 
 
-def _fault(repo: Repo, args: list[str], status: int, text: str) -> GitFaultError | None:
+def _fault(repo: Where, args: list[str], status: int, text: str) -> GitFaultError | None:
     for pattern, kind in _FAULTS:
         found = pattern.search(text)
         if found is None:
@@ -167,14 +171,14 @@ def _git_words(text: str) -> str:
     return re.sub(r"^(?:fatal|error): ", "", line)[:300]
 
 
-def _damaged(repo: Repo, named: str, text: str) -> str:
+def _damaged(repo: Where, named: str, text: str) -> str:
     words = _git_words(text)
     if named in words:
         return f"the git repository {repo.path} is damaged: {words}"
     return f"the git repository {repo.path} is damaged: {named} cannot be read ({words})"
 
 
-def _repair_hint(repo: Repo, named: str) -> str:
+def _repair_hint(repo: Where, named: str) -> str:
     """A mirror (`<cache>/mirrors/<target>.git`) patchkit makes again; anything else is the
     user's: patchkit names the file and never removes it."""
     if repo.bare and repo.path.parent.name == "mirrors" and repo.path.suffix == ".git":
@@ -195,7 +199,7 @@ def _ownership(where: str) -> tuple[str, str]:
     )
 
 
-def _no_space(repo: Repo, text: str) -> tuple[str, str]:
+def _no_space(repo: Where, text: str) -> tuple[str, str]:
     tmp = os.environ.get("TMPDIR") or tempfile.gettempdir()
     return (
         f"git ran out of disk space working in {repo.path} ({_git_words(text)})",
@@ -204,7 +208,7 @@ def _no_space(repo: Repo, text: str) -> tuple[str, str]:
     )
 
 
-def _too_long(repo: Repo, text: str) -> tuple[str, str]:
+def _too_long(repo: Where, text: str) -> tuple[str, str]:
     return (
         f"a path is too long for git or the file system in {repo.path} ({_git_words(text)})",
         "use a shorter folder (--into, PATCHKIT_CACHE, TMPDIR), then run again",
