@@ -52,13 +52,8 @@ sys.path.insert(0, REPO)
 from bench.pagecache import evict  # noqa: E402
 from patchkit.abi import verify  # noqa: E402
 from patchkit.abi.elf import read_elf  # noqa: E402
-from patchkit.abi.sources import (  # noqa: E402
-    classify_pending,
-    inflate_backend,
-    read_env,
-    read_member,
-    read_wheelhouse,
-)
+from patchkit.abi.members import inflate_backend, read_member  # noqa: E402
+from patchkit.abi.sources import classify_pending, read_env, read_wheelhouse  # noqa: E402
 
 
 def _cuobjdump(site: str | None) -> str | None:

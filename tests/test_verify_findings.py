@@ -280,7 +280,7 @@ def test_installed_metadata_is_read_bounded(tmp_path):
 def test_wheel_metadata_claiming_more_than_4_mib_is_refused_unread(tmp_path, monkeypatch):
     """A wheel whose METADATA claims more than 4 MiB (a crafted one may claim GiBs) is one
     invalid-archive error, refused before a byte of it is inflated; it was read whole."""
-    from patchkit.abi import sources
+    from patchkit.abi import members as abi_members
 
     house = tmp_path / "house"
     house.mkdir()
@@ -292,9 +292,9 @@ def test_wheel_metadata_claiming_more_than_4_mib_is_refused_unread(tmp_path, mon
         zf.writestr("fat-1.0.dist-info/METADATA", metadata)
         zf.writestr("fat-1.0.dist-info/RECORD", "")
     inflated: list[str] = []
-    real = sources._pieces
+    real = abi_members._pieces
     monkeypatch.setattr(
-        sources, "_pieces", lambda m, *a, **k: inflated.append(m.relpath) or real(m, *a, **k)
+        abi_members, "_pieces", lambda m, *a, **k: inflated.append(m.relpath) or real(m, *a, **k)
     )
     report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=1)
     (f,) = _checks(report)["invalid-archive"]

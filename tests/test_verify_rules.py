@@ -10,7 +10,8 @@ import pytest
 
 from patchkit.abi import verify
 from patchkit.abi.archs import CC
-from patchkit.abi.checks import Context, DriverInfo, check_device_toolkit, detect_driver
+from patchkit.abi.checks import Context, DriverInfo, detect_driver
+from patchkit.abi.checks.running import check_device_toolkit
 from patchkit.abi.elf import ElfInfo
 from patchkit.abi.fatbin import Fatbin
 from patchkit.abi.profiles import load_profile

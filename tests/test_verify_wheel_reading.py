@@ -1,4 +1,4 @@
-"""Wheel members read by verify's own inflater (sources._pieces): real gcc/nvcc-built objects,
+"""Wheel members read by verify's own inflater (abi_members._pieces): real gcc/nvcc-built objects,
 zipped stored and deflated, give the same report as the extracted file; a corrupt or lying
 member is an ``invalid archive`` error, never a wrong report."""
 
@@ -14,6 +14,7 @@ import zlib
 
 import pytest
 
+from patchkit.abi import members as abi_members
 from patchkit.abi import scan, sources, verify
 from patchkit.abi.cache import ResultCache
 from patchkit.abi.scan import analyze_file
@@ -78,8 +79,8 @@ def _same(report) -> dict:
 def test_member_reports_equal_extracted_file(tmp_path, monkeypatch, method, backend):
     if method in OTHER_METHODS and backend is not zlib:
         pytest.skip("zipfile's own decompressor: the inflate backend plays no part")
-    monkeypatch.setattr(sources, "_BACKEND", [backend])
-    monkeypatch.setattr(sources, "INFLATE_STEP", 4096)  # many steps per member
+    monkeypatch.setattr(abi_members, "_BACKEND", [backend])
+    monkeypatch.setattr(abi_members, "INFLATE_STEP", 4096)  # many steps per member
     objs = _objects()
     house = tmp_path / "house"
     house.mkdir()
@@ -105,7 +106,7 @@ def test_member_reports_equal_extracted_file(tmp_path, monkeypatch, method, back
             assert _same(got) == _same(want), rel
         # the whole member, byte for byte, as stored
         with open(src, "rb") as fh:
-            assert bytes(sources.read_member(member)) == fh.read()
+            assert bytes(abi_members.read_member(member)) == fh.read()
     # the extraction path (members too large for memory) inflates the same way
     monkeypatch.setattr(scan, "IN_MEMORY_BYTES", 0)
     member = tree.members["demo/libuse.so"]
@@ -160,7 +161,7 @@ def test_damaged_member_is_invalid_archive(tmp_path, method, damage):
         _patch(wheel, cd + 24, struct.pack("<I", info.file_size - 100))
     else:
         _patch(wheel, info.header_offset + 30, b"d" + b"X")  # "dXmo/libuse.so"
-    sources.forget_open()
+    abi_members.forget_open()
     if damage == "renamed header":  # refused where the member's head is read
         tree = sources.read_wheelhouse(str(house), str(tmp_path / "scratch"))
         sources.classify_pending(tree)
@@ -195,7 +196,7 @@ def test_verify_damaged_wheel_in_workers(tmp_path, monkeypatch):
     _patch(wheel, info.header_offset + 30, b"dX")
     _wheel(house / "good-1.0-py3-none-any.whl", {"good/liblogf.so": objs["demo/liblogf.so"]},
            zipfile.ZIP_DEFLATED)  # fmt: skip
-    sources.forget_open()
+    abi_members.forget_open()
     monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)  # a pool of workers however small
     report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=2)
     demo = [f for f in report.findings if "demo-1.0" in f.file]
@@ -215,7 +216,7 @@ def test_a_wheel_that_is_a_fifo_or_a_device_is_named_not_read(tmp_path):
     (house / "zero-1.0-py3-none-any.whl").symlink_to("/dev/zero")
     _wheel(house / "good-1.0-py3-none-any.whl", {"good/liblogf.so": objs["demo/liblogf.so"]},
            zipfile.ZIP_DEFLATED)  # fmt: skip
-    sources.forget_open()
+    abi_members.forget_open()
     report = verify(wheelhouse=str(house), cache_dir=str(tmp_path / "c"), jobs=1)
     bad = {f.file: f.message for f in report.findings if f.check == "invalid-archive"}
     assert sorted(bad) == ["fifo-1.0-py3-none-any.whl", "zero-1.0-py3-none-any.whl"], bad
@@ -247,11 +248,11 @@ def test_central_directory_equals_zipfile(tmp_path):
         got = [
             (e.filename, e.header_offset, e.compress_size, e.file_size, e.CRC, e.compress_type,
              e.flag_bits, e.external_attr)
-            for e in sources.central_directory(path)
+            for e in abi_members.central_directory(path)
         ]  # fmt: skip
         assert got == _zipinfo_entries(path), path
-    assert sources._fast_directory(str(odd)) is not None
-    assert sources._fast_directory(str(prepended)) is None  # zipfile's way
+    assert abi_members._fast_directory(str(odd)) is not None
+    assert abi_members._fast_directory(str(prepended)) is None  # zipfile's way
 
 
 def test_unchanged_wheelhouse_is_not_opened(tmp_path, monkeypatch):
@@ -266,7 +267,7 @@ def test_unchanged_wheelhouse_is_not_opened(tmp_path, monkeypatch):
     cache = str(tmp_path / "cache")
     cold = verify(wheelhouse=str(house), cache_dir=cache)
     listed: list[str] = []
-    real = sources.central_directory
+    real = abi_members.central_directory
     monkeypatch.setattr(
         sources, "central_directory", lambda path: listed.append(path) or real(path)
     )
@@ -298,21 +299,21 @@ def test_small_cubins_read_to_their_note(tmp_path):
     members = sorted(tree.members.values(), key=lambda m: m.size)
     sample = members[:: max(1, len(members) // 40)]
     inflated = []
-    real = sources.head_chunks
+    real = abi_members.head_chunks
 
-    def counting(member, step=sources.HEAD_STEP):
+    def counting(member, step=abi_members.HEAD_STEP):
         for piece in real(member, step):
             inflated.append(len(piece))
             yield piece
 
     def whole(member):
-        data = sources.read_member(member)
+        data = abi_members.read_member(member)
         inflated.append(len(data))
         return data
 
-    sources.forget_open()
+    abi_members.forget_open()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sources, "head_chunks", counting)
+        mp.setattr(abi_members, "head_chunks", counting)
         mp.setattr(scan, "head_chunks", counting)
         mp.setattr(scan, "read_member", whole)
         got = {m.relpath: scan._analyze_member(m) for m in sample}
@@ -353,7 +354,7 @@ def test_tampered_listing_is_a_miss(tmp_path):
         assert sources._load_listing(cache, wheel, os.path.basename(wheel), stamp, "x") is None
         os.unlink(cache._path("run:" + str(house)))  # so the run reads the listing
         listed: list[str] = []
-        real = sources.central_directory
+        real = abi_members.central_directory
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(
                 sources, "central_directory", lambda p, seen=listed, f=real: seen.append(p) or f(p)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from patchkit.abi.cache import ResultCache, encode
 from patchkit.abi.elf import ElfInfo, MalformedElf, open_mapped, prefetch, read_elf
 from patchkit.abi.fatbin import (
-    EM_CUDA,
     Fatbin,
     FatbinEntry,
     MalformedFatbin,
@@ -34,11 +33,10 @@ from patchkit.abi.fatbin import (
     describe,
     ptx_kernels,
 )
-from patchkit.abi.sources import (
+from patchkit.abi.kinds import KINDS, classify
+from patchkit.abi.members import (
     HEAD_BYTES,
     Member,
-    Tree,
-    drop_wheel,
     extract_member,
     forget_open,
     head_chunks,
@@ -46,8 +44,8 @@ from patchkit.abi.sources import (
     prefetch_heads,
     read_member,
     read_member_head,
-    store_listing,
 )
+from patchkit.abi.sources import Tree, drop_wheel, store_listing
 
 _ARCH_FLAGS = re.compile(rb"(?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)+")
 # Files whose bytes carry torch's TORCH_CUDA_ARCH_LIST (== torch._C._cuda_getArchFlags()).
@@ -59,7 +57,6 @@ IN_MEMORY_BYTES = 1 << 30
 OPEN_ALL_BELOW = 64
 # How much of a raw cubin is inflated, at most, looking for its tkinfo note.
 CUBIN_HEAD = 256 << 10
-KINDS = ("elf", "cubin", "fatbin", "ptx")
 _TKINFO_ARCH = re.compile(rb"-arch[ =](sm_\d+[af]?)")
 _TKINFO_RELEASE = re.compile(rb"release (\d+)\.(\d+)")
 _PTX_TARGET = re.compile(rb"^\s*\.target\s+(sm_\d+[af]?)", re.M)
@@ -133,20 +130,6 @@ class FileReport:
             arch_flags=flags,
             kind=d["kind"],
         )
-
-
-def classify(head: bytes, name: str) -> str | None:
-    """``elf``, ``cubin``, ``fatbin``, ``ptx`` or None, from a file's first bytes (and a
-    ``.ptx`` name for PTX, which is plain text)."""
-    if head[:4] == b"\x7fELF":
-        if len(head) >= 20 and struct.unpack_from("<H", head, 0x12)[0] == EM_CUDA:
-            return "cubin"
-        return "elf"
-    if head[:4] == b"\x50\xed\x55\xba":
-        return "fatbin"
-    if name.endswith(".ptx") and (b".version" in head or b"//" in head[:2]):
-        return "ptx"
-    return None
 
 
 def analyze_file(path: str, relpath: str, origin: str, kind: str = "elf") -> FileReport:
@@ -595,14 +578,80 @@ def analyze_tree(
     the entries of files and wheels are written by threads appended to it, which the caller
     joins (their writes wait in the kernel, not on the GIL, while the caller goes on)."""
     reports: dict[str, FileReport] = {}
-    todo: list[Member] = []
+    wheels, files = _by_source(tree)
+    todo, stale = _cached_files(cache, files, reports)
+    missed, computed = _cached_wheels(cache, wheels, reports)
+    todo += missed
+    todo.sort(key=lambda m: -m.size)
+    jobs = jobs if jobs is not None else min(len(todo), os.cpu_count() or 1)
+    texts: dict[str, bytes | str] = {}  # relpath -> the report as JSON, from a worker
+    if jobs > 1 and len(todo) > 1 and sum(m.size for m in todo) > PARALLEL_BYTES:
+        todo, results = _analyze_in_workers(todo, jobs, meanwhile, texts)
+        meanwhile = None
+    else:
+        with no_collector():
+            results = [_analyze_member(m) for m in todo]
+    if meanwhile is not None:
+        meanwhile()
+    unreadable = _take_results(tree, todo, results, reports, wheels)
+    store = _storer(cache, writes)
+    for root in stale if cache.enabled else ():
+        store("files:" + root, 0, 0, _files_entry(files[root], reports, texts))
+    for wheel in computed:
+        entry = None if wheel in unreadable else _wheel_entry(wheels[wheel], reports, texts)
+        if entry is not None:
+            store(*entry)
+    _store_listings(cache, tree, wheels, computed, reports)
+    return reports
+
+
+def _by_source(tree: Tree) -> tuple[dict[str, list[Member]], dict[str, list[Member]]]:
+    """The members by wheel, and the installed files by the folder they were found in."""
     wheels: dict[str, list[Member]] = {}
-    files: dict[str, list[Member]] = {}  # installed files by the folder they were found in
+    files: dict[str, list[Member]] = {}
     for member in tree.members.values():
         if member.wheel is not None:
             wheels.setdefault(member.wheel, []).append(member)
         else:
             files.setdefault(_files_root(member), []).append(member)
+    return wheels, files
+
+
+def _store_listings(
+    cache: ResultCache, tree: Tree, wheels: dict, computed: list[str], reports: dict
+) -> None:
+    """Each wheel's listing, its members classified, for the next run (not for a wheel whose
+    listing came from the cache, nor one found to be an invalid archive)."""
+    for info in tree.wheels.values():
+        if info.listed or (info.path in wheels and info.path not in computed):
+            continue
+        kept = [m for m in wheels.get(info.path, ()) if m.relpath in tree.members]
+        if any((reports[m.relpath].error or "").startswith("invalid archive") for m in kept):
+            continue
+        store_listing(cache, info, kept)
+
+
+def _storer(cache: ResultCache, writes: list[threading.Thread] | None):
+    """How an entry is written: now, or by a thread appended to `writes`."""
+
+    def store(key: str, size: int, mtime: int, value) -> None:
+        if writes is None:
+            cache.store_encoded(key, size, mtime, value)
+        else:  # the write (tens of MB) overlaps the caller's checks: it waits in the kernel
+            writes.append(
+                threading.Thread(target=cache.store_encoded, args=(key, size, mtime, value))
+            )
+            writes[-1].start()
+
+    return store
+
+
+def _cached_files(
+    cache: ResultCache, files: dict[str, list[Member]], reports: dict
+) -> tuple[list[Member], list[str]]:
+    """The installed files' reports the cache holds, into `reports`; returns the files to read
+    and the folders whose entry is to be written again."""
+    todo: list[Member] = []
     stale: list[str] = []
     for root, members in files.items():
         with no_collector():
@@ -610,6 +659,15 @@ def analyze_tree(
         if missed:
             todo.extend(missed)
             stale.append(root)
+    return todo, stale
+
+
+def _cached_wheels(
+    cache: ResultCache, wheels: dict[str, list[Member]], reports: dict
+) -> tuple[list[Member], list[str]]:
+    """The wheels' reports the cache holds (one entry per wheel), into `reports`; returns the
+    members to read and the wheels whose entry is to be written."""
+    todo: list[Member] = []
     computed: list[str] = []
     for wheel, members in wheels.items():
         origins = {m.relpath: m.origin for m in members}
@@ -631,52 +689,62 @@ def analyze_tree(
         else:
             todo.extend(members)
             computed.append(wheel)
-    todo.sort(key=lambda m: -m.size)
-    jobs = jobs if jobs is not None else min(len(todo), os.cpu_count() or 1)
-    big = sum(m.size for m in todo)
-    texts: dict[str, bytes | str] = {}  # relpath -> the report as JSON, from a worker
-    if jobs > 1 and len(todo) > 1 and big > PARALLEL_BYTES:
-        batches = _batches(todo, jobs)
-        todo = [m for b in batches for m in b]
-        context, by_index = _pool_context()
-        if by_index:
-            args, at = [], 0
-            for b in batches:
-                args.append((list(range(at, at + len(b))), True))
-                at += len(b)
-        else:
-            args = [(b, False) for b in batches]
-        # Objects alive now stay out of the collector's sight: a forked worker collecting would
-        # touch every one of them and copy the parent's whole heap, page by page.
-        gc.freeze()
-        results: list[FileReport | None] = []
-        _FORK_LOCK.acquire()  # one tree in _SHARED until its workers are forked
-        forked = False
-        try:
-            _SHARED[:] = todo if by_index else []
-            with ProcessPoolExecutor(
-                max_workers=jobs, mp_context=context, initializer=_worker_init
-            ) as pool:
-                done = pool.map(_worker, args)  # the workers are forked here
-                _SHARED.clear()
-                forked = True
-                _FORK_LOCK.release()
-                if meanwhile is not None:
-                    meanwhile()
-                    meanwhile = None
-                # decoded batch by batch as they come, while the workers read the next ones
-                with no_collector():
-                    _decode_batches(batches, done, texts, results)
-        finally:
-            if not forked:
-                _SHARED.clear()
-                _FORK_LOCK.release()
-            gc.unfreeze()
+    return todo, computed
+
+
+def _analyze_in_workers(
+    todo: list[Member], jobs: int, meanwhile, texts: dict
+) -> tuple[list[Member], list[FileReport | None]]:
+    """`todo` read by `jobs` forked workers in batches; returns the members in the order of the
+    results and the results. `meanwhile` (if any) runs once the workers are forked."""
+    batches = _batches(todo, jobs)
+    todo = [m for b in batches for m in b]
+    context, by_index = _pool_context()
+    if by_index:
+        args, at = [], 0
+        for b in batches:
+            args.append((list(range(at, at + len(b))), True))
+            at += len(b)
     else:
-        with no_collector():
-            results = [_analyze_member(m) for m in todo]
-    if meanwhile is not None:
-        meanwhile()
+        args = [(b, False) for b in batches]
+    # Objects alive now stay out of the collector's sight: a forked worker collecting would
+    # touch every one of them and copy the parent's whole heap, page by page.
+    gc.freeze()
+    results: list[FileReport | None] = []
+    _FORK_LOCK.acquire()  # one tree in _SHARED until its workers are forked
+    forked = False
+    try:
+        _SHARED[:] = todo if by_index else []
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=context, initializer=_worker_init
+        ) as pool:
+            done = pool.map(_worker, args)  # the workers are forked here
+            _SHARED.clear()
+            forked = True
+            _FORK_LOCK.release()
+            if meanwhile is not None:
+                meanwhile()
+            # decoded batch by batch as they come, while the workers read the next ones
+            with no_collector():
+                _decode_batches(batches, done, texts, results)
+    finally:
+        if not forked:
+            _SHARED.clear()
+            _FORK_LOCK.release()
+        gc.unfreeze()
+    return todo, results
+
+
+def _take_results(
+    tree: Tree,
+    todo: list[Member],
+    results: list[FileReport | None],
+    reports: dict,
+    wheels: dict[str, list[Member]],
+) -> dict[str, str]:
+    """The workers' results into `reports` and `tree` (members that are no code leave it; a
+    wheel with a member whose head cannot be read is dropped); returns those wheels, each with
+    the reason."""
     unreadable: dict[str, str] = {}
     for member, report in zip(todo, results, strict=True):
         if report is None:  # no ELF object, no device code
@@ -693,38 +761,21 @@ def analyze_tree(
             reports.pop(m.relpath, None)
         if info is not None:
             drop_wheel(tree, info, reason)
+    return unreadable
 
-    def store(key: str, size: int, mtime: int, value) -> None:
-        if writes is None:
-            cache.store_encoded(key, size, mtime, value)
-        else:  # the write (tens of MB) overlaps the caller's checks: it waits in the kernel
-            writes.append(
-                threading.Thread(target=cache.store_encoded, args=(key, size, mtime, value))
-            )
-            writes[-1].start()
 
-    for root in stale if cache.enabled else ():
-        store("files:" + root, 0, 0, _files_entry(files[root], reports, texts))
-    for wheel in computed:
-        if wheel in unreadable:
-            continue
-        members = [reports[m.relpath] for m in wheels[wheel] if m.relpath in reports]
-        if any((r.error or "").startswith("invalid archive") for r in members):
-            continue
-        try:
-            key = _wheel_key(wheel)
-        except OSError:
-            continue
-        pieces: list[bytes | str] = []
-        for r in members:
-            sep = "," if pieces else "{"
-            pieces += [f"{sep}{encode(r.relpath)}:", texts.get(r.relpath) or encode(r.to_json())]
-        store(*key, pieces + ["}"] if pieces else "{}")
-    for info in tree.wheels.values():
-        if info.listed or (info.path in wheels and info.path not in computed):
-            continue
-        kept = [m for m in wheels.get(info.path, ()) if m.relpath in tree.members]
-        if any((reports[m.relpath].error or "").startswith("invalid archive") for m in kept):
-            continue
-        store_listing(cache, info, kept)
-    return reports
+def _wheel_entry(members: list[Member], reports: dict, texts: dict):
+    """(key, size, mtime, value) of a wheel's cache entry, or None when it is not to be kept
+    (a member is an invalid archive, the wheel cannot be stat'ed)."""
+    found = [reports[m.relpath] for m in members if m.relpath in reports]
+    if any((r.error or "").startswith("invalid archive") for r in found):
+        return None
+    try:
+        key = _wheel_key(members[0].wheel)
+    except OSError:
+        return None
+    pieces: list[bytes | str] = []
+    for r in found:
+        sep = "," if pieces else "{"
+        pieces += [f"{sep}{encode(r.relpath)}:", texts.get(r.relpath) or encode(r.to_json())]
+    return (*key, pieces + ["}"] if pieces else "{}")

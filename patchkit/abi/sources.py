@@ -10,28 +10,40 @@ decompression bombs) and only shared objects are extracted, into a scratch folde
 from __future__ import annotations
 
 import glob
-import importlib
 import os
 import re
 import stat
 import struct
 import sysconfig
 import zipfile
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from packaging.utils import canonicalize_name
 
+from patchkit.abi.kinds import classify
+from patchkit.abi.members import (
+    HEAD_BYTES,
+    Entry,
+    Member,
+    central_directory,
+    member_head,
+    read_member,
+)
 from patchkit.archives import MAX_METADATA_BYTES, archive_problem, claim_problem, open_regular
 
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
+
+
 # Text files the checks read, relative to site-packages.
 TEXT_FILES = ("torch/version.py", "sgl_kernel/load_utils.py", "sgl_kernel/__init__.py")
+
+
 SKIP_DIRS = {"__pycache__", "include", "share", "tests", "test"}
+
+
 # Files that are source or data by their name are not opened; every other file's first bytes
-# decide whether it is an ELF object or device code (scan.classify).
+# decide whether it is an ELF object or device code (kinds.classify).
 TEXT_SUFFIXES = frozenset(
     (
         ".py .pyc .pyi .pyx .pxd .pxi .h .hpp .hh .cuh .cu .c .cc .cpp .cxx .inl .inc .txt .md "
@@ -39,12 +51,15 @@ TEXT_SUFFIXES = frozenset(
         ".jpg .svg .lock .pem .proto .jinja .j2 .mat .wav .npz .npy .sav .arff .xsd .pth"
     ).split()
 )
-HEAD_BYTES = 64
+
+
 # METADATA and the checks' text files are read whole from a wheel, so no bigger than this
 # (a crafted one claiming GiBs is refused before it is inflated); an installed METADATA is
 # read up to its first blank line, and never past this many bytes.
 MAX_TEXT_BYTES = MAX_METADATA_BYTES
-# Shorter files carry no magic that scan.classify knows; a truncated ELF from 4 bytes on is
+
+
+# Shorter files carry no magic that kinds.classify knows; a truncated ELF from 4 bytes on is
 # read, and named as malformed.
 MIN_CODE_BYTES = 4
 
@@ -60,23 +75,6 @@ class Dist:
     wheel: str | None = None
     filename_version: str | None = None
     files: Callable[[], list[str]] = lambda: []  # the paths it installs (RECORD / members)
-
-
-@dataclass
-class Member:
-    """A shared object: its installed path, where to read it, and a cache identity."""
-
-    relpath: str  # posix, relative to site-packages
-    path: str | None  # readable file (None: wheel member not extracted, served from cache)
-    size: int
-    mtime: int  # ns for files; for wheel members the wheel's mtime mixed with the CRC
-    origin: str  # what to print: the file path, or "wheel.whl!member"
-    cache_key: str
-    wheel: str | None = None  # the wheel this member is read from
-    scratch: str | None = None  # where it may be extracted
-    kind: str = "elf"  # scan.classify: elf | cubin | fatbin | ptx
-    # the member's central-directory entry, so a worker reads it without parsing the directory
-    zinfo: Entry | zipfile.ZipInfo | None = None
 
 
 @dataclass
@@ -287,12 +285,10 @@ def _ask_section_table(fd: int, head: bytes) -> None:
 
 
 def _kinds_of_files(files: list[tuple[str, str]], group: int = 256) -> list[str | None]:
-    """``scan.classify`` of each (path, relpath)'s first bytes. The heads of a group of files
+    """``kinds.classify`` of each (path, relpath)'s first bytes. The heads of a group of files
     are requested together (POSIX_FADV_WILLNEED) before any is read: on a cold disk that is
     one wait for the group, not one per file (1,034 files of an installed torch: 0.13 s to
     classify one by one, 0.05 s warm)."""
-    from patchkit.abi.scan import classify
-
     out: list[str | None] = []
     for i in range(0, len(files), group):
         fds: list[int | None] = []
@@ -335,24 +331,6 @@ def _read_dist_info(tree: Tree, folder: str) -> None:
 
 
 _WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<ver>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
-
-
-class Entry(NamedTuple):
-    """A central-directory entry: what reading a member needs (the attribute names are
-    zipfile.ZipInfo's, so archives.member_problem reads it as it reads a ZipInfo)."""
-
-    filename: str
-    raw_name: bytes  # as stored, what the local header must repeat
-    header_offset: int
-    compress_size: int
-    file_size: int
-    CRC: int
-    compress_type: int
-    flag_bits: int
-    external_attr: int
-
-    def is_dir(self) -> bool:
-        return self.filename.endswith("/")
 
 
 @dataclass
@@ -547,73 +525,6 @@ def _small(wheel: Wheel, e: Entry, scratch: str) -> str | None:
         return None
 
 
-_CENTRAL = struct.Struct(zipfile.structCentralDir)
-
-
-def central_directory(path: str) -> list[Entry]:
-    """The wheel's central directory, read with one read and parsed entry by entry with
-    struct (no ZipInfo objects). An archive this reader does not take the short way with
-    (bytes prepended to the zip, ZIP64 sizes or offsets, a newer version) goes through zipfile,
-    which also gives its errors for a damaged one."""
-    entries = _fast_directory(path)
-    if entries is not None:
-        return entries
-    with zipfile.ZipFile(path) as zf:
-        return [
-            Entry(
-                i.filename,
-                i.orig_filename.encode("utf-8" if i.flag_bits & 0x800 else "cp437"),
-                i.header_offset,
-                i.compress_size,
-                i.file_size,
-                i.CRC,
-                i.compress_type,
-                i.flag_bits,
-                i.external_attr,
-            )
-            for i in zf.infolist()
-        ]
-
-
-def _fast_directory(path: str) -> list[Entry] | None:
-    with open(path, "rb") as fp:
-        end = zipfile._EndRecData(fp)
-        if end is None or end[zipfile._ECD_SIGNATURE] != zipfile.stringEndArchive:
-            return None
-        size_cd, offset_cd = end[zipfile._ECD_SIZE], end[zipfile._ECD_OFFSET]
-        if end[zipfile._ECD_LOCATION] - size_cd - offset_cd != 0 or 0xFFFFFFFF in (
-            size_cd,
-            offset_cd,
-        ):
-            return None
-        fp.seek(offset_cd)
-        data = fp.read(size_cd)
-    if len(data) != size_cd:
-        return None
-    out: list[Entry] = []
-    pos, unpack, fixed = 0, _CENTRAL.unpack_from, _CENTRAL.size
-    while pos < size_cd:
-        if pos + fixed > size_cd:
-            return None
-        f = unpack(data, pos)
-        if f[0] != b"PK\x01\x02" or f[3] > zipfile.MAX_EXTRACT_VERSION:
-            return None
-        csize, usize, offset = f[10], f[11], f[18]
-        if 0xFFFFFFFF in (csize, usize, offset):
-            return None  # ZIP64 extra fields: zipfile decodes them
-        name_end = pos + fixed + f[12]
-        raw = data[pos + fixed : name_end]
-        if f[5] & 0x800:
-            name = raw.decode("utf-8")
-        else:
-            name = raw.decode("ascii") if raw.isascii() else raw.decode("cp437")
-        if "\0" in name:
-            name = name[: name.index("\0")]
-        out.append(Entry(name, raw, offset, csize, usize, f[9], f[6], f[5], f[17]))
-        pos = name_end + f[13] + f[14]
-    return out
-
-
 def _archive_problem(entries: list[Entry]) -> str | None:
     """archives.archive_problem, with the common case (nothing wrong) decided over all entries
     at once; anything suspicious is handed to it for the exact first problem."""
@@ -722,19 +633,10 @@ def drop_wheel(tree: Tree, wheel: Wheel, reason: str) -> None:
     tree.invalid.append((wheel.name, reason))
 
 
-def member_head(member: Member) -> bytes:
-    """A wheel member's first HEAD_BYTES (what classifies it), inflated only that far."""
-    assert member.wheel is not None and member.zinfo is not None
-    fd, _ = _fd(member.wheel)
-    return _head(fd, member.zinfo, HEAD_BYTES)
-
-
 def classify_pending(tree: Tree) -> None:
     """Classify the members ``read_wheelhouse`` left unclassified, here and now, by their heads
     (what scan.analyze_tree does in its workers as it reads them): non-code members are dropped,
     a member whose head cannot be read makes its wheel invalid."""
-    from patchkit.abi.scan import classify
-
     for rel, member in list(tree.members.items()):
         if member.kind or rel not in tree.members:
             continue
@@ -748,298 +650,3 @@ def classify_pending(tree: Tree) -> None:
         else:
             member.kind = kind
             tree.dirs.add(os.path.dirname(rel))
-
-
-_OPEN: dict[str, zipfile.ZipFile] = {}
-
-
-def _zip(path: str) -> zipfile.ZipFile:
-    """One open ZipFile per wheel and process: its central directory is parsed once, not per
-    member (a wheel of 10,000 cubins)."""
-    zf = _OPEN.get(path)
-    if zf is None:
-        if len(_OPEN) > 16:
-            for old in _OPEN.values():
-                old.close()
-            _OPEN.clear()
-        zf = _OPEN[path] = zipfile.ZipFile(path)
-    return zf
-
-
-_FDS: dict[str, tuple[int, int, tuple]] = {}
-
-
-def _identity(st: os.stat_result) -> tuple:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _fd(path: str) -> tuple[int, int]:
-    """A descriptor of the wheel (read with pread only, so one per process serves every
-    member) and the wheel's size; reopened when the file at ``path`` is another one now."""
-    st = os.stat(path)
-    got = _FDS.get(path)
-    if got is not None and got[2] == _identity(st):
-        return got[0], got[1]
-    if got is not None:
-        os.close(got[0])
-        del _FDS[path]
-    if len(_FDS) > 64:
-        for old in _FDS.values():
-            os.close(old[0])
-        _FDS.clear()
-    fd = os.open(path, os.O_RDONLY)
-    st = os.fstat(fd)
-    _FDS[path] = (fd, st.st_size, _identity(st))
-    return fd, st.st_size
-
-
-def prefetch_heads(members: list[Member], head: int = 64 << 10) -> None:
-    """Ask the disk for the start of each wheel member at once (local header and up to
-    ``head`` stored bytes; POSIX_FADV_WILLNEED), so a cold wheel serves those reads in flight
-    together instead of one blocking read per member."""
-    for member in members:
-        info = member.zinfo
-        if member.wheel is None or info is None:
-            continue
-        try:
-            fd, _ = _fd(member.wheel)
-            length = _LOCAL_HEADER.size + 1024 + min(info.compress_size, head)
-            os.posix_fadvise(fd, info.header_offset, length, os.POSIX_FADV_WILLNEED)
-        except (AttributeError, OSError):
-            return
-
-
-def forget_open() -> None:
-    """In a forked worker: drop the parent's open wheels (their file offsets are shared)."""
-    _OPEN.clear()
-    _FDS.clear()
-
-
-# Compressed bytes read per step: the kernel is asked for the whole member up front
-# (POSIX_FADV_WILLNEED), so the disk reads ahead while the steps before are inflated.
-INFLATE_STEP = 4 << 20
-_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
-_BACKEND: list = []
-
-
-def inflate_backend():
-    """The zlib-compatible module members are inflated with: ``zlib_ng`` (zlib-ng), else
-    ``isal`` (ISA-L), else the standard library's ``zlib``. The first two inflate the same
-    deflate streams 2-3x faster; they are optional (``pip install 'patchkit[fast-inflate]'``)."""
-    if not _BACKEND:
-        for name in ("zlib_ng.zlib_ng", "isal.isal_zlib"):
-            try:
-                _BACKEND.append(importlib.import_module(name))
-                break
-            except ImportError:
-                continue
-        else:
-            _BACKEND.append(zlib)
-    return _BACKEND[0]
-
-
-def _data_range(fd: int, info, file_size: int | None = None) -> int:
-    """Where the member's stored bytes start, after its local header (checked as zipfile
-    checks it: signature, not encrypted, the same name as the central directory's)."""
-    what = f"member {info.filename!r}"
-    head = os.pread(fd, _LOCAL_HEADER.size + 512, info.header_offset)
-    if len(head) < _LOCAL_HEADER.size:
-        raise ValueError(f"{what}: truncated local header")
-    fields = _LOCAL_HEADER.unpack_from(head)
-    if fields[0] != b"PK\x03\x04":
-        raise ValueError(f"{what}: bad local header signature")
-    if info.flag_bits & 0x1:
-        raise ValueError(f"{what} is encrypted")
-    name_len, extra_len = fields[10], fields[11]
-    name = head[_LOCAL_HEADER.size : _LOCAL_HEADER.size + name_len]
-    if len(name) < name_len:
-        name = os.pread(fd, name_len, info.header_offset + _LOCAL_HEADER.size)
-    if isinstance(info, Entry):
-        want = info.raw_name
-    else:
-        want = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
-    if name != want:
-        raise ValueError(f"{what}: local header names {name!r}")
-    start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
-    size = os.fstat(fd).st_size if file_size is None else file_size
-    if start + info.compress_size > size:
-        raise ValueError(f"{what} runs past the end of the wheel")
-    return start
-
-
-def _head(fd: int, info, n: int) -> bytes:
-    """A member's first ``n`` bytes (its local header checked; inflated only that far)."""
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        with zipfile.ZipFile(os.fdopen(os.dup(fd), "rb")) as zf:
-            zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
-            with zf.open(zinfo) as src:
-                return src.read(n)
-    start = _data_range(fd, info)
-    if info.compress_type == zipfile.ZIP_STORED:
-        return os.pread(fd, min(n, info.compress_size), start)
-    inflate = zlib.decompressobj(-15)
-    out, pos, end = b"", start, start + info.compress_size
-    while len(out) < n and pos < end and not inflate.eof:
-        chunk = os.pread(fd, min(4096, end - pos), pos)
-        if not chunk:
-            break
-        pos += len(chunk)
-        out += inflate.decompress(chunk, n - len(out))
-        while len(out) < n and inflate.unconsumed_tail:
-            out += inflate.decompress(inflate.unconsumed_tail, n - len(out))
-    return out
-
-
-def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
-    """A deflated or stored member's bytes, inflated step by step (no zipfile object, no copy
-    of the compressed bytes in memory); ends with the size and CRC-32 checked against the
-    central directory. Other compression methods go through zipfile."""
-    assert member.wheel is not None
-    info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        zf = _zip(member.wheel)
-        zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
-        with zf.open(zinfo) as src:
-            while chunk := src.read(step or INFLATE_STEP):
-                yield chunk
-        return
-    z = inflate_backend()
-    fd, wheel_size = _fd(member.wheel)
-    start = _data_range(fd, info, wheel_size)
-    if info.compress_size > INFLATE_STEP:
-        try:
-            os.posix_fadvise(fd, start, info.compress_size, os.POSIX_FADV_WILLNEED)
-        except (AttributeError, OSError):
-            pass
-    deflated = info.compress_type == zipfile.ZIP_DEFLATED
-    inflate = z.decompressobj(-15) if deflated else None
-    pos, left, produced, crc = start, info.compress_size, 0, 0
-    chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos) if left else b""
-    while left:
-        if not chunk:
-            raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
-        pos += len(chunk)
-        left -= len(chunk)
-        # Never produce more than one byte past the declared size: a lying header gains
-        # nothing (the rest of the input stays unconsumed and the member is refused).
-        piece = inflate.decompress(chunk, info.file_size - produced + 1) if inflate else chunk
-        produced += len(piece)
-        if produced > info.file_size:
-            raise ValueError(f"member {member.relpath!r} is larger than its header says")
-        if check_crc:
-            crc = z.crc32(piece, crc)
-        yield piece
-        chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos) if left else b""
-    if inflate is not None and not inflate.eof:
-        raise ValueError(f"member {member.relpath!r}: deflate stream is truncated")
-    if produced != info.file_size:
-        raise ValueError(f"member {member.relpath!r} is smaller than its header says")
-    if check_crc and crc != info.CRC:
-        raise ValueError(f"Bad CRC-32 for member {member.relpath!r}")
-
-
-def read_member(member: Member) -> bytes | bytearray:
-    """A wheel member's bytes (size and CRC-32 checked), inflated into one buffer."""
-    assert member.wheel is not None
-    pieces = _pieces(member)
-    first = next(pieces, b"")
-    if len(first) == member.size:  # the usual small member: one step, no copy
-        for _ in pieces:  # the checks at the end (and nothing more may come)
-            raise ValueError(f"member {member.relpath!r} is larger than its header says")
-        return first
-    if len(first) > member.size:
-        raise ValueError(f"member {member.relpath!r} is larger than its header says")
-    out = bytearray(member.size)
-    view = memoryview(out)
-    view[: len(first)] = first
-    pos = len(first)
-    for piece in pieces:
-        if pos + len(piece) > len(out):
-            raise ValueError(f"member {member.relpath!r} is larger than its header says")
-        view[pos : pos + len(piece)] = piece
-        pos += len(piece)
-    view.release()
-    if pos != len(out):
-        raise ValueError(f"member {member.relpath!r} is smaller than its header says")
-    return out
-
-
-HEAD_STEP = 4096
-
-
-def head_chunks(member: Member, step: int = HEAD_STEP):
-    """A wheel member's bytes from its start in ``step``-byte pieces, inflated only as far as
-    they are taken (no more output than asked for per piece); neither size nor CRC-32 is
-    checked, the member is not meant to be read to its end this way."""
-    assert member.wheel is not None
-    info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        yield from _pieces(member, check_crc=False, step=step)
-        return
-    fd, wheel_size = _fd(member.wheel)
-    pos = _data_range(fd, info, wheel_size)
-    end = pos + info.compress_size
-    if info.compress_type == zipfile.ZIP_STORED:
-        while pos < end:
-            chunk = os.pread(fd, min(step, end - pos), pos)
-            if not chunk:
-                raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
-            pos += len(chunk)
-            yield chunk
-        return
-    inflate = inflate_backend().decompressobj(-15)
-    out = b""
-    while True:
-        while len(out) < step and not inflate.eof:
-            if inflate.unconsumed_tail:
-                data = inflate.unconsumed_tail
-            elif pos < end:
-                data = os.pread(fd, min(step, end - pos), pos)
-                if not data:
-                    raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
-                pos += len(data)
-            else:
-                break
-            out += inflate.decompress(data, step - len(out))
-        if not out:
-            return
-        yield out
-        out = b""
-
-
-def read_member_head(member: Member, limit: int, until: bytes, started=None) -> bytes:
-    """A wheel member's first bytes, inflated in HEAD_STEP steps until ``until`` appears (then
-    4 kB more: the rest of the note), or ``limit``; the member is not read to its end, so
-    neither its size nor its CRC-32 is checked. ``started``: (a ``head_chunks`` generator,
-    the bytes already taken from it)."""
-    pieces, out = started if started is not None else (head_chunks(member), b"")
-    try:
-        if until in out:
-            return out + next(pieces, b"")[:4096]
-        for chunk in pieces:
-            out += chunk
-            if until in out[-len(chunk) - len(until) :]:
-                return out + next(pieces, b"")[:4096]  # the rest of the note
-            if len(out) >= limit:
-                return out
-        return out
-    finally:
-        pieces.close()
-
-
-def extract_member(member: Member) -> str:
-    """Write a wheel member under the scratch folder (never outside it) and return its path."""
-    assert member.wheel is not None and member.scratch is not None
-    root = os.path.realpath(member.scratch)
-    target = os.path.realpath(os.path.join(root, member.relpath))
-    if not target.startswith(root + os.sep):
-        raise ValueError(f"member {member.relpath!r} would land outside the scratch folder")
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    try:
-        with open(target, "wb") as dst:
-            for piece in _pieces(member):
-                dst.write(piece)
-    except BaseException:
-        os.unlink(target)
-        raise
-    return target

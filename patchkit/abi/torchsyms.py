@@ -74,7 +74,7 @@ def build(wheel: str) -> dict:
 def _gunzip(raw: bytes) -> bytes:
     """gzip.decompress, with verify's inflate backend (zlib-ng: 3x faster on this file) for
     the usual single-member file."""
-    from patchkit.abi.sources import inflate_backend
+    from patchkit.abi.members import inflate_backend
 
     inflate = inflate_backend().decompressobj(31)
     try:

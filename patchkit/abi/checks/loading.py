@@ -1,0 +1,192 @@
+"""Checks 6-7, loading: the CUDA major each library needs, the profile's torch stand-ins, and
+the loader's closure (every needed library found, and where)."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import re
+from collections import defaultdict
+
+from patchkit.abi.checks.context import (
+    CUDA_RUNTIME,
+    TORCH_PRELOADS,
+    Context,
+    _top,
+    owner_label,
+)
+from patchkit.abi.loader import EXEMPT, Closure, Loader
+from patchkit.abi.scan import FileReport
+
+
+def check_cuda_major(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    """One finding per distribution built for another CUDA major, its files as evidence."""
+    t = ctx.torch.major or ctx.profile.cuda_major
+    builds: dict[str, list[tuple[str, str, list[str]]]] = defaultdict(list)
+    for rel, rep in extensions.items():
+        if rep.elf is None:
+            continue
+        wrong = [n for n in rep.elf.needed if (m := CUDA_RUNTIME.match(n)) and int(m.group(2)) != t]
+        if wrong:
+            builds[owner_label(ctx, rel, rep)].append((rel, rep.origin, wrong))
+    for label, files in sorted(builds.items()):
+        sonames = sorted({n for _, _, names in files for n in names})
+        majors = sorted({CUDA_RUNTIME.match(n).group(2) for n in sonames})
+        m = "/".join(majors)
+        if len(files) == 1 and "!" not in label and label == _top(files[0][0]):
+            label = files[0][1]
+        ctx.grouped.update(rel for rel, _, _ in files)
+        ctx.emit(
+            "cuda-major",
+            label,
+            evidence=tuple(f"{origin}: needs {', '.join(names)}" for _, origin, names in files),
+            n=len(files),
+            soname=sonames[0],
+            sonames=", ".join(sonames),
+            m=m,
+            t=t,
+        )
+
+
+def load_profile_torch(ctx: Context) -> None:
+    """Stand-ins for the profile's torch libraries, when torch is not among the checked files."""
+    if ctx.torch.present or not ctx.profile.torch_symbols:
+        return
+    from patchkit.abi import torchsyms
+
+    path = ctx.profile.data_file(ctx.profile.torch_symbols)
+    try:
+        doc = torchsyms.load(path)
+    except ValueError as exc:
+        ctx.emit("torch-symbols-unreadable", ctx.profile.name, reason=str(exc))
+        return
+    label = f"profile torch {doc.get('torch')}"
+    for rel, elf in torchsyms.elf_infos(doc, label).items():
+        ctx.profile_torch[rel] = FileReport(relpath=rel, origin=elf.path, elf=elf)
+    ctx.profile_torch_source = f"{doc.get('wheel')}, sha256 {str(doc.get('sha256'))[:12]}…"
+    c10 = ctx.profile_torch.get("torch/lib/libc10.so")
+    if c10 and c10.elf:
+        ctx.torch.cxx11_abi = c10.elf.cxx11_abi
+
+
+def _elsewhere(ctx: Context):
+    """soname -> the dist of the stack that ships it, when that dist is not being checked."""
+    partial = ctx.tree.kind == "wheelhouse" and not ctx.tree.has_env
+
+    def where(name: str) -> str | None:
+        dist = ctx.profile.provider(name)
+        if dist is None or not partial:
+            return None
+        if dist in ctx.tree.dists:
+            return None  # it is here, so the library should have been found: an error
+        if dist == "torch" and ctx.profile_torch:
+            return None
+        return dist
+
+    return where
+
+
+def build_loader(ctx: Context) -> Loader:
+    reports = {**ctx.reports, **ctx.profile_torch}
+    root = ctx.tree.root
+    lib_path = []
+    for entry in ctx.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if entry and os.path.abspath(entry).startswith(root + os.sep):
+            lib_path.append(os.path.relpath(os.path.abspath(entry), root).replace(os.sep, "/"))
+    prof = ctx.profile
+
+    def host_provides(name: str) -> bool:
+        return prof.host_provides(name) if prof.host_libraries else name in EXEMPT
+
+    loader = Loader(
+        reports, host_provides, lib_path, tree_root=ctx.tree.root, elsewhere=_elsewhere(ctx)
+    )
+    local = [rel for rel in reports if re.fullmatch(r"torch/_C\..*so", rel)]
+    if not local and "torch/lib/libtorch_python.so" in ctx.profile_torch:
+        local = ["torch/lib/libtorch_python.so"]  # what torch/_C loads
+    global_ = [rel for rel in ("torch/lib/libtorch_global_deps.so",) if rel in reports]
+    for cl in loader.preload(local[:1], global_):
+        if cl.objects[0].key not in ctx.profile_torch:
+            ctx.closures[cl.objects[0].key] = cl
+    if any(name.startswith("libcudart.so") for name in loader.preloaded):
+        # torch/__init__.py then preloads nvrtc and nvJitLink from the nvidia wheels (pytorch
+        # #138460, #145580), so extensions find them by SONAME.
+        major = ctx.torch.major or ctx.profile.cuda_major
+        for folder, pattern in TORCH_PRELOADS:
+            rels = [
+                r
+                for d in (f"nvidia/{folder}/lib", f"nvidia/cu{major}/lib")
+                for r in sorted(ctx.reports)
+                if posixpath.dirname(r) == d and fnmatch.fnmatch(posixpath.basename(r), pattern)
+            ]
+            if rels:
+                cl = loader.closure(rels[0], ctx.reports[rels[0]], loader.preloaded)
+                loader.add_preloaded(cl)
+    ctx.loader = loader
+    return loader
+
+
+def check_needed(ctx: Context, extensions: dict[str, FileReport]) -> None:
+    loader = ctx.loader
+    seen: set = set()
+    elsewhere: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    missing: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for cl in list(ctx.closures.values()):
+        _report_missing(ctx, cl, seen, elsewhere, missing)
+    for rel, rep in extensions.items():
+        if rep.elf is None:
+            continue
+        cl = loader.closure(rel, rep)
+        ctx.closures[rel] = cl
+        _report_missing(ctx, cl, seen, elsewhere, missing)
+    _emit_missing(ctx, missing)
+    for dist, names in sorted(elsewhere.items()):
+        users = sorted({u for us in names.values() for u in us})
+        ctx.emit(
+            "needed-elsewhere",
+            users[0] if len(users) == 1 else _many(users),
+            evidence=tuple(
+                f"{u}: needs {', '.join(sorted(n for n in names if u in names[n]))}" for u in users
+            ),
+            names=", ".join(sorted(names)),
+            dist=dist,
+        )
+
+
+def _many(origins: list[str]) -> str:
+    """A name for a group of files: their wheel, if they share one."""
+    wheels = {o.split("!", 1)[0] for o in origins if "!" in o}
+    if len(wheels) == 1 and all("!" in o for o in origins):
+        return f"{wheels.pop()} ({len(origins)} objects)"
+    return f"{len(origins)} objects"
+
+
+def _report_missing(ctx: Context, cl: Closure, seen: set, elsewhere, missing) -> None:
+    t = ctx.torch.major or ctx.profile.cuda_major
+    for name, needed_by in cl.missing:
+        if (name, needed_by) in seen:
+            continue
+        seen.add((name, needed_by))
+        m = CUDA_RUNTIME.match(name)
+        obj = next((o for o in cl.objects if o.report.origin == needed_by), None)
+        if m and int(m.group(2)) != t and obj is not None and obj.key in ctx.grouped:
+            continue  # part of the CUDA-build finding (check 6)
+        label = owner_label(ctx, obj.key, obj.report) if obj else needed_by
+        missing[(label, name)].append(needed_by)
+    for name, needed_by, dist in cl.elsewhere:
+        elsewhere[dist][name].add(needed_by)
+
+
+def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list[str]]) -> None:
+    for (label, name), users in sorted(missing.items()):
+        if len(users) == 1:
+            ctx.emit("needed-missing", users[0], name=name, so=os.path.basename(users[0]))
+            continue
+        ctx.emit(
+            "needed-missing",
+            label,
+            evidence=tuple(f"{u}: needs {name}" for u in users),
+            name=name,
+            so=f"{len(users)} objects",
+        )
