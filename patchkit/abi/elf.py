@@ -319,6 +319,41 @@ def _parse(path: str, buf) -> ElfInfo:
     if buf[4] != 2 or buf[5] != 1:
         raise MalformedElf("not a 64-bit little-endian ELF object")
     (machine,) = struct.unpack_from("<H", buf, 0x12)
+    raw, sections, by_type = _section_table(buf, size)
+    # Ask for every range read below at once: the reads then overlap instead of queueing.
+    prefetch(
+        buf,
+        [
+            sections[n][:2]
+            for n in (".dynamic", ".dynsym", ".dynstr", ".gnu.version", ".gnu.version_r",
+                      ".gnu.version_d", ".nvFatBinSegment")
+            if n in sections
+        ],
+    )  # fmt: skip
+    soname, needed, rpath, runpath = _dynamic(buf, raw, by_type.get(SHT_DYNAMIC))
+    verneed, version_index = _version_needs(buf, raw, by_type.get(SHT_GNU_VERNEED))
+    verdef = _version_definitions(buf, raw, by_type.get(SHT_GNU_VERDEF))
+    defined, undefined, cxx11, versions = _symbols(buf, sections, version_index)
+    return ElfInfo(
+        path=path,
+        machine=str(machine),
+        soname=soname,
+        needed=needed,
+        rpath=rpath,
+        runpath=runpath,
+        defined=defined,
+        undefined=undefined,
+        verneed=verneed,
+        verdef=verdef,
+        cxx11_abi=cxx11,
+        sections=sections,
+        undefined_versions=versions,
+    )
+
+
+def _section_table(buf, size: int) -> tuple[list[tuple], dict[str, tuple[int, int, int]], dict]:
+    """The raw section headers, name -> (offset, size, address), and the first section of
+    each type; every section's range checked against the file's size."""
     (shoff,) = struct.unpack_from("<Q", buf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", buf, 0x3A)
     if shnum and (shentsize != 64 or shoff + shnum * 64 > size):
@@ -343,104 +378,95 @@ def _parse(path: str, buf) -> ElfInfo:
             _check_range(size, off, sec_size, f"section {name or index}")
         sections[name] = (off, sec_size, addr)
         by_type.setdefault(stype, sec)
-    # Ask for every range read below at once: the reads then overlap instead of queueing.
-    prefetch(
-        buf,
-        [
-            sections[n][:2]
-            for n in (".dynamic", ".dynsym", ".dynstr", ".gnu.version", ".gnu.version_r",
-                      ".gnu.version_d", ".nvFatBinSegment")
-            if n in sections
-        ],
-    )  # fmt: skip
+    return raw, sections, by_type
 
-    def strings(sec) -> bytes:
-        link = sec[6]
-        if link >= shnum:
-            raise MalformedElf(f"section link {link} >= {shnum} sections")
-        return bytes(buf[raw[link][4] : raw[link][4] + raw[link][5]])
 
-    def cstr(table: bytes, off: int) -> str:
-        end = table.find(b"\0", off)
-        if off >= len(table) or end < 0:
-            raise MalformedElf(f"string at {off:#x} runs past its string table")
-        return table[off:end].decode("utf-8", "replace")
+def _linked_strings(buf, raw: list[tuple], sec: tuple) -> bytes:
+    """The string table a section links to (sh_link)."""
+    link = sec[6]
+    if link >= len(raw):
+        raise MalformedElf(f"section link {link} >= {len(raw)} sections")
+    return bytes(buf[raw[link][4] : raw[link][4] + raw[link][5]])
 
+
+def _cstr(table: bytes, off: int) -> str:
+    end = table.find(b"\0", off)
+    if off >= len(table) or end < 0:
+        raise MalformedElf(f"string at {off:#x} runs past its string table")
+    return table[off:end].decode("utf-8", "replace")
+
+
+def _dynamic(buf, raw: list[tuple], dyn: tuple | None):
+    """(soname, needed, rpath, runpath) from the dynamic section."""
     soname, needed, rpath, runpath = None, [], [], []
-    dyn = by_type.get(SHT_DYNAMIC)
-    if dyn is not None:
-        table = strings(dyn)
-        for tag, value in struct.iter_unpack(
-            "<qQ", bytes(buf[dyn[4] : dyn[4] + dyn[5] // 16 * 16])
-        ):
-            if tag == DT_NULL:
-                break
-            if tag == DT_NEEDED:
-                needed.append(cstr(table, value))
-            elif tag == DT_SONAME:
-                soname = cstr(table, value)
-            elif tag == DT_RPATH:
-                rpath.extend(p for p in cstr(table, value).split(":") if p)
-            elif tag == DT_RUNPATH:
-                runpath.extend(p for p in cstr(table, value).split(":") if p)
+    if dyn is None:
+        return soname, needed, rpath, runpath
+    table = _linked_strings(buf, raw, dyn)
+    for tag, value in struct.iter_unpack("<qQ", bytes(buf[dyn[4] : dyn[4] + dyn[5] // 16 * 16])):
+        if tag == DT_NULL:
+            break
+        if tag == DT_NEEDED:
+            needed.append(_cstr(table, value))
+        elif tag == DT_SONAME:
+            soname = _cstr(table, value)
+        elif tag == DT_RPATH:
+            rpath.extend(p for p in _cstr(table, value).split(":") if p)
+        elif tag == DT_RUNPATH:
+            runpath.extend(p for p in _cstr(table, value).split(":") if p)
+    return soname, needed, rpath, runpath
 
+
+def _version_needs(
+    buf, raw: list[tuple], vn: tuple | None
+) -> tuple[dict[str, list[str]], dict[int, str]]:
+    """library -> the versions needed of it (.gnu.version_r), and vna_other -> "library
+    version" for the symbols' version indexes."""
     verneed: dict[str, list[str]] = {}
-    version_index: dict[int, str] = {}  # vna_other -> "library version"
-    vn = by_type.get(SHT_GNU_VERNEED)
-    if vn is not None:
-        table = strings(vn)
-        data = bytes(buf[vn[4] : vn[4] + vn[5]])
-        pos, seen = 0, 0
-        while pos + 16 <= len(data) and seen < 4096:
-            _ver, cnt, file_off, aux, nxt = struct.unpack_from("<HHIII", data, pos)
-            lib = cstr(table, file_off)
-            apos = pos + aux
-            for _ in range(min(cnt, 4096)):
-                if apos + 16 > len(data):
-                    raise MalformedElf("version-needed entry runs past .gnu.version_r")
-                _h, _f, other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
-                vname = cstr(table, name_off)
-                verneed.setdefault(lib, []).append(vname)
-                version_index[other & 0x7FFF] = f"{lib} {vname}"
-                if not anext:
-                    break
-                apos += anext
-            seen += 1
-            if not nxt:
+    version_index: dict[int, str] = {}
+    if vn is None:
+        return verneed, version_index
+    table = _linked_strings(buf, raw, vn)
+    data = bytes(buf[vn[4] : vn[4] + vn[5]])
+    pos, seen = 0, 0
+    while pos + 16 <= len(data) and seen < 4096:
+        _ver, cnt, file_off, aux, nxt = struct.unpack_from("<HHIII", data, pos)
+        lib = _cstr(table, file_off)
+        apos = pos + aux
+        for _ in range(min(cnt, 4096)):
+            if apos + 16 > len(data):
+                raise MalformedElf("version-needed entry runs past .gnu.version_r")
+            _h, _f, other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
+            vname = _cstr(table, name_off)
+            verneed.setdefault(lib, []).append(vname)
+            version_index[other & 0x7FFF] = f"{lib} {vname}"
+            if not anext:
                 break
-            pos += nxt
-    verdef: list[str] = []
-    vd = by_type.get(SHT_GNU_VERDEF)
-    if vd is not None:
-        table = strings(vd)
-        data = bytes(buf[vd[4] : vd[4] + vd[5]])
-        pos, seen = 0, 0
-        while pos + 20 <= len(data) and seen < 4096:
-            _ver, flags, _ndx, cnt, _hash, aux, nxt = struct.unpack_from("<HHHHIII", data, pos)
-            if cnt and not flags & VER_FLG_BASE and pos + aux + 8 <= len(data):
-                (name_off,) = struct.unpack_from("<I", data, pos + aux)
-                verdef.append(cstr(table, name_off))
-            seen += 1
-            if not nxt:
-                break
-            pos += nxt
+            apos += anext
+        seen += 1
+        if not nxt:
+            break
+        pos += nxt
+    return verneed, version_index
 
-    defined, undefined, cxx11, versions = _symbols(buf, sections, version_index)
-    return ElfInfo(
-        path=path,
-        machine=str(machine),
-        soname=soname,
-        needed=needed,
-        rpath=rpath,
-        runpath=runpath,
-        defined=defined,
-        undefined=undefined,
-        verneed=verneed,
-        verdef=verdef,
-        cxx11_abi=cxx11,
-        sections=sections,
-        undefined_versions=versions,
-    )
+
+def _version_definitions(buf, raw: list[tuple], vd: tuple | None) -> list[str]:
+    """The versions the object defines (.gnu.version_d), its base version left out."""
+    verdef: list[str] = []
+    if vd is None:
+        return verdef
+    table = _linked_strings(buf, raw, vd)
+    data = bytes(buf[vd[4] : vd[4] + vd[5]])
+    pos, seen = 0, 0
+    while pos + 20 <= len(data) and seen < 4096:
+        _ver, flags, _ndx, cnt, _hash, aux, nxt = struct.unpack_from("<HHHHIII", data, pos)
+        if cnt and not flags & VER_FLG_BASE and pos + aux + 8 <= len(data):
+            (name_off,) = struct.unpack_from("<I", data, pos + aux)
+            verdef.append(_cstr(table, name_off))
+        seen += 1
+        if not nxt:
+            break
+        pos += nxt
+    return verdef
 
 
 _EXPORTED_BIND = bytes(1 if (i >> 4) in (1, 2, 10) else 0 for i in range(256))
