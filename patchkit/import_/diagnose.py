@@ -29,31 +29,58 @@ def normalize_paths(
 ) -> tuple[list[str], list[Problem]]:
     """Rewrite every file's paths to the target's layout; returns (notes, problems)."""
     files = [f for m in messages for f in m.files]
-    problems: list[Problem] = []
     for diff in files:
-        if diff.git and any(e.startswith("new file mode") for e in diff.extended):
-            diff.old = None
-        if diff.git and any(e.startswith("deleted file mode") for e in diff.extended):
-            diff.new = None
-        if not diff.git and len(diff.hunks) == 1:
-            hunk = diff.hunks[0]
-            if hunk.old_start == 0 and hunk.old_len == 0:
-                diff.old = None  # `diff -N`: a new file
-            elif hunk.new_start == 0 and hunk.new_len == 0:
-                diff.new = None
-        for raw in (diff.old, diff.new):
-            if raw and raw.startswith("/"):
-                problems.append(
-                    Problem(
-                        diff.line,
-                        raw,
-                        _first_hunk(diff),
-                        "absolute path: make the diff with relative paths "
-                        "(from the directory above the package: diff -ru old/ new/)",
-                    )
-                )
+        _mark_created_or_deleted(diff)
+    problems = _absolute_paths(files)
     if problems:
         return [], problems
+    level, prefix = _layout(files, base_paths, subdir)
+    for diff in files:
+        lvl = 0 if diff.git else level
+        diff.old = f"{prefix}{_strip(diff.old, lvl)}" if diff.old else None
+        diff.new = f"{prefix}{_strip(diff.new, lvl)}" if diff.new else None
+        diff.extended = [_rewrite_extended(e, prefix) for e in diff.extended]
+    notes = []
+    if prefix:
+        notes.append(f"paths are relative to the package: placed under {prefix} ({target} layout)")
+    for diff in files:
+        problems += _placement_problems(diff, base_paths, subdir, target)
+    return notes, problems
+
+
+def _mark_created_or_deleted(diff: FileDiff) -> None:
+    """A file the diff creates has no old path, one it deletes no new path (git's mode lines,
+    or a plain diff's one hunk from or to nothing: `diff -N`)."""
+    if diff.git and any(e.startswith("new file mode") for e in diff.extended):
+        diff.old = None
+    if diff.git and any(e.startswith("deleted file mode") for e in diff.extended):
+        diff.new = None
+    if not diff.git and len(diff.hunks) == 1:
+        hunk = diff.hunks[0]
+        if hunk.old_start == 0 and hunk.old_len == 0:
+            diff.old = None  # `diff -N`: a new file
+        elif hunk.new_start == 0 and hunk.new_len == 0:
+            diff.new = None
+
+
+def _absolute_paths(files: list[FileDiff]) -> list[Problem]:
+    return [
+        Problem(
+            diff.line,
+            raw,
+            _first_hunk(diff),
+            "absolute path: make the diff with relative paths "
+            "(from the directory above the package: diff -ru old/ new/)",
+        )
+        for diff in files
+        for raw in (diff.old, diff.new)
+        if raw and raw.startswith("/")
+    ]
+
+
+def _layout(files: list[FileDiff], base_paths: set[str], subdir: str) -> tuple[int, str]:
+    """(components to strip from a plain diff's paths, prefix to put before them): the pair
+    under which most files land on a file (or, for a new one, a folder) of the base."""
     base_dirs = {p.rsplit("/", 1)[0] for p in base_paths if "/" in p}
     prefixes = ["", f"{subdir}/"] if subdir else [""]
     best, best_hits = (1, ""), -1
@@ -69,41 +96,37 @@ def normalize_paths(
                     hits += "/" in path and path.rsplit("/", 1)[0] in base_dirs
             if hits > best_hits:
                 best, best_hits = (level, prefix), hits
-    level, prefix = best
-    for diff in files:
-        lvl = 0 if diff.git else level
-        diff.old = f"{prefix}{_strip(diff.old, lvl)}" if diff.old else None
-        diff.new = f"{prefix}{_strip(diff.new, lvl)}" if diff.new else None
-        diff.extended = [_rewrite_extended(e, prefix) for e in diff.extended]
-    notes = []
-    if prefix:
-        notes.append(f"paths are relative to the package: placed under {prefix} ({target} layout)")
-    for diff in files:
-        bad = False
-        for path in sorted({p for p in (diff.old, diff.new) if p}):
-            what = None
-            try:
-                safe_repo_path("diff", path)
-            except PatchkitError as exc:
-                what = exc.message.removeprefix("diff: ")
-            if what is None and subdir and not path.startswith(f"{subdir}/"):
-                what = (
-                    f"outside the {target} target (its base holds only {subdir}/); "
-                    "leave this file out of the diff"
-                )
-            if what:
-                bad = True
-                problems.append(Problem(diff.line, path, _first_hunk(diff), what))
-        if not bad and not diff.binary and diff.old and diff.old not in base_paths:
-            problems.append(
-                Problem(
-                    diff.line,
-                    diff.old,
-                    _first_hunk(diff),
-                    f"changes a file the {target} base does not have",
-                )
+    return best
+
+
+def _placement_problems(
+    diff: FileDiff, base_paths: set[str], subdir: str, target: str
+) -> list[Problem]:
+    """A placed path that is unsafe or outside the target, else an old file the base lacks."""
+    problems = []
+    for path in sorted({p for p in (diff.old, diff.new) if p}):
+        what = None
+        try:
+            safe_repo_path("diff", path)
+        except PatchkitError as exc:
+            what = exc.message.removeprefix("diff: ")
+        if what is None and subdir and not path.startswith(f"{subdir}/"):
+            what = (
+                f"outside the {target} target (its base holds only {subdir}/); "
+                "leave this file out of the diff"
             )
-    return notes, problems
+        if what:
+            problems.append(Problem(diff.line, path, _first_hunk(diff), what))
+    if not problems and not diff.binary and diff.old and diff.old not in base_paths:
+        problems.append(
+            Problem(
+                diff.line,
+                diff.old,
+                _first_hunk(diff),
+                f"changes a file the {target} base does not have",
+            )
+        )
+    return problems
 
 
 def _rewrite_extended(line: str, prefix: str) -> str:
