@@ -1,23 +1,8 @@
-"""Carrying the series onto a new upstream base and classifying every patch.
+"""Carrying the series onto a new upstream base: the report, the conflict work tree and
+`--continue`, and writing the result into patches/ and targets.toml.
 
-Labels: `clean` (applies unchanged), `offset` (applies, only line numbers moved), `merged`
-(needed a 3-way merge, no conflict), `conflict` (needs a human), `upstreamed` (the new base
-already has the change).  `upstreamed` is decided from several signals, each reported:
-
-- strong: patch-id equality with an upstream commit of old..new (needs git history on both
-  sides), reverse-apply of the patch on the new base, the patch becoming empty after a 3-way
-  merge;
-- weak: reverse-apply with reduced context (-C1), every added line already present in the new
-  base's files;
-- equivalent: every public definition (function, method, class) the patch adds is defined in
-  the new base's file but was not in the old base's; whatever else it adds (calls of them) is
-  in the new base too, and what it removes is gone from the new base as from the patched file.
-
-One strong signal, both weak ones, or the equivalent one make a patch `upstreamed`; every
-signal is reported because any single one is wrong in some cases (a change merged upstream
-after an unrelated edit nearby fools patch-id and the full-context reverse check, not -C1).
-
-Nothing here prints; `patchkit.commands.rebase` renders the report.
+The classification of each patch (labels and their evidence) is `patchkit.classify`, which
+`outlook` shares.  Nothing here prints; `patchkit.commands.rebase` renders the report.
 """
 
 from __future__ import annotations
@@ -27,7 +12,6 @@ import glob
 import hashlib
 import json
 import os
-import re
 import shlex
 import shutil
 import tempfile
@@ -35,110 +19,54 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from unidiff import PatchSet
-
 from patchkit import gitops
-from patchkit.apply import (
-    BASE_REF,
-    BRANCH,
-    ApplyOptions,
-    RunTrees,
-    build_series,
-    commit_message_for,
-    disjoint_runs,
-    patch_identity,
+from patchkit.apply import BASE_REF, BRANCH, ApplyOptions, build_series
+from patchkit.classify import (
+    LABELS,
+    REMOVED_LABELS,
+    NewBase,
+    PatchOutcome,
+    Signal,
+    carry_series,
+    wheel_requires,
 )
 from patchkit.errors import ApplyError, Interrupted, UsageError
-from patchkit.export import (
-    ExportedPatch,
-    SeriesRead,
-    export_commits,
-    unchanged_since,
-    write_series,
-)
+from patchkit.export import ExportedPatch, SeriesRead, export_commits, unchanged_since, write_series
 from patchkit.locks import locked
 from patchkit.pins import check_targets, render_targets, write_targets
 from patchkit.project import Project
-from patchkit.series import PATCH_FILE_TRAILER, Patch, Series
+from patchkit.series import PATCH_FILE_TRAILER, Series
 from patchkit.targets import Release, Target, WheelPin, bump_version, load_targets
 from patchkit.upstream import Base, NewPin, resolve_new_base
 
 IMPORTS = ("sdist", "wheel")  # bases imported from the index: no upstream git history
 # The new-base finding lives in patchkit.upstream, targets.toml edits in patchkit.pins.
-__all__ = ["NewPin", "render_targets", "resolve_new_base"]
+# The labels and outcomes are patchkit.classify's.
+__all__ = [
+    "LABELS",
+    "REMOVED_LABELS",
+    "NewPin",
+    "PatchOutcome",
+    "Signal",
+    "render_targets",
+    "resolve_new_base",
+]
 
-LABELS = ("clean", "offset", "merged", "conflict", "upstreamed", "resolved", "dropped")
-# Leave the series when --write records the rebase: upstreamed (the new base has the change)
-# and dropped (left out by hand while resolving: no upstream evidence, so no Applied-Upstream).
-REMOVED_LABELS = ("upstreamed", "dropped")
 DROPPED_NOTE = (
     "left out while resolving (git rebase --skip, or resolved to no change); no upstream "
     "evidence: --write removes it from the series without an Applied-Upstream trailer"
 )
-STRONG_SIGNALS = ("patch-id", "reverse-apply", "empty-after-3way")
-WEAK_SIGNALS = ("reverse-apply-reduced-context", "added-lines-present")
-# Fires for a patch that adds definitions, all of which the new base now defines (and the old
-# did not), with its other additions and its removals matched there too: the change is upstream
-# as an equivalent, not as the same text.
-EQUIVALENT_SIGNALS = ("definitions-present",)
-_DEF_RE = re.compile(r"^\s*(?:async\s+def|def|class)\s+([A-Za-z_]\w*)")
+# Labels whose patch the replay and --write leave out: the new base has it, or no longer needs it.
+_UPSTREAM_HAS_IT = ("upstreamed", "obsolete")
 STATE_FILE = "patchkit-rebase.json"
 REBASE_DIR = "rebase"
 REBASE_IDENTITY = gitops.Identity("patchkit rebase", "rebase@patchkit.invalid", "946684800 +0000")
-_TRIVIAL_LINE = re.compile(r"^[\s()\[\]{}:;,.#\"'`]*$")
-_NAME_RE = re.compile(r"[A-Za-z_]\w{3,}")
-_GENERIC_WORDS = frozenset(("self", "None", "True", "False", "return", "elif", "else", "pass"))
 
 Progress = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
     pass
-
-
-@dataclass
-class Signal:
-    """One piece of upstream-detection evidence; fired is None when it could not be computed."""
-
-    name: str
-    fired: bool | None
-    detail: str
-
-    @property
-    def strong(self) -> bool:
-        return self.name in STRONG_SIGNALS
-
-
-@dataclass
-class PatchOutcome:
-    """The classification of one patch on the new base."""
-
-    name: str
-    label: str
-    signals: list[Signal] = field(default_factory=list)
-    commit: str | None = None
-    refreshed: bytes | None = None
-    changed: bool = False
-    conflicts: list[str] = field(default_factory=list)
-    note: str = ""
-    provisional: bool = False  # classified while an earlier patch was left out (conflict)
-    tree: str | None = field(default=None, repr=False)  # the carried tree, before committing
-
-    @property
-    def fired(self) -> list[str]:
-        return [s.name for s in self.signals if s.fired]
-
-    def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "label": self.label,
-            "changed": self.changed,
-            "commit": self.commit,
-            "signals": [dataclasses.asdict(s) for s in self.signals],
-            "conflicts": self.conflicts,
-            "note": self.note,
-            "provisional": self.provisional,
-        }
 
 
 @dataclass
@@ -242,375 +170,35 @@ def classify_rebase(
         range_ids = gitops.patch_ids_in_range(
             mirror, old_base.commit, new_base.commit, paths, bare=True
         )
-    tip = new_base.commit
-    left_out: list[str] = []
-    carried: list[tuple[PatchOutcome, Patch]] = []
-    runs = RunTrees(mirror, bare=True)
-    # One scratch index for the whole carry: after a carried patch it already holds the new
-    # tip, so it is only re-read when a 3-way attempt left it elsewhere.
-    with (
-        tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp,
-        gitops.scratch_index(mirror, tip, bare=True) as env,
-    ):
-        for run in disjoint_runs(series.patches):
-            files = []
-            for patch in run:
-                progress(f"carrying {patch.name}")
-                patch_file = Path(tmp) / patch.name
-                patch_file.write_bytes(patch.raw)
-                files.append(patch_file)
-            outcomes = _carry_run(mirror, env, tip, old_base.commit, run, files, runs)
-            for i, (patch, patch_file) in enumerate(zip(run, files, strict=True)):
-                if outcomes is not None:
-                    outcome = outcomes[i]
-                else:
-                    outcome = _carry_one(
-                        mirror, env, tip, old_base.commit, patch, patch_file, range_ids,
-                        report.history,
-                    )  # fmt: skip
-                if outcome.label in ("upstreamed", "conflict"):
-                    gitops.read_tree_into(mirror, env, tip, bare=True)
-                if outcome.label in ("clean", "offset", "merged"):
-                    tip = outcome.tree  # the signals read trees; the commits are written below
-                    carried.append((outcome, patch))
-                if left_out:
-                    outcome.provisional = True
-                    outcome.note = (outcome.note + "; " if outcome.note else "") + (
-                        f"classified without {', '.join(left_out)} (in conflict)"
-                    )
-                if outcome.label == "conflict":
-                    left_out.append(patch.name)
-                report.outcomes.append(outcome)
-    # The carried commits are one first-parent chain: written together (their computed trees
-    # first), exported by one format-patch.
-    runs.write()
-    commits = gitops.commit_chain(
+    carry = carry_series(
         mirror,
-        new_base.commit,
-        [(o.tree, commit_message_for(p), patch_identity(p)) for o, p in carried],
-        bare=True,
+        series,
+        old_base.commit,
+        new_base_facts(new_base, mirror.parent.parent),  # the cache: <cache>/mirrors/<name>.git
+        range_ids=range_ids,
+        progress=progress,
     )
-    tip = commits[-1] if commits else new_base.commit
-    for (outcome, _), commit in zip(carried, commits, strict=True):
-        outcome.commit = commit
-    refreshed = export_commits(mirror, new_base.commit, tip, bare=True) if carried else []
-    for (outcome, patch), exported in zip(carried, refreshed, strict=True):
-        outcome.refreshed = exported.raw
-        outcome.changed = exported.raw != patch.raw
-        if outcome.label != "merged":
-            outcome.label = _clean_or_offset(patch, exported.raw)
-    report.tip = tip
+    report.outcomes = carry.outcomes
+    report.tip = carry.tip
     return report
+
+
+def new_base_facts(base: Base, cache: Path) -> NewBase:
+    """What the classification reads of a base: its release and, for a wheel base, the
+    wheel's Requires-Dist (the wheel is in the cache the base was imported from)."""
+    requires = None
+    if base.source == "wheel" and base.wheel:
+        from patchkit.upstream.wheel import wheel_path
+
+        pin = WheelPin(base.wheel, base.wheel_sha256 or "")
+        requires = wheel_requires(wheel_path(pin, cache))
+    return NewBase(base.commit, base.release.version if base.release else None, requires)
 
 
 def _has_history(mirror: Path, old: Base, new: Base) -> bool:
     if old.source in IMPORTS or new.source in IMPORTS:
         return False
     return gitops.is_ancestor(mirror, old.commit, new.commit, bare=True)
-
-
-def _carry_run(
-    mirror: Path,
-    env: dict[str, str],
-    tip: str,
-    old_base: str,
-    run: list[Patch],
-    files: list[Path],
-    runs: RunTrees,
-) -> list[PatchOutcome] | None:
-    """The outcomes of a run of patches whose paths do not meet, when it applies as a whole
-    and no patch of it fires the definitions signal: each is then what `_carry_one` gives
-    (it applies, and the signal reads only the patch's own files, which no other patch of
-    the run changes, so it reads them at `tip`). Else None, the index holding `tip`, and
-    the run is classified patch by patch."""
-    trees = runs.apply(env, tip, run, files)
-    if trees is None:
-        return None
-    if any(_definitions_signal(mirror, tip, old_base, patch).fired for patch in run):
-        gitops.read_tree_into(mirror, env, tip, bare=True)
-        return None
-    runs.accept()
-    outcomes = []
-    for patch, tree in zip(run, trees, strict=True):
-        outcome = PatchOutcome(patch.name, "clean")
-        outcome.tree = tree
-        outcomes.append(outcome)
-    return outcomes
-
-
-def _carry_one(
-    mirror: Path,
-    env: dict[str, str],
-    tip: str,
-    old_base: str,
-    patch: Patch,
-    patch_file: Path,
-    range_ids: dict[str, str] | None,
-    history: bool,
-) -> PatchOutcome:
-    """Classify one patch against the index `env` (holding `tip`); `git apply` is atomic, so
-    a failed forward apply leaves the index as it was for the signals."""
-    outcome = PatchOutcome(patch.name, "clean")
-    applied, _ = gitops.apply_to_index(mirror, env, patch_file, bare=True)
-    if applied:
-        # It applies as text, but upstream may define the same API elsewhere in the file:
-        # carrying it then defines everything twice.
-        same_api = _definitions_signal(mirror, tip, old_base, patch)
-        if not same_api.fired:
-            outcome.tree = gitops.write_tree(mirror, env, bare=True)
-            return outcome
-        outcome.signals = [same_api]
-        outcome.label = "upstreamed"
-        outcome.note = _EQUIVALENT_NOTE
-        return outcome
-    signals, merged_tree, conflicts = _upstream_signals(
-        mirror, env, tip, old_base, patch, patch_file, range_ids, history
-    )
-    outcome.signals = signals
-    by_name = {s.name: s for s in signals}
-    strong = any(s.fired for s in signals if s.strong)
-    weak = all(by_name[n].fired for n in WEAK_SIGNALS)
-    equivalent = any(by_name[n].fired for n in EQUIVALENT_SIGNALS)
-    if strong or weak:
-        outcome.label = "upstreamed"
-        outcome.note = "the new base already contains this change"
-    elif equivalent:
-        outcome.label = "upstreamed"
-        outcome.note = _EQUIVALENT_NOTE
-    elif merged_tree is not None:
-        outcome.label = "merged"
-        outcome.tree = merged_tree
-    else:
-        outcome.label = "conflict"
-        outcome.conflicts = conflicts
-        if not conflicts:
-            outcome.note = by_name["empty-after-3way"].detail + _moved_hint(mirror, tip, patch)
-    return outcome
-
-
-_EQUIVALENT_NOTE = (
-    "the new base has an equivalent implementation (not the same text): "
-    "read it before dropping the patch"
-)
-
-
-def _moved_hint(mirror: Path, tip: str, patch: Patch) -> str:
-    """For files the new base lacks: where a file of the same name lives now (moved upstream?)."""
-    paths = gitops.tree_paths(mirror, tip, bare=True)
-    present = set(paths)
-    hints = []
-    for change in patch.files:
-        path = change.source or change.path
-        if path in present or change.source is None:
-            continue
-        base = path.rsplit("/", 1)[-1]
-        moved = [p for p in paths if p.rsplit("/", 1)[-1] == base]
-        if moved:
-            hints.append(f"{path} -> {' or '.join(moved[:3])}?")
-        else:
-            hints.append(f"{path} is gone")
-    return f" (not in the new base: {'; '.join(hints)})" if hints else ""
-
-
-def _upstream_signals(
-    mirror: Path,
-    env: dict[str, str],
-    tip: str,
-    old_base: str,
-    patch: Patch,
-    patch_file: Path,
-    range_ids: dict[str, str] | None,
-    history: bool,
-) -> tuple[list[Signal], str | None, list[str]]:
-    """The evidence, the tree of a conflict-free 3-way merge (if any) and conflicted paths."""
-    signals = []
-    merged_tree, conflicts = None, []
-    if history and range_ids is not None:
-        pid = gitops.patch_id_bare(mirror, patch.diff.encode(), bare=True)
-        hit = range_ids.get(pid or "")
-        signals.append(
-            Signal(
-                "patch-id",
-                hit is not None,
-                f"equal to upstream commit {hit}"
-                if hit
-                else f"no commit of the upstream range has patch-id {(pid or '-')[:12]}",
-            )
-        )
-    else:
-        signals.append(
-            Signal(
-                "patch-id",
-                None,
-                "not available: a base is an sdist or wheel import (no upstream history)",
-            )
-        )
-    full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True, bare=True)[0]
-    reduced = (
-        full
-        or gitops.apply_to_index(
-            mirror, env, patch_file, reverse=True, check=True, context=1, bare=True
-        )[0]
-    )
-    signals.append(
-        Signal(
-            "reverse-apply",
-            full,
-            "git apply --reverse --check " + ("succeeds" if full else "fails") + " on the new base",
-        )
-    )
-    signals.append(
-        Signal(
-            "reverse-apply-reduced-context",
-            reduced,
-            "git apply --reverse --check -C1 " + ("succeeds" if reduced else "fails"),
-        )
-    )
-    result, conflicts, err = gitops.apply_three_way(mirror, env, patch_file, bare=True)
-    if result == "applied":
-        tree = gitops.write_tree(mirror, env, bare=True)
-        empty = tree == gitops.tree_of(mirror, tip, bare=True)
-        merge = Signal(
-            "empty-after-3way",
-            empty,
-            "3-way merge applied: " + ("nothing left (empty)" if empty else "changes remain"),
-        )
-        merged_tree = None if empty else tree
-    elif result == "conflict":
-        merge = Signal(
-            "empty-after-3way", False, f"3-way merge conflicts in {', '.join(conflicts)}"
-        )
-    else:
-        first = next((ln for ln in err.splitlines() if ln.strip()), "failed")
-        merge = Signal("empty-after-3way", None, f"3-way merge impossible: {first}")
-    signals.append(merge)
-    signals.append(_added_lines_signal(mirror, tip, patch))
-    signals.append(_definitions_signal(mirror, tip, old_base, patch))
-    return signals, merged_tree, conflicts
-
-
-def _definitions(blob: bytes | None) -> set[str]:
-    text = (blob or b"").decode("utf-8", "replace")
-    return {m.group(1) for m in map(_DEF_RE.match, text.splitlines()) if m}
-
-
-def _definitions_signal(mirror: Path, tip: str, old_base: str, patch: Patch) -> Signal:
-    """Definitions the patch adds that the new base defines too (an equivalent upstream).
-
-    Every public definition the patch adds must be new in the new base; any other statement it
-    adds (a call of the new definition) must be in the new base's file too; and no line it
-    removes may be left in the new base more often than in the patched file (upstream dropped
-    what the definition replaces)."""
-    added: dict[str, set[str]] = {}
-    outside: dict[str, list[str]] = {}
-    balance: dict[str, dict[str, int]] = {}  # per file: line -> added minus removed
-    for pf in PatchSet(patch.diff):
-        path = pf.target_file[2:] if pf.target_file.startswith("b/") else pf.path
-        counts = balance.setdefault(path, {})
-        for hunk in pf:
-            in_definition = False
-            for line in hunk:
-                text = line.value.strip()
-                significant = not (_TRIVIAL_LINE.match(line.value) or text.startswith("#"))
-                if significant and (line.is_added or line.is_removed):
-                    key = _normalize(line.value)
-                    counts[key] = counts.get(key, 0) + (1 if line.is_added else -1)
-                if not line.is_added:
-                    in_definition = False
-                    continue
-                if not text or text.startswith(("#", "@")):
-                    continue
-                match = _DEF_RE.match(line.value)
-                if match:
-                    in_definition = True
-                    added.setdefault(path, set()).add(match.group(1))
-                elif not in_definition and significant:
-                    outside.setdefault(path, []).append(_normalize(line.value))
-    public = {(p, n) for p, names in added.items() for n in names if not n.startswith("_")}
-    if not public:
-        return Signal("definitions-present", False, "the patch adds no public definitions")
-    have = [
-        (p, n)
-        for p, n in sorted(public)
-        if n in _definitions(gitops.show_file(mirror, tip, p, bare=True))
-        and n not in _definitions(gitops.show_file(mirror, old_base, p, bare=True))
-    ]
-    missing = left = 0
-    for path, counts in balance.items():
-        new = _line_counts(gitops.show_file(mirror, tip, path, bare=True))
-        old = _line_counts(gitops.show_file(mirror, old_base, path, bare=True))
-        missing += sum(1 for line in outside.get(path, []) if not new.get(line))
-        left += sum(
-            1
-            for line, delta in counts.items()
-            if delta < 0 and _identifying(line) and new.get(line, 0) > old.get(line, 0) + delta
-        )
-    fired = len(have) == len(public) and not missing and not left
-    names = ", ".join(n for _, n in sorted(public))
-    detail = f"{len(have)}/{len(public)} public definitions the patch adds ({names}) are new in "
-    detail += "the new base"
-    if missing:
-        detail += f"; {missing} added statement(s) outside them are not in the new base"
-    if left:
-        detail += f"; {left} removed line(s) are still in the new base"
-    return Signal("definitions-present", fired, detail)
-
-
-def _identifying(line: str) -> bool:
-    """A line that names something (not `if (`, `else:`, `return x`): worth counting."""
-    return any(word not in _GENERIC_WORDS for word in _NAME_RE.findall(line))
-
-
-def _line_counts(blob: bytes | None) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for raw in (blob or b"").decode("utf-8", "replace").splitlines():
-        key = _normalize(raw)
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def _normalize(line: str) -> str:
-    return " ".join(line.split())
-
-
-def _added_lines_signal(mirror: Path, tip: str, patch: Patch) -> Signal:
-    """Every non-trivial added line of the patch already present in the new base's file."""
-    wanted = present = 0
-    for pf in PatchSet(patch.diff):
-        path = pf.target_file[2:] if pf.target_file.startswith("b/") else pf.path
-        blob = gitops.show_file(mirror, tip, path, bare=True)
-        have = {_normalize(ln) for ln in (blob or b"").decode("utf-8", "replace").splitlines()}
-        for hunk in pf:
-            for line in hunk:
-                if not line.is_added or _TRIVIAL_LINE.match(line.value):
-                    continue
-                wanted += 1
-                present += _normalize(line.value) in have
-    fired = wanted > 0 and present == wanted
-    return Signal(
-        "added-lines-present",
-        fired,
-        f"{present}/{wanted} added lines already in the new base's files",
-    )
-
-
-def _hunks(diff: str) -> list[tuple[str, list[tuple[int, int, int, int]], list[str]]]:
-    out = []
-    for pf in PatchSet(diff):
-        numbers = [(h.source_start, h.source_length, h.target_start, h.target_length) for h in pf]
-        bodies = [str(line) for h in pf for line in h]
-        out.append((pf.path, numbers, bodies))
-    return out
-
-
-def _clean_or_offset(patch: Patch, refreshed: bytes) -> str:
-    text = refreshed.decode("utf-8", "replace")
-    cut = text.find("\ndiff --git ")
-    new = _hunks(text[cut + 1 :]) if cut >= 0 else []
-    old = _hunks(patch.diff)
-    if [(p, n) for p, n, _ in new] == [(p, n) for p, n, _ in old]:
-        return "clean"
-    return "offset"
 
 
 # --- conflicts: a scratch work tree and --continue -------------------------------------------
@@ -695,7 +283,7 @@ def _make_conflict_tree(
     for outcome in report.outcomes:
         if outcome.name == first.name:
             break
-        if outcome.commit and outcome.label != "upstreamed":
+        if outcome.commit and outcome.label not in _UPSTREAM_HAS_IT:
             carried = outcome.commit
     gitops.clone_local(mirror, dest)
     for sha in {old_tip, carried, report.new_base.commit}:
@@ -726,7 +314,7 @@ def _replayed_series(report: RebaseReport, mirror: Path, series: Series):
     """The old series as commits for the replay, without the patches upstream already has: the
     replay would otherwise re-add them next to upstream's own version (an equivalent upstream
     applies cleanly as a duplicate).  When a later patch needs one of them, all are kept."""
-    upstreamed = {o.name for o in report.outcomes if o.label == "upstreamed"}
+    upstreamed = {o.name for o in report.outcomes if o.label in _UPSTREAM_HAS_IT}
     kept = dataclasses.replace(
         series,
         entries=[e for e in series.entries if e.name not in upstreamed],
@@ -887,11 +475,11 @@ def continue_rebase(
             if entry["label"] == "conflict":
                 outcome.label = "resolved"
                 outcome.note = f"resolved by hand in {dest}"
-            elif outcome.label == "upstreamed":
+            elif outcome.label in _UPSTREAM_HAS_IT:
                 outcome.label = "merged"
                 outcome.note = "kept by git rebase after the resolution"
                 outcome.signals = []
-        elif outcome.label != "upstreamed":  # upstreamed keeps its preview's evidence
+        elif outcome.label not in _UPSTREAM_HAS_IT:  # these keep their preview's evidence
             outcome.label = "dropped"
             outcome.note = DROPPED_NOTE
             outcome.signals = []
@@ -1034,6 +622,8 @@ def commit_message(report: RebaseReport) -> str:
             f"{', '.join(o.fired) or 'dropped as empty'})."
         )
     for o in report.outcomes:
+        if o.label == "obsolete":
+            lines.append(f"Dropped {o.name}: obsolete on {new} ({o.note}).")
         if o.label == "dropped":
             lines.append(
                 f"Dropped {o.name} while resolving the rebase; upstream was not seen to have "

@@ -84,6 +84,7 @@ def test_errors_are_envelopes_too(cache, tmp_path, verb):
         "inspect": ["inspect", str(tmp_path / "missing.whl")],
         "verify": ["verify", "--env", str(tmp_path / "missing")],
         "rebase": ["rebase", "--target", "nope@1"],
+        "outlook": ["outlook", "--target", "nope"],
         "export": ["export", str(tmp_path / "missing")],
         "lint": ["lint", "--target", "nope"],
         "review": ["review", "--target", "nope"],

@@ -114,6 +114,7 @@ def test_real_0_5_10_evidence(classified):
         "empty-after-3way": False,
         "added-lines-present": False,
         "definitions-present": True,
+        "applied-upstream-trailer": True,  # its own trailer: Applied-Upstream: 0.5.10
     }
     assert "equivalent" in kimi.note
     assert by["sm120-torch-symm-mem-allreduce.patch"].changed is False  # files untouched

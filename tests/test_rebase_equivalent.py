@@ -112,10 +112,10 @@ def upstream(tmp_path_factory):
 
 
 def _signal(upstream, new_base: str):
-    from patchkit.rebase import _definitions_signal
+    from patchkit.classify.definitions import definitions_signal
 
     bare, revs, patch = upstream
-    return _definitions_signal(bare, revs[new_base], revs["old"], patch)
+    return definitions_signal(bare, revs[new_base], revs["old"], patch)
 
 
 def test_equivalent_upstream_with_its_call_and_the_resets_gone_fires(upstream):
@@ -236,14 +236,15 @@ def test_replay_after_a_conflict_leaves_out_the_upstreamed_patch(equivalent_proj
 # the fusion patch's RMSNorm body moved into _forward_with_allreduce_fusion() (conflict); the
 # symm-mem files only gained a header (offset); the aux-capture hunks merge; the Kimi hooks are
 # upstream since 0.5.10 and the aux layers before graph capture since 0.5.11 (both equivalents);
-# a wheel base has no pyproject.toml for the packaging pins.
+# a wheel base has no pyproject.toml for the packaging pins, and the wheel's Requires-Dist
+# declares the CUDA 13 stack itself (obsolete).
 EXPECTED_0512 = {
     "sm120-flashinfer-allreduce-fusion.patch": "conflict",
     "sm120-torch-symm-mem-allreduce.patch": "offset",
     "kimi-k25-eagle3-delegation.patch": "upstreamed",
     "eagle3-aux-capture-post-allreduce.patch": "merged",
     "eagle3-aux-capture-before-cuda-graphs.patch": "upstreamed",
-    "cu130-packaging-pins.patch": "conflict",
+    "cu130-packaging-pins.patch": "obsolete",
 }
 
 
@@ -266,4 +267,8 @@ def test_real_0_5_9_line_onto_the_0_5_12_wheels(
     by = {p["name"]: p for p in doc["patches"]}
     for name in ("kimi-k25-eagle3-delegation.patch", "eagle3-aux-capture-before-cuda-graphs.patch"):
         fired = [s["name"] for s in by[name]["signals"] if s["fired"]]
-        assert fired == ["definitions-present"], (name, by[name]["signals"])
+        assert fired[0] == "definitions-present", (name, by[name]["signals"])
+    pins = {s["name"]: s for s in by["cu130-packaging-pins.patch"]["signals"]}["requires-dist"]
+    assert pins["fired"] is True
+    assert "cuda-python>=13.0,<14 (release: cuda-python>=13.0)" in pins["detail"]
+    assert "torchvision==0.24.1 (release: torchvision)" in pins["detail"]  # left open

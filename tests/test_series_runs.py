@@ -286,14 +286,14 @@ def test_rebase_classification_is_the_same_run_by_run(workspace, monkeypatch, re
     """The real series on its own pin (every patch clean: one run carries seven) and onto
     0.5.10 (conflicts, a merge and an equivalent upstream: runs fall back patch by patch)
     is classified exactly as patch by patch."""
-    from patchkit import rebase
+    from patchkit.classify import carry
 
     accepted = []
     real = RunTrees.accept
     monkeypatch.setattr(RunTrees, "accept", lambda self: accepted.append(1) or real(self))
     by_runs = _classify(workspace, ref)
     assert len(accepted) == (1 if ref == "0.5.9" else 0)  # 0.5.10: every run falls back
-    monkeypatch.setattr(rebase, "disjoint_runs", lambda patches: [[p] for p in patches])
+    monkeypatch.setattr(carry, "disjoint_runs", lambda patches: [[p] for p in patches])
     assert _classify(workspace, ref) == by_runs
     if ref == "0.5.9":
         assert {label for _, label, *_ in by_runs[1]} == {"clean"}
@@ -303,21 +303,21 @@ def test_rebase_classification_is_the_same_run_by_run(workspace, monkeypatch, re
 def test_a_run_whose_patch_upstream_defines_falls_back(workspace, monkeypatch):
     """A patch of a run that applies but whose definitions the new base has is not carried:
     the run is classified patch by patch, and the later patches go on without it."""
-    from patchkit import rebase
+    from patchkit.classify import Signal, carry
 
-    real = rebase._definitions_signal
+    real = carry.definitions_signal
 
     def fires_for_kimi(mirror, tip, old_base, patch):
         if patch.name.startswith("kimi-"):
-            return rebase.Signal("definitions-present", True, "stand-in: upstream has them")
+            return Signal("definitions-present", True, "stand-in: upstream has them")
         return real(mirror, tip, old_base, patch)
 
-    monkeypatch.setattr(rebase, "_definitions_signal", fires_for_kimi)
+    monkeypatch.setattr(carry, "definitions_signal", fires_for_kimi)
     by_runs = _classify(workspace, "0.5.9")
     labels = {name: label for name, label, *_ in by_runs[1]}
     assert labels["kimi-k25-eagle3-delegation.patch"] == "upstreamed"
     assert {label for name, label in labels.items() if not name.startswith("kimi-")} == {"clean"}
-    monkeypatch.setattr(rebase, "disjoint_runs", lambda patches: [[p] for p in patches])
+    monkeypatch.setattr(carry, "disjoint_runs", lambda patches: [[p] for p in patches])
     assert _classify(workspace, "0.5.9") == by_runs
 
 

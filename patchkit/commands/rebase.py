@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from patchkit.classify import LABELS
 from patchkit.errors import NothingToDo, SeriesChangedError, UsageError
 from patchkit.export import SeriesRead
 from patchkit.lines import line_series
@@ -31,6 +32,7 @@ MARK = {
     "merged": "merged",
     "conflict": "CONFLICT",
     "upstreamed": "upstreamed",
+    "obsolete": "obsolete",
     "resolved": "resolved",
     "dropped": "dropped",
 }
@@ -248,13 +250,13 @@ def render_rebase(report: RebaseReport) -> str:
     width = max((len(o.name) for o in report.outcomes), default=0)
     for o in report.outcomes:
         extra = []
-        if o.changed and o.label not in ("upstreamed", "dropped"):
+        if o.changed and o.label not in ("upstreamed", "obsolete", "dropped"):
             extra.append("refreshed")
         if o.conflicts:
             extra.append("conflicts in " + ", ".join(o.conflicts))
         tail = f"  ({'; '.join(extra)})" if extra else ""
         lines.append(f"  {MARK.get(o.label, o.label):>10}  {o.name:<{width}}{tail}")
-        if o.label == "upstreamed":
+        if o.label in ("upstreamed", "obsolete"):
             fired = [s for s in o.signals if s.fired]
             silent = [s for s in o.signals if not s.fired]
             for s in fired:
@@ -266,13 +268,14 @@ def render_rebase(report: RebaseReport) -> str:
                 )
         if o.note and o.label != "clean":
             lines.append(f"{'':14}{o.note}")
+        lines += [f"{'':14}{p.path}: {p.state} ({p.detail})" for p in o.parts]
     counts = report.counts()
     lines.append(
         "  summary: "
         + ", ".join(
             f"{counts.get(k, 0)} {k}"
-            for k in ("clean", "offset", "merged", "conflict", "upstreamed", "resolved", "dropped")
-            if counts.get(k, 0) or k not in ("resolved", "dropped")
+            for k in LABELS
+            if counts.get(k, 0) or k not in ("obsolete", "resolved", "dropped")
         )
     )
     if report.written:

@@ -120,7 +120,7 @@ def _import_sdist_tofu(
     return import_sdist(mirror, target, provisional, archive)
 
 
-def _wanted_tags(target: Target) -> list[tuple[str, str]]:
+def wanted_tags(target: Target) -> list[tuple[str, str]]:
     """(python tag, platform tag) pairs the target already pins wheels for, newest first."""
     for release in reversed(target.releases):
         if release.wheels:
@@ -132,7 +132,7 @@ def _import_wheels_tofu(
     mirror: Mirror, target: Target, name: str, version: str, files: list[dict], progress: Progress
 ) -> str:
     chosen: list[WheelPin] = []
-    for python_tag, platform in _wanted_tags(target):
+    for python_tag, platform in wanted_tags(target):
         for entry in files:
             filename = entry["filename"]
             sha256 = (entry.get("hashes") or {}).get("sha256")

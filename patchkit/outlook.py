@@ -1,0 +1,313 @@
+"""`outlook`: every release upstream published after a line's pin, and what each does to each
+patch of the line, before anyone moves the pin.
+
+For each release (the package index: its sdist, else its wheel for the pinned platforms) the
+line's series is carried onto it exactly as `rebase` would (`patchkit.classify`), and each
+patch gets a state: clean, offset, merged, conflict, partly-upstreamed, upstreamed, obsolete.
+A patch can be retired from the first release from which every later release has it
+upstreamed or obsolete.  Each (patch, release) classification is kept in the cache, keyed by
+the classifier's version, both bases and the patch with every patch before it (a patch's
+state depends on what was carried before it), so a second run only reads the index.
+
+Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from patchkit.classify import PatchOutcome, carry_series
+from patchkit.errors import FetchError, UsageError
+from patchkit.files import replace_file
+from patchkit.series import Series
+from patchkit.targets import Target
+
+Progress = Callable[[str], None]
+
+# Bump when the classification changes what it says: cached states of older versions are
+# then classified again.
+CLASSIFIER_VERSION = "2"
+STATES = (
+    "clean",
+    "offset",
+    "merged",
+    "conflict",
+    "partly-upstreamed",
+    "upstreamed",
+    "obsolete",
+)
+NEEDS_WORK = ("conflict", "partly-upstreamed")
+RETIRED = ("upstreamed", "obsolete")
+LEGEND = {
+    "clean": "applies as it is",
+    "offset": "applies, its hunks moved",
+    "merged": "needs a 3-way merge, no conflict (rebase --write refreshes it)",
+    "conflict": "needs work by hand",
+    "partly-upstreamed": "in conflict, but upstream has or rewrote some of its files",
+    "upstreamed": "upstream has it (see the evidence): retire it",
+    "obsolete": "what it edits is gone and the release meets its purpose: retire it",
+}
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class Cell:
+    """One patch on one release."""
+
+    state: str
+    note: str = ""
+    evidence: list[str] = field(default_factory=list)  # the signals that fired, in words
+    conflicts: list[str] = field(default_factory=list)
+    parts: list[dict] = field(default_factory=list)
+    provisional: bool = False
+
+    @classmethod
+    def of(cls, outcome: PatchOutcome) -> Cell:
+        state = "partly-upstreamed" if outcome.partly_upstreamed else outcome.label
+        return cls(
+            state,
+            outcome.note,
+            [f"{s.name}: {s.detail}" for s in outcome.signals if s.fired],
+            list(outcome.conflicts),
+            [p.to_json() for p in outcome.parts],
+            outcome.provisional,
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "state": self.state,
+            "note": self.note,
+            "evidence": self.evidence,
+            "conflicts": self.conflicts,
+            "parts": self.parts,
+            "provisional": self.provisional,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Cell:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class ReleaseColumn:
+    """One release the line's series was carried onto."""
+
+    version: str
+    source: str  # "sdist" | "wheel" | "git"
+    base: str  # the commit of its import in the mirror
+    stands_for: str
+    cached: bool = False  # every state came from the cache
+
+    def to_json(self) -> dict:
+        return {
+            "version": self.version,
+            "source": self.source,
+            "base": self.base,
+            "stands_for": self.stands_for,
+            "cached": self.cached,
+        }
+
+
+@dataclass
+class PatchRow:
+    name: str
+    cells: dict[str, Cell] = field(default_factory=dict)  # release version -> cell
+    retire_at: str | None = None  # the first release from which every later one retires it
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "retire_at": self.retire_at,
+            "releases": {v: c.to_json() for v, c in self.cells.items()},
+        }
+
+
+@dataclass
+class LineOutlook:
+    """One line of a target across the releases after its pin."""
+
+    target: str
+    line: str
+    pin: str
+    releases: list[ReleaseColumn] = field(default_factory=list)
+    patches: list[PatchRow] = field(default_factory=list)
+
+    @property
+    def newest(self) -> str | None:
+        return self.releases[-1].version if self.releases else None
+
+    @property
+    def needs_work(self) -> list[str]:
+        """Patches the newest release does not take as they are."""
+        newest = self.newest
+        if newest is None:
+            return []
+        return [p.name for p in self.patches if p.cells[newest].state in NEEDS_WORK]
+
+    @property
+    def retire_at(self) -> str | None:
+        """The first release at which every patch of the line could be retired."""
+        dates = [p.retire_at for p in self.patches]
+        if not dates or None in dates:
+            return None
+        return max(dates, key=Version)
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "line": self.line,
+            "pin": self.pin,
+            "newest": self.newest,
+            "retire_at": self.retire_at,
+            "needs_work": self.needs_work,
+            "releases": [r.to_json() for r in self.releases],
+            "patches": [p.to_json() for p in self.patches],
+        }
+
+
+@dataclass
+class OutlookReport:
+    lines: list[LineOutlook] = field(default_factory=list)
+
+    @property
+    def needs_work(self) -> bool:
+        return any(line.needs_work for line in self.lines)
+
+    def to_json(self) -> dict:
+        return {
+            "states": list(STATES),
+            "legend": LEGEND,
+            "needs_work": self.needs_work,
+            "lines": [line.to_json() for line in self.lines],
+        }
+
+
+@dataclass
+class BaseSource:
+    """How outlook obtains bases: the release list and one base per release (injected so the
+    core stays free of the index and the mirror's locking)."""
+
+    releases: Callable[[Target, str], list[str]]
+    old_base: Callable[[Target], object]  # -> patchkit.upstream.Base
+    new_base: Callable[[Target, str], object]
+    facts: Callable[[object], object]  # Base -> patchkit.classify.NewBase
+    mirror: Callable[[Target], Path]
+
+
+def line_outlook(
+    target: Target,
+    series: Series,
+    source: BaseSource,
+    cache: Path,
+    *,
+    since: str | None = None,
+    progress: Progress = _quiet,
+) -> LineOutlook:
+    """Carry `series` (the line `target` is seen through) onto every release after its pin
+    (and after `since`), reading states from the cache where they are."""
+    floor = target.pin
+    if since is not None:
+        if Version(since) < Version(target.pin):
+            raise UsageError(
+                f"--since {since} is before line {target.line}'s pin {target.pin}",
+                hint="outlook looks at releases after the pin; leave --since out",
+            )
+        floor = since
+    result = LineOutlook(target.name, target.line, target.pin)
+    result.patches = [PatchRow(p.name) for p in series.patches]
+    versions = source.releases(target, floor)
+    if not versions:
+        return result
+    old = source.old_base(target)
+    for version in versions:
+        progress(f"{target.name} {version}: obtaining its base")
+        try:
+            new = source.new_base(target, version)
+        except FetchError as exc:
+            progress(f"{target.name} {version}: skipped ({exc.message})")
+            continue
+        column = ReleaseColumn(version, new.source, new.commit, new.stands_for)
+        cells = _classified(target, series, source, old, new, cache, column, progress)
+        for row, cell in zip(result.patches, cells, strict=True):
+            row.cells[version] = cell
+        result.releases.append(column)
+    for row in result.patches:
+        row.retire_at = _retire_at(row, [r.version for r in result.releases])
+    return result
+
+
+def _classified(target, series, source, old, new, cache: Path, column, progress) -> list[Cell]:
+    keys = _keys(series, old.commit, new.commit)
+    paths = [cache / "outlook" / target.name / new.commit / f"{k}.json" for k in keys]
+    cells = [_read_cell(p) for p in paths]
+    if all(c is not None for c in cells):
+        column.cached = True
+        return cells  # type: ignore[return-value]
+    progress(f"{target.name} {column.version}: carrying {len(series.patches)} patch(es)")
+    carry = carry_series(
+        source.mirror(target), series, old.commit, source.facts(new), progress=progress
+    )
+    cells = [Cell.of(o) for o in carry.outcomes]
+    for path, cell in zip(paths, cells, strict=True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        replace_file(path, json.dumps(cell.to_json(), indent=1).encode() + b"\n")
+    return cells
+
+
+def _keys(series: Series, old: str, new: str) -> list[str]:
+    """One cache key per patch: the classifier, both bases, the patch and those before it."""
+    digest = hashlib.sha256(f"outlook {CLASSIFIER_VERSION}\n{old}\n{new}\n".encode())
+    keys = []
+    for patch in series.patches:
+        digest.update(f"{patch.sha256}\n".encode())
+        keys.append(digest.copy().hexdigest()[:32])
+    return keys
+
+
+def _read_cell(path: Path) -> Cell | None:
+    try:
+        return Cell.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _retire_at(row: PatchRow, versions: list[str]) -> str | None:
+    """The first release from which the patch is upstreamed or obsolete in every later one."""
+    first = None
+    for version in versions:
+        if row.cells[version].state in RETIRED:
+            first = first or version
+        else:
+            first = None
+    return first
+
+
+def index_source(cache: Path, progress: Progress = _quiet) -> BaseSource:
+    """Bases as every verb obtains them: the package index's releases, each imported into
+    the target's mirror (`patchkit.upstream`: sdist, else the wheel for the pinned platforms,
+    sha256-checked, downloads bounded)."""
+    from patchkit.rebase import new_base_facts
+    from patchkit.upstream import Mirror, acquire, resolve_new_base
+    from patchkit.upstream.releases import releases_after
+
+    def mirror(target: Target) -> Path:
+        return Mirror(target, cache).path
+
+    return BaseSource(
+        releases=releases_after,
+        old_base=lambda target: acquire(target, None, cache=cache, progress=progress),
+        new_base=lambda target, version: resolve_new_base(
+            target, version, cache=cache, progress=progress
+        )[0],
+        facts=lambda base: new_base_facts(base, cache),
+        mirror=mirror,
+    )
