@@ -52,6 +52,9 @@ def pick_line(target: Target, ref: str | None, line: str | None) -> Target:
         return target.on_line(None)
     chosen = target.line_for_release(release)
     if chosen is None:
+        for old in target.retired:
+            if old.pin == release.version:
+                target.on_line(old.name)  # refuses, naming the line to use instead
         what = f"release {release.version}"
         lines = ", ".join(f"{ln.name} (pin {ln.pin})" for ln in target.lines)
         raise UsageError(

@@ -85,6 +85,19 @@ class Line:
     name: str
     pin: str
     series: str  # folder relative to patches/
+    # The lines of other targets built with this one (`with = { flashinfer = "0.6.15.post1" }`).
+    companions: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RetiredLine:
+    """A line no longer carried: where its users go, and the commit its series was last at."""
+
+    name: str
+    pin: str
+    successor: str
+    why: str
+    last_commit: str
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,7 @@ class Target:
     lines: tuple[Line, ...] = ()
     line: str = ""  # the line this view is of ("" for a target built by hand: its pin)
     default_line: str = ""
+    retired: tuple[RetiredLine, ...] = ()
 
     @property
     def pinned(self) -> Release:
@@ -125,11 +139,25 @@ class Target:
         for line in self.lines:
             if line.name == wanted:
                 return dataclasses.replace(self, pin=line.pin, line=line.name)
+        for old in self.retired:
+            if old.name == wanted:
+                raise UsageError(
+                    f"{self.name} line {wanted} is retired: {old.why}",
+                    hint=f"use --line {old.successor}; the {wanted} series is in git: "
+                    f"`git show {old.last_commit[:12]}:patches/{self.name}/{wanted}/series`",
+                )
         known = ", ".join(self.line_names) or "none"
         raise UsageError(
             f"{self.name} has no line {wanted!r} (lines: {known})"
             + did_you_mean(wanted, self.line_names)
         )
+
+    def companion(self, line: str, target: str) -> str | None:
+        """The line of `target` that this target's line `line` is built with, if any."""
+        for own in self.lines:
+            if own.name == line:
+                return dict(own.companions).get(target)
+        return None
 
     def line_for_release(self, release: Release) -> Line | None:
         """The line whose pin is `release` (the default line first when several are)."""
@@ -226,6 +254,14 @@ def load_targets(path: Path) -> Targets:
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: targets.{name} must be a table")
         targets[name] = _load_target(path, name, table)
+    for target in targets.values():
+        for line in target.lines:
+            for other, other_line in line.companions:
+                if other not in targets or other_line not in targets[other].line_names:
+                    raise ConfigError(
+                        f'{path}: [targets.{target.name}.lines."{line.name}"] with names '
+                        f"{other} line {other_line!r}, which is not a carried line"
+                    )
     return Targets(series_version=version, targets=targets, path=path)
 
 
@@ -347,12 +383,16 @@ def _load_lines(path: Path, name: str, table: dict) -> tuple[tuple[Line, ...], s
             )
         if not isinstance(entry, dict):
             raise ConfigError(f"{path}: [{where}] must be a table")
+        if "retired" in entry:
+            continue  # _load_retired
         pin = _str(path, where, entry, "pin", required=True) or ""
         series = _str(path, where, entry, "series") or f"{name}/{line_name}"
         parts = PurePosixPath(series).parts
         if not parts or series.startswith("/") or any(p in (".", "..") for p in parts):
             raise ConfigError(f"{path}: [{where}] series {series!r} must stay inside patches/")
-        lines.append(Line(line_name, pin, "/".join(parts)))
+        lines.append(Line(line_name, pin, "/".join(parts), _companions(path, where, entry)))
+    if not lines:
+        raise ConfigError(f"{path}: [targets.{name}] has no line that is not retired")
     folders = [ln.series for ln in lines]
     for folder in folders:
         if folders.count(folder) > 1:
@@ -368,6 +408,39 @@ def _load_lines(path: Path, name: str, table: dict) -> tuple[tuple[Line, ...], s
             f"{path}: [targets.{name}] has both 'pin' and 'lines': each line has its own pin"
         )
     return tuple(lines), default
+
+
+def _companions(path: Path, where: str, entry: dict) -> tuple[tuple[str, str], ...]:
+    raw = entry.get("with", {})
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and NAME_RE.match(v) for k, v in raw.items()
+    ):
+        raise ConfigError(
+            f'{path}: [{where}] with must map targets to line names: with = {{ flashinfer = "X" }}'
+        )
+    return tuple(sorted(raw.items()))
+
+
+def _load_retired(path: Path, name: str, table: dict, active: set[str]) -> tuple[RetiredLine, ...]:
+    """`[targets.T.lines."X"]` tables with `retired = "<successor line>"`, `why` and
+    `last_commit` (the commit whose patches/ still holds the line's series)."""
+    retired = []
+    for line_name, entry in (table.get("lines") or {}).items():
+        if not isinstance(entry, dict) or "retired" not in entry:
+            continue
+        where = f'targets.{name}.lines."{line_name}"'
+        successor = _str(path, where, entry, "retired", required=True) or ""
+        if successor not in active:
+            raise ConfigError(
+                f"{path}: [{where}] retired names {successor!r}, not a carried line of {name}"
+            )
+        why = _str(path, where, entry, "why", required=True) or ""
+        last = _str(path, where, entry, "last_commit", required=True) or ""
+        if not re.fullmatch(r"[0-9a-f]{40}", last):
+            raise ConfigError(f"{path}: [{where}] last_commit must be a full commit id")
+        pin = _str(path, where, entry, "pin", required=True) or ""
+        retired.append(RetiredLine(line_name, pin, successor, why, last))
+    return tuple(retired)
 
 
 def _load_target(path: Path, name: str, table: dict) -> Target:
@@ -401,6 +474,7 @@ def _load_target(path: Path, name: str, table: dict) -> Target:
         lines=lines,
         line=default,
         default_line=default,
+        retired=_load_retired(path, name, table, {ln.name for ln in lines}),
     )
     for line in lines:
         view = target.on_line(line.name)

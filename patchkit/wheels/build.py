@@ -639,9 +639,14 @@ def build_wheels(
     report = BuildReport(profile=profile, isolation=options.isolation)
     for spec in specs:
         whole = workspace.target(spec.target)
+        own_line = line
         if line is not None and line not in whole.line_names and len(specs) > 1:
-            continue  # `--target all --line L`: the targets that have a line L
-        target = pick_line(whole, spec.ref, line)
+            # `--target all --line L`: the targets that have a line L, and the lines the
+            # other targets' line L is built with (`with` in targets.toml)
+            own_line = _companion_line(workspace, specs, spec.target, line)
+            if own_line is None:
+                continue
+        target = pick_line(whole, spec.ref, own_line)
         series = line_series(workspace.project, target)
         label = f"{spec.target} line {target.line}" if len(whole.lines) > 1 else spec.target
         if not series.patches:
@@ -683,6 +688,17 @@ def build_wheels(
     if line is not None and not report.wheels and not report.skipped:
         raise UsageError(f"no target has a line '{line}'")
     return report
+
+
+def _companion_line(workspace, specs: Sequence[RefSpec], name: str, line: str) -> str | None:
+    """The line of target `name` that another target's line `line` is built with."""
+    for spec in specs:
+        other = workspace.target(spec.target)
+        if spec.target != name and line in other.line_names:
+            found = other.companion(line, name)
+            if found is not None:
+                return found
+    return None
 
 
 def select_wheels(release: Release, options: BuildOptions) -> list[WheelPin]:

@@ -67,6 +67,7 @@ def run_tier(tree: Path, line: str, tests: list[str], timeout: int) -> tuple[int
     # The line is named, not inherited: under another line's name the tier deselects the
     # tests of patches that line does not carry, and a mistake there would pass unseen.
     env = {**os.environ, "PATCHKIT_SPEC_TREE": str(tree), "PATCHKIT_PAYLOAD_TREE": "patched",
+           "PATCHKIT_PAYLOAD_SGLANG_ROOT": str(tree),
            "PATCHKIT_PAYLOAD_LINE": line}  # fmt: skip
     cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-p", "no:cacheprovider",
            "-W", "ignore", "-o", "addopts="]  # fmt: skip

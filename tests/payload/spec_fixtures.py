@@ -30,7 +30,7 @@ def _put_first_on_path(directory: Path) -> None:
     sys.path.insert(0, path)
 
 
-LINE_TORCH = {"0.5.12": "2.11.", "0.5.9": "2.9."}
+LINE_TORCH = {"0.5.12": "2.11.", "0.5.17": "2.11.", "0.5.23": "2.14.", "0.5.9": "2.9."}
 
 
 def running_line() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -52,8 +53,38 @@ def _communicator_seen_by(major: int, monkeypatch: pytest.MonkeyPatch):
     return module
 
 
+def _request_fusion(server_args, monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
+    """Ask for the fusion as a user does on the line under test: 0.5.17 and later choose a
+    backend (``--flashinfer-allreduce-fusion-backend``, read from the published runtime
+    configuration), earlier lines set ``--enable-flashinfer-allreduce-fusion``."""
+    if hasattr(server_args, "flashinfer_allreduce_fusion_backend"):
+        monkeypatch.setattr(
+            server_args, "flashinfer_allreduce_fusion_backend", "auto" if on else None
+        )
+        from sglang.srt import server_args as server_args_module
+
+        server_args_module.set_global_server_args_for_scheduler(server_args)
+    else:
+        monkeypatch.setattr(server_args, "enable_flashinfer_allreduce_fusion", on)
+
+
+@contextlib.contextmanager
+def _capability(major: int, monkeypatch: pytest.MonkeyPatch):
+    """torch's device queries spoofed (CUDA 13.0, capability ``major``.0) with SGLang's
+    capability caches cleared before and after."""
+    with monkeypatch.context() as spoof:
+        spoof.setattr(torch.cuda, "is_available", lambda: True)
+        spoof.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
+        spoof.setattr(torch.version, "cuda", "13.0")
+        _clear_capability_caches()
+        try:
+            yield
+        finally:
+            _clear_capability_caches()
+
+
 def test_fusion_gate_accepts_sm120(server_args, monkeypatch):
-    monkeypatch.setattr(server_args, "enable_flashinfer_allreduce_fusion", True)
+    _request_fusion(server_args, monkeypatch, True)
     sm90 = _communicator_seen_by(9, monkeypatch)
     assert sm90.apply_flashinfer_allreduce_fusion(8), "capability spoof did not take"
 
@@ -63,9 +94,48 @@ def test_fusion_gate_accepts_sm120(server_args, monkeypatch):
     assert not sm120.apply_flashinfer_allreduce_fusion(0)
     assert not sm120.apply_flashinfer_allreduce_fusion(sm120.FUSE_ALLREDUCE_MAX_BATCH_SIZE + 1)
 
-    # Opt-in only: without --enable-flashinfer-allreduce-fusion SM120 does not fuse.
-    monkeypatch.setattr(server_args, "enable_flashinfer_allreduce_fusion", False)
+    # Opt-in only: without the fusion asked for, SM120 does not fuse.
+    _request_fusion(server_args, monkeypatch, False)
     assert not sm120.apply_flashinfer_allreduce_fusion(8)
+
+
+@pytest.mark.sglang_lines("0.5.17", "0.5.23")
+def test_backend_resolution_accepts_sm120(sglang_tree, monkeypatch):
+    """0.5.17 resolves ``--flashinfer-allreduce-fusion-backend`` at start-up and refused
+    everything but SM90 / SM10X; on SM120 (one PCIe node) ``auto`` and ``trtllm`` resolve to
+    the trtllm backend, while mnnvl (an NVLink fabric) and multi-node stay refused, and the
+    fusion is never turned on for SM120 unasked."""
+    from sglang.srt.layers import flashinfer_comm_fusion as fusion
+
+    with _capability(9, monkeypatch):
+        assert fusion._resolve_backend("auto") == "trtllm", "capability spoof did not take"
+    with _capability(12, monkeypatch):
+        assert fusion._resolve_backend("auto") == "trtllm"
+        assert fusion._resolve_backend("trtllm") == "trtllm"
+        for backend, multi_node in (("mnnvl", False), ("auto", True), ("trtllm", True)):
+            with pytest.raises(ValueError):
+                fusion._resolve_backend(backend, is_multi_node=multi_node)
+    with _capability(8, monkeypatch), pytest.raises(ValueError, match="SM90"):
+        fusion._resolve_backend("auto")
+
+    # SM120 fuses only when asked: the start-up pass that turns the fusion on for supported
+    # models does so on SM90, not on SM120.
+    from sglang.srt.arg_groups import overrides
+
+    hf_config = SimpleNamespace(architectures=["DeepseekV3ForCausalLM"])
+    view = SimpleNamespace(
+        get_model_config=lambda: SimpleNamespace(hf_config=hf_config),
+        flashinfer_allreduce_fusion_backend=None,
+        tp_size=8,
+        enable_dp_attention=False,
+        nnodes=1,
+        moe_a2a_backend="none",
+    )
+    auto_enable = overrides._flashinfer_allreduce_fusion_auto_enable
+    with _capability(9, monkeypatch):
+        assert auto_enable(view) == {"flashinfer_allreduce_fusion_backend": "auto"}
+    with _capability(12, monkeypatch):
+        assert auto_enable(view) == {}
 
 
 class PeerSum:
@@ -139,6 +209,16 @@ def _two_rank_norm(monkeypatch: pytest.MonkeyPatch, peer: torch.Tensor, ep_size:
         "flashinfer_allreduce_residual_rmsnorm",
         lambda input_tensor, residual, weight, eps=1e-6, **_: (None, None),
     )
+
+    from sglang.srt.layers import layernorm
+
+    if hasattr(layernorm, "get_parallel"):  # 0.5.17+: group sizes from the runtime context
+        parallel = SimpleNamespace(
+            attn_tp_size=sizes["get_attn_tensor_model_parallel_world_size"],
+            moe_ep_size=sizes["get_moe_expert_parallel_world_size"],
+            moe_tp_size=sizes["get_moe_tensor_parallel_world_size"],
+        )
+        monkeypatch.setattr(layernorm, "get_parallel", lambda: parallel)
 
     norm = RMSNorm(HIDDEN, eps=EPS)
     with torch.no_grad():

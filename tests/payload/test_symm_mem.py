@@ -31,11 +31,15 @@ class FakeSymmetricMemory:
 
 
 @pytest.fixture
-def sm120_box(sglang_tree, monkeypatch):
-    """Spoof an SM120 device and fake the symmetric-memory rendezvous; return the module."""
+def sm120_box(sglang_tree, server_args, monkeypatch):
+    """Spoof an SM120 device and fake the symmetric-memory rendezvous; return the module
+    (default server arguments published: 0.5.17 reads its configuration from them)."""
     from sglang.srt.distributed.device_communicators import torch_symm_mem
 
     fake = FakeSymmetricMemory()
+    # 0.5.17 enlarges the buffer for a model-specific JIT all-reduce (on by default); the
+    # tests read the per-capability size table, so that enlargement is turned off.
+    monkeypatch.setenv("SGLANG_OPT_USE_INKLING_CUSTOM_AR", "false")
     monkeypatch.setattr(torch_symm_mem, "torch_symm_mem_available", True)
     monkeypatch.setattr(torch_symm_mem, "torch_symm_mem", fake, raising=False)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
@@ -46,7 +50,11 @@ def sm120_box(sglang_tree, monkeypatch):
 def _communicator(module, monkeypatch, world_size: int):
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: world_size)
     group = SimpleNamespace(group_name=f"tp{world_size}")
-    return module.TorchSymmMemCommunicator(group=group, device=0)
+    comm = module.TorchSymmMemCommunicator(group=group, device=0)
+    # The fake buffer lives on the CPU: tensors there stand in for those on the GPU the
+    # communicator was made for (0.5.17 declines tensors of another device).
+    comm.device = torch.device("cpu")
+    return comm
 
 
 @pytest.mark.parametrize("world_size", [2, 4, 8])

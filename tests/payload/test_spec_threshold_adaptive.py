@@ -1,0 +1,242 @@
+"""SGLang 0.5.17+: ``--speculative-disable-batch-threshold`` carried by upstream's adaptive
+runtime states.
+
+From 0.5.14 SGLang runs a zero-step speculative state (a one-token verify replayed from the
+TARGET_VERIFY graphs captured for one draft token, no drafting) behind
+``--speculative-adaptive``.  On these lines the threshold is a step policy for that machinery:
+the configured steps while the decode batch is at or below the threshold, zero steps above it
+until the batch is back at or below the re-enable threshold.  The server arguments go through
+the real parser and the real ``handle_speculative_decoding``; the step policy and the state
+swaps are the real ``BatchThresholdStepParams`` and ``AdaptiveController``; the worker is the
+real ``EAGLEWorkerV2.__init__`` with its draft worker stood in for (it loads a model on a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from types import SimpleNamespace
+
+import pytest
+from spec_fixtures import (
+    EAGLE3_TOPK1,
+    THRESHOLD_FLAG,
+    parse_server_args,
+    spec_tree,
+    write_model_dir,
+)
+from spec_server_args_rules import (  # noqa: F401  (collected here: the rules every line shares)
+    test_no_warning_below_explicit_max_running_requests,
+    test_reenable_defaults_to_three_quarters,
+    test_reenable_must_lie_in_range,
+    test_reenable_needs_threshold,
+    test_threshold_must_be_positive,
+    test_threshold_without_speculation_refused,
+    test_topk_must_be_one,
+    test_unset_threshold_changes_nothing,
+    test_warns_about_implicit_cap_of_48,
+    test_warns_when_threshold_reaches_max_running_requests,
+)
+
+LINES = ("0.5.17", "0.5.23")
+pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines(*LINES)]
+
+GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 96, 128]
+
+
+@pytest.fixture(scope="module")
+def tree(request):
+    import os
+
+    return spec_tree(request, os.environ.get("PATCHKIT_PAYLOAD_LINE") or LINES[0])
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    return write_model_dir(tmp_path)
+
+
+@pytest.fixture
+def resolve(tree, model_dir):
+    """Parse a command line and run SGLang's speculative-decoding handling on it."""
+    from sglang.srt.arg_groups import speculative_hook
+
+    def _resolve(*argv: str, spec_v2: bool = True):
+        args = parse_server_args(model_dir, argv)
+        speculative_hook.handle_speculative_decoding(args)
+        return args
+
+    return _resolve
+
+
+def test_cli_parses_thresholds(resolve):
+    args = resolve(
+        *EAGLE3_TOPK1,
+        THRESHOLD_FLAG, "32",
+        "--speculative-reenable-batch-threshold", "20",
+        "--max-running-requests", "128",
+    )  # fmt: skip
+    assert (
+        args.speculative_disable_batch_threshold,
+        args.speculative_reenable_batch_threshold,
+    ) == (
+        32,
+        20,
+    )
+    assert args.speculative_adaptive is False
+
+
+def test_algorithm_must_be_eagle(resolve):
+    argv = list(EAGLE3_TOPK1)
+    argv[1] = "STANDALONE"
+    with pytest.raises(ValueError, match=r"only the EAGLE and EAGLE3.*STANDALONE"):
+        resolve(*argv, THRESHOLD_FLAG, "8")
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [
+        ("enable_dp_attention", "enable_dp_attention"),
+        ("enable_two_batch_overlap", "enable_two_batch_overlap"),
+        ("enable_pdmux", "enable_pdmux"),
+    ],
+)
+def test_modes_the_adaptive_states_cannot_serve_refused(resolve, field, words):
+    """Where upstream's adaptive mode falls back silently to static steps, the threshold is
+    refused: a user who asked for steps without drafts is told they will not happen."""
+    from sglang.srt.arg_groups import speculative_hook
+
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
+    setattr(args, field, True)
+    with pytest.raises(ValueError, match=f"cannot be combined with {words}"):
+        speculative_hook._handle_speculative_disable_batch_threshold(args)
+
+
+def test_adaptive_refused_and_alone_still_allowed(resolve):
+    with pytest.raises(ValueError, match=r"cannot be combined with\s+--speculative-adaptive"):
+        resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-adaptive")
+    args = resolve("--speculative-algorithm", "EAGLE3", "--speculative-adaptive")
+    assert args.speculative_adaptive is True
+
+
+def test_flags_are_documented_options(tree):
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    dests = {a.dest: a for a in parser._actions}
+    for flag in (THRESHOLD_FLAG, "--speculative-reenable-batch-threshold"):
+        action = dests[flag[2:].replace("-", "_")]
+        assert flag in action.option_strings and action.help
+
+
+def _params(steps=2, disable_above=8, reenable_at=6):
+    from sglang.srt.speculative.adaptive_spec_params import BatchThresholdStepParams
+
+    return BatchThresholdStepParams(steps, disable_above, reenable_at)
+
+
+def test_hysteresis_decision_and_logging(tree, caplog):
+    caplog.set_level(logging.INFO)
+    params = _params()
+    ramp = [1, 8, 9, 12, 7, 0, 6, 8, 9, 0, 3]
+    steps = [params.get_steps_for_batch(bs) for bs in ramp]
+    # Above 8 off, back on only at <= 6; an idle batch (0) decides nothing.
+    assert steps == [2, 2, 0, 0, 0, 0, 2, 2, 0, 0, 2]
+    switches = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("Speculative decoding")
+    ]
+    assert switches == [
+        "Speculative decoding disabled: decode batch size 9 > 8 "
+        "(--speculative-disable-batch-threshold).",
+        "Speculative decoding re-enabled: decode batch size 6 <= 6 "
+        "(--speculative-reenable-batch-threshold).",
+        "Speculative decoding disabled: decode batch size 9 > 8 "
+        "(--speculative-disable-batch-threshold).",
+        "Speculative decoding re-enabled: decode batch size 3 <= 6 "
+        "(--speculative-reenable-batch-threshold).",
+    ]
+    # Acceptance does not move it (that is --speculative-adaptive's policy).
+    assert all(params.on_verify_complete([0] * 4, 4) is None for _ in range(40))
+    assert params.get_steps_for_batch(4) == 2
+
+
+def test_graphs_only_for_batch_sizes_each_state_can_run(tree):
+    params = _params(steps=2, disable_above=30, reenable_at=22)
+    assert params.cuda_graph_bs_for_step(0) is None  # CUDA graphs off
+    params.set_cuda_graph_bs(GRAPH_BS)
+    assert params.candidate_steps == [0, 2]
+    # Zero steps: batches above the re-enable threshold, padded up to a graph size.
+    assert params.cuda_graph_bs_for_step(0) == [24, 32, 40, 48, 64, 96, 128]
+    # Speculation: batches of at most 30 requests, padded to 32 at most.
+    assert params.cuda_graph_bs_for_step(2) == [1, 2, 4, 8, 12, 16, 24, 32]
+
+
+@pytest.mark.parametrize(("steps", "reenable"), [(0, 4), (2, 0), (2, 9)])
+def test_params_refuse_what_cannot_work(tree, steps, reenable):
+    with pytest.raises(ValueError):
+        _params(steps=steps, disable_above=8, reenable_at=reenable)
+
+
+class RecordingWorker:
+    """Stands in for EAGLEWorkerV2's side of the AdaptiveSpecWorker protocol (building a
+    state captures CUDA graphs on a GPU): records what is built and which state is live."""
+
+    def __init__(self, steps: int):
+        self.speculative_num_steps = steps
+        self.built: list[tuple[int, int, list[int] | None]] = []
+        self.applied: list[int] = []
+
+    def build_adaptive_runtime_state(
+        self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None
+    ):
+        self.built.append((speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs))
+        return SimpleNamespace(speculative_num_steps=speculative_num_steps)
+
+    def apply_runtime_state(self, state) -> None:
+        if state.speculative_num_steps != self.speculative_num_steps:
+            self.applied.append(state.speculative_num_steps)
+        self.speculative_num_steps = state.speculative_num_steps
+
+
+def test_controller_swaps_states_across_the_threshold(tree):
+    from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
+
+    worker = RecordingWorker(steps=2)
+    controller = AdaptiveController(worker, params=_params(2, 8, 6))
+    controller.register(SimpleNamespace(speculative_num_steps=2))
+    controller.init_states(cuda_graph_bs=GRAPH_BS)
+    # Only the zero-step state is built (the configured one exists), with one draft token
+    # and graphs for batch sizes above the re-enable threshold.
+    assert worker.built == [(0, 1, [8, 12, 16, 24, 32, 40, 48, 64, 96, 128])]
+    for bs in [1, 9, 40, 7, 6, 3, 12]:
+        controller.activate_step_by_batch(bs)
+    assert worker.applied == [0, 2, 0]
+    controller.on_verify_complete([0, 0, 0], batch_size=3)
+    assert worker.speculative_num_steps == 0
+
+
+def _worker(monkeypatch, resolve, *extra: str):
+    from sglang.srt.speculative import eagle_worker_v2
+
+    class DraftWorkerStandIn:
+        """EagleDraftWorker loads the draft model on a GPU; the worker's constructor only
+        keeps it."""
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(eagle_worker_v2, "EagleDraftWorker", DraftWorkerStandIn)
+    args = resolve(*EAGLE3_TOPK1, "--max-running-requests", "64", *extra)
+    args.device = "cpu"
+    return eagle_worker_v2.EAGLEWorkerV2(args, 0, None, 0, SimpleNamespace())
+
+
+def test_worker_builds_the_threshold_policy(resolve, monkeypatch):
+    from sglang.srt.speculative.adaptive_spec_params import BatchThresholdStepParams
+
+    worker = _worker(monkeypatch, resolve, THRESHOLD_FLAG, "16")
+    params = worker.adaptive_controller.params
+    assert isinstance(params, BatchThresholdStepParams)
+    assert (params.steps, params.disable_above, params.reenable_at) == (2, 16, 12)
+    assert _worker(monkeypatch, resolve).adaptive_controller is None
