@@ -184,7 +184,7 @@ def flashinfer_tree(payload_kind: str) -> Path:
 
 
 @pytest.fixture
-def server_args(sglang_tree: Path):
+def server_args(sglang_tree: Path, tmp_path: Path):
     """A real default ``ServerArgs`` installed as SGLang's global server args, for this test
     (made again for each: another test may have installed its own as the global, and a
     shared one would carry a test's settings into the next).
@@ -193,13 +193,6 @@ def server_args(sglang_tree: Path):
     fields they need.
     """
     from sglang.srt import server_args as server_args_module
+    from spec_fixtures import default_server_args, write_model_dir
 
-    args = object.__new__(server_args_module.ServerArgs)
-    for field in dataclasses.fields(server_args_module.ServerArgs):
-        if field.default is not dataclasses.MISSING:
-            setattr(args, field.name, field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            setattr(args, field.name, field.default_factory())
-    args.model_path = "patchkit/payload-test-model"
-    server_args_module.set_global_server_args_for_scheduler(args)
-    return args
+    return default_server_args(server_args_module, write_model_dir(tmp_path))

@@ -79,16 +79,35 @@ def spec_tree(request, line: str) -> Path | None:
     return use_line_tree(line)
 
 
-def default_server_args(server_args_module):
-    """A real default ``ServerArgs`` (``__post_init__`` skipped: it probes GPUs and model
-    files), installed as SGLang's global server args."""
-    args = object.__new__(server_args_module.ServerArgs)
-    for field in dataclasses.fields(server_args_module.ServerArgs):
-        if field.default is not dataclasses.MISSING:
-            setattr(args, field.name, field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            setattr(args, field.name, field.default_factory())
-    args.model_path = "patchkit/payload-test-model"
+def bare_server_args(cls, values: dict):
+    """A real ``ServerArgs`` holding ``values`` over its defaults, unresolved.
+
+    Up to 0.5.22 ``ServerArgs`` is a dataclass whose ``__post_init__`` resolves everything
+    (it probes GPUs and model files): it is skipped.  From 0.5.23 it is a msgspec Struct whose
+    construction resolves nothing (``resolve_once`` does, later): it is constructed.
+    """
+    if hasattr(cls, "__struct_fields__"):
+        return cls(**{k: v for k, v in values.items() if k in cls.__struct_fields__})
+    args = object.__new__(cls)
+    for field in dataclasses.fields(cls):
+        if field.name in values:
+            value = values[field.name]
+        elif field.default is not dataclasses.MISSING:
+            value = field.default
+        else:
+            value = field.default_factory()
+        setattr(args, field.name, value)
+    return args
+
+
+def default_server_args(server_args_module, model_dir: Path):
+    """A real default ``ServerArgs`` (unresolved: ``bare_server_args``) for the tiny model
+    folder ``model_dir`` (``write_model_dir``), installed as SGLang's global server args
+    (from 0.5.23 publishing resolves the arguments, which reads the model's config)."""
+    values = {"model_path": str(model_dir)}
+    if hasattr(server_args_module.ServerArgs, "__struct_fields__"):
+        values["device"] = "cpu"  # the resolution that publishing runs probes the device
+    args = bare_server_args(server_args_module.ServerArgs, values)
     server_args_module.set_global_server_args_for_scheduler(args)
     return args
 
@@ -132,15 +151,7 @@ def parse_server_args(model_dir: Path, argv: list[str]):
     ServerArgs.add_cli_args(parser)
     cli = ["--model-path", str(model_dir), "--speculative-draft-model-path", str(model_dir)]
     namespace = parser.parse_args([*cli, *argv])
-    args = object.__new__(ServerArgs)
-    for field in dataclasses.fields(ServerArgs):
-        if hasattr(namespace, field.name):
-            value = getattr(namespace, field.name)
-        elif field.default is not dataclasses.MISSING:
-            value = field.default
-        else:
-            value = field.default_factory()
-        setattr(args, field.name, value)
+    args = bare_server_args(ServerArgs, vars(namespace))
     # Filled in by __post_init__ handlers that run before the speculative one.
     args.page_size = args.page_size or 1
     return args

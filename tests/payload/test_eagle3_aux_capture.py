@@ -36,15 +36,21 @@ CAPTURING_MODELS = {
     "bailing_moe": ("sglang.srt.models.bailing_moe", "BailingMoEModel"),
 }
 BEFORE_GRAPHS = pytest.mark.sglang_lines("0.5.9")  # upstream from 0.5.11 (sgl-project/sglang#22836)
-# The lines whose patch still carries each model's capture fix: DeepSeek-V2/V3 captures after
-# the all-reduce upstream from 0.5.14 (sgl-project/sglang#28343).
-CARRIED_ON = {"deepseek_v2": ("0.5.9", "0.5.12")}
+# The lines whose patch carries each model's capture fix: DeepSeek-V2/V3 captures after the
+# all-reduce upstream from 0.5.14 (sgl-project/sglang#28343), the others from 0.5.21 (their
+# decoder layers capture the aux state themselves).
+CARRIED_ON = {
+    "deepseek_v2": ("0.5.9",),
+    "glm4_moe": ("0.5.9", "0.5.17"),
+    "gpt_oss": ("0.5.9", "0.5.17"),
+    "bailing_moe": ("0.5.9", "0.5.17"),
+}
 
 
 def _capturing_model_params() -> list[str]:
     """The models whose fix the line under test carries (others are not collected)."""
     line = os.environ.get("PATCHKIT_PAYLOAD_LINE") or "0.5.9"  # the payload conftest's default
-    return [name for name in sorted(CAPTURING_MODELS) if line in CARRIED_ON.get(name, (line,))]
+    return [name for name in sorted(CAPTURING_MODELS) if line in CARRIED_ON[name]]
 
 
 class ThreadGroup:

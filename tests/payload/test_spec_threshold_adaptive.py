@@ -14,6 +14,7 @@ real ``EAGLEWorkerV2.__init__`` with its draft worker stood in for (it loads a m
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 from types import SimpleNamespace
 
@@ -64,6 +65,11 @@ def resolve(tree, model_dir):
     def _resolve(*argv: str, spec_v2: bool = True):
         args = parse_server_args(model_dir, argv)
         speculative_hook.handle_speculative_decoding(args)
+        # 0.5.23 declares resolved values instead of assigning them; __post_init__ (skipped
+        # here) writes the declarations onto the record at its end, as this does.
+        for _source, declared in getattr(args, "_resolved_overrides", None) or ():
+            for name, value in declared.items():
+                setattr(args, name, value)
         return args
 
     return _resolve
@@ -96,7 +102,7 @@ def test_algorithm_must_be_eagle(resolve):
 @pytest.mark.parametrize(
     ("field", "words"),
     [
-        ("enable_dp_attention", "enable_dp_attention"),
+        ("enable_dp_attention", "enable_dp_attention|attention DP"),
         ("enable_two_batch_overlap", "enable_two_batch_overlap"),
         ("enable_pdmux", "enable_pdmux"),
     ],
@@ -108,7 +114,9 @@ def test_modes_the_adaptive_states_cannot_serve_refused(resolve, field, words):
 
     args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
     setattr(args, field, True)
-    with pytest.raises(ValueError, match=f"cannot be combined with {words}"):
+    if field == "enable_dp_attention" and hasattr(args, "attn_dp_size"):
+        args.attn_dp_size = 2  # 0.5.23 reads attention DP from the width it resolved
+    with pytest.raises(ValueError, match=f"cannot serve this configuration: .*({words})"):
         speculative_hook._handle_speculative_disable_batch_threshold(args)
 
 
@@ -203,7 +211,10 @@ def test_controller_swaps_states_across_the_threshold(tree):
     from sglang.srt.speculative.adaptive_runtime_state import AdaptiveController
 
     worker = RecordingWorker(steps=2)
-    controller = AdaptiveController(worker, params=_params(2, 8, 6))
+    # The policy argument: `params` on 0.5.17, `policy` (upstream's own) from 0.5.23.
+    accepted = inspect.signature(AdaptiveController.__init__).parameters
+    keyword = "policy" if "policy" in accepted else "params"
+    controller = AdaptiveController(worker, **{keyword: _params(2, 8, 6)})
     controller.register(SimpleNamespace(speculative_num_steps=2))
     controller.init_states(cuda_graph_bs=GRAPH_BS)
     # Only the zero-step state is built (the configured one exists), with one draft token
@@ -229,7 +240,17 @@ def _worker(monkeypatch, resolve, *extra: str):
     monkeypatch.setattr(eagle_worker_v2, "EagleDraftWorker", DraftWorkerStandIn)
     args = resolve(*EAGLE3_TOPK1, "--max-running-requests", "64", *extra)
     args.device = "cpu"
-    return eagle_worker_v2.EAGLEWorkerV2(args, 0, None, 0, SimpleNamespace())
+    init = eagle_worker_v2.EAGLEWorkerV2.__init__
+    if "ps" in inspect.signature(init).parameters:  # 0.5.17: the parallel state is passed
+        return eagle_worker_v2.EAGLEWorkerV2(args, 0, None, 0, SimpleNamespace())
+    # 0.5.23 reads the pipeline rank from the runtime context (one rank here) and the
+    # speculative configuration from the published arguments.
+    last_rank = SimpleNamespace(pp_group=SimpleNamespace(is_last_rank=True))
+    monkeypatch.setattr(eagle_worker_v2, "get_parallel", lambda: last_rank)
+    from sglang.srt import server_args as server_args_module
+
+    server_args_module.set_global_server_args_for_scheduler(args)
+    return eagle_worker_v2.EAGLEWorkerV2(args, 0, 0, SimpleNamespace())
 
 
 def test_worker_builds_the_threshold_policy(resolve, monkeypatch):
