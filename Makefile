@@ -4,7 +4,7 @@ PYTHON    ?= python3
 VENV      := .venv
 BVENV     := .venv-build
 # One payload venv per torch version, shared by the SGLang lines on it: torch 2.11.0 holds the
-# 0.5.12 line (the 0.5.9 line runs on torch 2.9.1 in $(VENV)); tests/tiers.py names the same.
+# 0.5.17 line (the 0.5.9 line runs on torch 2.9.1 in $(VENV)); tests/tiers.py names the same.
 PVENV_T211 := .venv-torch-2.11
 PWHEELS_T211 := .cache/wheels/torch-2.11
 PIP_FLAGS ?= -q --disable-pip-version-check
@@ -34,13 +34,13 @@ $(VENV)/.stamp-payload: build/constraints/payload-test.txt $(VENV)/.stamp-core
 	touch $@
 
 # Its wheels (2.7 GB, torch 2.11.0) are kept in .cache/: a later build installs from there.
-$(PVENV_T211)/.stamp: build/constraints/payload-test-0.5.12.txt pyproject.toml
+$(PVENV_T211)/.stamp: build/constraints/payload-test-0.5.17.txt pyproject.toml
 	test -x $(PVENV_T211)/bin/python || $(PYTHON) -m venv $(PVENV_T211)
 	@echo "installing torch 2.11.0 and the payload stack of its lines into $(PVENV_T211) (once: 2.7 GB of wheels, minutes)"
 	$(PVENV_T211)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_T211) setuptools wheel \
-	    -r build/constraints/payload-test-0.5.12.txt '.[test]'
+	    -r build/constraints/payload-test-0.5.17.txt '.[test]'
 	$(PVENV_T211)/bin/pip install $(TEST_PIP_FLAGS) --no-index --find-links $(PWHEELS_T211) \
-	    -e '.[test]' -r build/constraints/payload-test-0.5.12.txt
+	    -e '.[test]' -r build/constraints/payload-test-0.5.17.txt
 	touch $@
 
 # Debian's chromium for the review page's browser test (skips cleanly where it cannot install).
@@ -49,7 +49,8 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	touch $@
 
 ## wheels: patched, versioned wheels with provenance in dist/ (each target's default line;
-## LINE=0.5.12 builds that line instead, e.g. the cp311 and cp312 wheels of a wheel base)
+## LINE=0.5.17 builds that line and the lines it is built with, e.g. the cp311 and cp312
+## wheels of a wheel base and its FlashInfer 0.6.15.post1)
 wheels: $(BVENV)/.stamp
 	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
 
@@ -83,7 +84,7 @@ test-fast: $(VENV)/.stamp-core
 ## test-mutation: every planted mistake of every line (tests/mutation/), two at a time
 test-mutation: $(VENV)/.stamp-payload $(PVENV_T211)/.stamp
 	$(VENV)/bin/python tests/mutation/plant.py --line 0.5.9 --jobs 2
-	$(PVENV_T211)/bin/python tests/mutation/plant.py --line 0.5.12 --jobs 2
+	$(PVENV_T211)/bin/python tests/mutation/plant.py --line 0.5.17 --jobs 2
 
 ## test-reliability: the reliability tests with every kill point (PATCHKIT_SAMPLE=all), a longer,
 ## randomized model-based search and the kill tests ten times in a row (MODEL_EXAMPLES sequences

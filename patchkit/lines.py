@@ -19,8 +19,12 @@ def line_series(project: Project, target: Target) -> Series:
 def check_line_names(targets: Iterable[Target], wanted: Iterable[str]) -> None:
     """Refuse a `--line` that none of `targets` has, naming the lines they have (a filter
     matching nothing would check nothing and pass)."""
+    targets = list(targets)
     known = list(dict.fromkeys(name for target in targets for name in target.line_names))
     for line in wanted:
+        for target in targets:
+            if line not in known and line in {old.name for old in target.retired}:
+                target.on_line(line)  # refuses, naming the line that carries it on
         if line not in known:
             raise UsageError(
                 f"--line {line}: no target has that line (lines: {', '.join(known) or 'none'})"

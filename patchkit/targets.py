@@ -141,10 +141,11 @@ class Target:
                 return dataclasses.replace(self, pin=line.pin, line=line.name)
         for old in self.retired:
             if old.name == wanted:
+                # One line, so that a script reading the first line has it all
                 raise UsageError(
-                    f"{self.name} line {wanted} is retired: {old.why}",
-                    hint=f"use --line {old.successor}; the {wanted} series is in git: "
-                    f"`git show {old.last_commit[:12]}:patches/{self.name}/{wanted}/series`",
+                    f"{self.name} line {wanted} is retired: {old.why}; use --line "
+                    f"{old.successor} (the {wanted} series is in git: "
+                    f"`git show {old.last_commit[:12]}:patches/{self.name}/{wanted}/series`)"
                 )
         known = ", ".join(self.line_names) or "none"
         raise UsageError(

@@ -76,14 +76,26 @@ def flashinfer_sdist(shared_cache, workspace) -> Path:
     return download_sdist(workspace.target("flashinfer").pinned, shared_cache)
 
 
-@pytest.fixture(scope="session")
-def sglang_wheels(shared_cache, workspace) -> dict[str, Path]:
-    """The real pinned sglang 0.5.12 wheels (cp311, cp312) from the package index,
-    sha256-checked and cached: python tag -> path."""
+def _release_wheels(workspace, cache: Path, version: str) -> dict[str, Path]:
     from patchkit.upstream import download_wheel
 
-    release = workspace.targets.get("sglang", "0.5.12").pinned
-    return {pin.python_tag: download_wheel(pin, shared_cache) for pin in release.wheels}
+    release = workspace.target("sglang").release(version)
+    return {pin.python_tag: download_wheel(pin, cache) for pin in release.wheels}
+
+
+@pytest.fixture(scope="session")
+def sglang_wheels(shared_cache, workspace) -> dict[str, Path]:
+    """The real pinned wheels (cp311, cp312) of the sglang 0.5.17 line, the line on a wheel
+    base, from the package index, sha256-checked and cached: python tag -> path."""
+    pinned = workspace.targets.get("sglang", "0.5.17").pin
+    return _release_wheels(workspace, shared_cache, pinned)
+
+
+@pytest.fixture(scope="session")
+def sglang_0512_wheels(shared_cache, workspace) -> dict[str, Path]:
+    """The real sglang 0.5.12 wheels: a pinned release no carried line is pinned to (its line
+    is retired), the base the 0.5.9 line is rebased onto in the rebase and outlook tests."""
+    return _release_wheels(workspace, shared_cache, "0.5.12")
 
 
 @pytest.fixture(scope="session")

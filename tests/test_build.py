@@ -203,7 +203,47 @@ def test_an_empty_series_is_skipped_not_built(project, cache):
     assert result.returncode == 0, result.stderr
     report = result_of(result.stdout)
     assert report["wheels"] == []
-    assert report["skipped"][0]["target"] == "flashinfer"
+    assert report["skipped"][0]["target"] == "flashinfer line 0.6.3"  # the default line
+
+
+def test_all_on_a_line_builds_the_lines_it_is_built_with(workspace):
+    """`build --target all --line L`: the targets with a line L, and for the others the line
+    L names in `with` (sglang 0.5.17 is built with FlashInfer 0.6.15.post1)."""
+    from patchkit.wheels.build import lines_to_build
+
+    every = workspace.expand(["all"])
+
+    def chosen(line):
+        return [(s.target, t.line) for s, t in lines_to_build(workspace, every, line)]
+
+    assert chosen("0.5.17") == [("sglang", "0.5.17"), ("flashinfer", "0.6.15.post1")]
+    assert chosen("0.5.9") == [("sglang", "0.5.9"), ("flashinfer", "0.6.3")]
+    assert chosen("0.6.15.post1") == [("flashinfer", "0.6.15.post1")]
+    assert chosen(None) == [("sglang", "0.5.9"), ("flashinfer", "0.6.3")]
+    with pytest.raises(UsageError, match="sglang line 0.5.12 is retired: .*--line 0.5.17"):
+        chosen("0.5.12")
+    with pytest.raises(UsageError, match="--line 0.5.99: no target has that line"):
+        chosen("0.5.99")
+
+
+def test_all_on_a_line_reports_its_companion_skipped_when_empty(project, tmp_path):
+    """Both series of the 0.5.17 build emptied: nothing is fetched or built, and the report
+    names the FlashInfer line that `with` chose."""
+    for target, line in (("sglang", "0.5.17"), ("flashinfer", "0.6.15.post1")):
+        (project / "patches" / target / line / "series").write_text("# nothing\n")
+    env = {"PATCHKIT_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "out"
+    result = patchkit(
+        "build", "--target", "all", "--line", "0.5.17", "--out", str(out), "--json", env=env
+    )
+    assert result.returncode == 0, result.stderr
+    report = result_of(result.stdout)
+    assert report["wheels"] == []
+    assert [s["target"] for s in report["skipped"]] == [
+        "sglang line 0.5.17",
+        "flashinfer line 0.6.15.post1",
+    ]
+    assert not (tmp_path / "cache").exists()
 
 
 def test_unknown_profile_is_a_usage_error(project):

@@ -78,7 +78,7 @@ def test_a_mistyped_verb_is_suggested():
         (["lint", "--target", "flashinfr"], 2, "unknown target 'flashinfr'", "flashinfer"),
         (["apply", "--target", "sglang@v0.5.9x"], 1, "cannot resolve sglang@v0.5.9x", "v0.5.9"),
         (["apply", "--target", "sglang", "--line", "0.5.99"], 2, "no line '0.5.99'", "0.5.9"),
-        (["rebase", "--target", "sglang@0.5.12", "--line", "0.5.13"], 2, "no line", "0.5.12"),
+        (["rebase", "--target", "sglang@0.5.17", "--line", "0.5.13"], 2, "no line", "0.5.17"),
     ],
 )
 def test_a_mistyped_target_ref_or_line_is_suggested(project, tmp_path, argv, code, message, close):
@@ -86,6 +86,28 @@ def test_a_mistyped_target_ref_or_line_is_suggested(project, tmp_path, argv, cod
     assert r.returncode == code, r.stdout + r.stderr
     first = r.stderr.splitlines()[0]
     assert message in first and first.endswith(f"; did you mean '{close}'?"), first
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["apply", "--target", "sglang", "--line", "0.5.12"],
+        ["build", "--target", "sglang", "--line", "0.5.12"],
+        ["build", "--target", "all", "--line", "0.5.12"],
+        ["rebase", "--target", "sglang@0.5.17", "--line", "0.5.12"],
+        ["lint", "--line", "0.5.12"],
+        # the retired line's release without --line: the line it would choose is retired
+        ["apply", "--target", "sglang@0.5.12"],
+        ["build", "--target", "sglang@v0.5.12"],
+    ],
+)
+def test_a_retired_line_is_one_line_naming_its_successor(project, tmp_path, argv):
+    r = patchkit(*argv, env={"PATCHKIT_CACHE": str(tmp_path / "cache")}, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    [line] = r.stderr.splitlines()
+    assert line.startswith("patchkit: error: sglang line 0.5.12 is retired: "), line
+    assert "use --line 0.5.17" in line and "git show 9b8af9823d2f:" in line, line
+    assert not (tmp_path / "cache").exists(), "refused before anything was fetched"
 
 
 def test_suggestions_come_from_one_place():

@@ -1,8 +1,8 @@
 """`patchkit doctor draft`: real safetensors checkpoints against the real SGLang model code.
 
 The model code is each line's base as patchkit acquires it, with that line's series applied
-(in a private cache): the pinned SGLang 0.5.9 sdist and the pinned 0.5.12 wheel.  Tests of
-what the 0.5.12 code does also read the real wheel as published.  Each broken draft must be
+(in a private cache): the pinned SGLang 0.5.9 sdist and the pinned 0.5.17 wheel.  Tests of
+what the 0.5.17 code does also read the real wheel as published.  Each broken draft must be
 reported with its fix.
 """
 
@@ -33,7 +33,7 @@ from doctor_fixtures import (  # noqa: E402
     target_config,
     vocab_maps,
 )
-from helpers import ROOT, TEST_CACHE, patchkit, private_cache, result_of, series_folder  # noqa: E402
+from helpers import ROOT, patchkit, private_cache, result_of, series_folder  # noqa: E402
 
 from patchkit.doctor import sources  # noqa: E402
 from patchkit.doctor.draft import check_draft  # noqa: E402
@@ -54,27 +54,14 @@ def line059(doctor_cache):
 
 
 @pytest.fixture(scope="session")
-def wheel0512() -> Path:
-    """The real sglang 0.5.12 wheel from the package index (cached)."""
-    folder = TEST_CACHE / "wheels"
-    found = sorted(folder.glob("sglang-0.5.12-*.whl"))
-    if not found:
-        folder.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
-             "--dest", str(folder), "sglang==0.5.12"],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        found = sorted(folder.glob("sglang-0.5.12-*.whl"))
-        if proc.returncode or not found:
-            pytest.skip(f"cannot download the sglang 0.5.12 wheel: {proc.stderr[-200:]}")
-    return found[0]
+def wheel0517(sglang_wheels) -> Path:
+    """The real sglang 0.5.17 wheel from the package index (cached)."""
+    return sglang_wheels["cp311"]
 
 
 @pytest.fixture(scope="session")
-def line0512(wheel0512, doctor_cache):
-    return sources.from_wheel(wheel0512, patched=False, cache=doctor_cache)
+def line0517(wheel0517, doctor_cache):
+    return sources.from_wheel(wheel0517, patched=False, cache=doctor_cache)
 
 
 @pytest.fixture
@@ -385,33 +372,41 @@ def test_unpatched_tree_cannot_capture_for_kimi(tmp_path, target, sglang_sdist):
     assert "KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture()" in capture.detail
 
 
-# ---- the 0.5.12 line ----------------------------------------------------------------------
+# ---- the 0.5.17 line ----------------------------------------------------------------------
 @pytest.mark.slow
-def test_0_5_12_loads_layers_0_names(tmp_path, target, line0512):
-    report = check_draft(speculators_draft(tmp_path / "spec"), target, line0512)
+def test_0_5_17_loads_layers_0_names(tmp_path, target, line0517):
+    report = check_draft(speculators_draft(tmp_path / "spec"), target, line0517)
 
-    assert failing(report) == {"config"}  # the names load as they are on 0.5.12
+    assert failing(report) == {"config"}  # the names load as they are on 0.5.17
     assert report.rename == {}
     assert "sglang.srt.models.llama_eagle3" in by_id(report)["model"].detail
 
 
 @pytest.mark.slow
-def test_0_5_12_rope_parameters_are_read(tmp_path, target, line0512):
+def test_0_5_17_rope_parameters_are_read(tmp_path, target, line0517):
     config = sglang_config(
         torch_dtype="float16",
         rope_theta=None,
         rope_parameters={"rope_theta": 50000.0, "rope_type": "default"},
     )
-    report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line0512)
+    report = check_draft(sglang_draft(tmp_path / "draft", config=config), target, line0517)
 
     assert by_id(report)["rope"].status == "pass"
 
 
 @pytest.mark.slow
-def test_0_5_12_midlayer_names_still_load(tmp_path, target, line0512):
-    report = check_draft(sglang_draft(tmp_path / "draft"), target, line0512)
+def test_0_5_17_midlayer_names_still_load(tmp_path, target, line0517):
+    """0.5.17 reads the draft's eagle_config in a component module of the runner and sets
+    the layers in a start-up phase the scheduler runs before the one capturing graphs."""
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, line0517)
 
     assert report.ok, [(c.id, c.detail) for c in report.problems]
+    assert by_id(report)["aux.layers"].detail.startswith(
+        "eagle_config.eagle_aux_hidden_state_layer_ids = "
+    )
+    graphs = by_id(report)["aux.graphs"]
+    assert graphs.status == "pass", graphs.detail
+    assert graphs.detail.startswith("scheduler.py init_model_worker: the runner's layers set")
 
 
 def _line_patches(line: str) -> list[str]:
@@ -421,25 +416,25 @@ def _line_patches(line: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_0_5_12_line_is_its_wheel_base_with_its_series(tmp_path, target, doctor_cache):
-    """`--line 0.5.12` reads patchkit's own import of the pinned wheel with the line's series
-    applied (whatever patches/sglang/0.5.12/series holds), not the index wheel as published."""
+def test_the_0_5_17_line_is_its_wheel_base_with_its_series(tmp_path, target, doctor_cache):
+    """`--line 0.5.17` reads patchkit's own import of the pinned wheel with the line's series
+    applied (whatever patches/sglang/0.5.17/series holds), not the index wheel as published."""
     import zipfile
 
     from patchkit.workspace import Workspace
 
-    pin = Workspace.load(ROOT).targets.get("sglang", "0.5.12").pinned.base_wheel
-    source = sources.for_line("0.5.12", project=ROOT, cache=doctor_cache)
-    by_tag = sources.for_line("v0.5.12", project=ROOT, cache=doctor_cache)
+    pin = Workspace.load(ROOT).targets.get("sglang", "0.5.17").pinned.base_wheel
+    source = sources.for_line("0.5.17", project=ROOT, cache=doctor_cache)
+    by_tag = sources.for_line("v0.5.17", project=ROOT, cache=doctor_cache)
     report = check_draft(sglang_draft(tmp_path / "draft"), target, source)
 
-    patches = _line_patches("0.5.12")
+    patches = _line_patches("0.5.17")
     assert source.provenance["base_source"] == "wheel"
     assert source.provenance["base"] == pin.sha256
     assert source.provenance["patches"] == patches
     assert source.patched is bool(patches)
     assert source.label == (
-        f"sglang 0.5.12 + series patches/sglang/0.5.12 ({len(patches)} patches) "
+        f"sglang 0.5.17 + series patches/sglang/0.5.17 ({len(patches)} patches) "
         f"on its wheel {pin.filename}"
     )
     assert by_tag.key == source.key
@@ -470,11 +465,15 @@ def test_the_default_line_and_an_explicit_0_5_9_are_one_source(doctor_cache, lin
 
 def test_a_release_no_line_carries_is_the_unpatched_index_wheel(tmp_path, sglang_wheels):
     """Only a release no line is pinned to falls back to the index wheel (named unpatched)."""
+    from patchkit.errors import UsageError
     from patchkit.workspace import Workspace
 
     target = Workspace.load(ROOT).target("sglang")
 
-    assert sources._line_view(target, "0.5.12").line == "0.5.12"
+    assert sources._line_view(target, "0.5.17").line == "0.5.17"
+    for retired in ("0.5.12", "v0.5.12"):  # the retired line, by name or by its release
+        with pytest.raises(UsageError, match="sglang line 0.5.12 is retired: .*--line 0.5.17"):
+            sources._line_view(target, retired)
     assert sources._line_view(target, None).line == target.default_line
     assert sources._line_view(target, "0.5.10") is None
     wheels = tmp_path / "c" / "doctor" / "wheels"
@@ -487,8 +486,8 @@ def test_a_release_no_line_carries_is_the_unpatched_index_wheel(tmp_path, sglang
 
 
 @pytest.mark.slow
-def test_the_doctor_follows_the_0_5_12_series(tmp_path, target, doctor_cache, line0512):
-    """A patch in the 0.5.12 line's series changes what the doctor reports for that line (here
+def test_the_doctor_follows_the_0_5_17_series(tmp_path, target, doctor_cache, line0517):
+    """A patch in the 0.5.17 line's series changes what the doctor reports for that line (here
     the target's default aux layers), through the CLI; a series that does not apply onto the
     wheel base is a one-line error."""
     from series_fixtures import make_patch, tree_from_mirror
@@ -499,7 +498,7 @@ def test_the_doctor_follows_the_0_5_12_series(tmp_path, target, doctor_cache, li
     scratch = tmp_path / "project"
     scratch.mkdir()
     shutil.copytree(ROOT / "patches", scratch / "patches")
-    view = Workspace.load(scratch).targets.get("sglang", "0.5.12")
+    view = Workspace.load(scratch).targets.get("sglang", "0.5.17")
     base = acquire(view, None, cache=doctor_cache)
     tree = tree_from_mirror(Mirror(view, doctor_cache).path, base.commit, tmp_path / "tree")
     raw = make_patch(
@@ -509,7 +508,7 @@ def test_the_doctor_follows_the_0_5_12_series(tmp_path, target, doctor_cache, li
         "self.model.layers_to_capture = [1, num_layers // 2, num_layers - 2]",
         "deepseek_v2: capture the first layer by default",
     )
-    folder = series_folder(scratch, "sglang", "0.5.12")
+    folder = series_folder(scratch, "sglang", "0.5.17")
     (folder / "default-aux-layers.patch").write_bytes(raw)
     with (folder / "series").open("a") as fh:
         fh.write("default-aux-layers.patch\n")
@@ -521,16 +520,16 @@ def test_the_doctor_follows_the_0_5_12_series(tmp_path, target, doctor_cache, li
     env = {"PATCHKIT_CACHE": str(doctor_cache), "PATCHKIT_PROJECT": str(scratch)}
     args = ("doctor", "draft", "--draft", str(draft), "--target-config", str(target), "--json")
 
-    patched = patchkit(*args, "--line", "0.5.12", env=env)
+    patched = patchkit(*args, "--line", "0.5.17", env=env)
     (folder / "default-aux-layers.patch").write_bytes(raw.replace(b"num_layers - 3]", b"nl - 3]"))
-    broken = patchkit(*args, "--line", "0.5.12", env=env)
+    broken = patchkit(*args, "--line", "0.5.17", env=env)
 
     doc = result_of(patched.stdout)
     assert patched.returncode == 0, [c["detail"] for c in doc["checks"] if c["status"] == "fail"]
     assert doc["capture"]["captured"] == [1, layers // 2, layers - 2]
     assert doc["sglang"]["patched"] is True
-    assert "patches/sglang/0.5.12" in doc["sglang"]["source"]
-    published = check_draft(draft, target, line0512)  # the wheel as published: upstream's rule
+    assert "patches/sglang/0.5.17" in doc["sglang"]["source"]
+    published = check_draft(draft, target, line0517)  # the wheel as published: upstream's rule
     assert published.capture["captured"] == [2, layers // 2, layers - 3]
     assert broken.returncode != 0 and "Traceback" not in broken.stderr
     assert "default-aux-layers.patch" in broken.stderr
@@ -882,9 +881,9 @@ def test_outside_a_project_the_installed_sglang_is_read(tmp_path, line059):
 
 @pytest.mark.long
 @pytest.mark.slow
-def test_0_5_12_derivation_is_the_real_models(tmp_path, wheel0512, line0512):
-    """The real 0.5.12 model, in an interpreter with that line's torch 2.11 and transformers 5
-    (PATCHKIT_P0512_PYTHON), holds the parameters the doctor derives, and its load_weights
+def test_0_5_17_derivation_is_the_real_models(tmp_path, wheel0517, line0517):
+    """The real 0.5.17 model, in an interpreter with that line's torch 2.11 and transformers 5
+    (PATCHKIT_P0517_PYTHON), holds the parameters the doctor derives, and its load_weights
     fills every one from the speculators names."""
     import os
     import zipfile
@@ -893,11 +892,11 @@ def test_0_5_12_derivation_is_the_real_models(tmp_path, wheel0512, line0512):
 
     from patchkit.doctor.checkpoint import load_checkpoint, sglang_view
 
-    python = os.environ.get("PATCHKIT_P0512_PYTHON")
+    python = os.environ.get("PATCHKIT_P0517_PYTHON")
     if not python:
-        pytest.skip("set PATCHKIT_P0512_PYTHON to an interpreter with SGLang 0.5.12's stack")
+        pytest.skip("set PATCHKIT_P0517_PYTHON to an interpreter with SGLang 0.5.17's stack")
     tree = tmp_path / "tree"
-    with zipfile.ZipFile(wheel0512) as zf:
+    with zipfile.ZipFile(wheel0517) as zf:
         zf.extractall(tree, [n for n in zf.namelist() if n.startswith("sglang/")])
     cases = {
         "plain": {}, "target-hidden": {"target_hidden_size": 96},
@@ -920,7 +919,7 @@ def test_0_5_12_derivation_is_the_real_models(tmp_path, wheel0512, line0512):
     assert proc.returncode == 0, proc.stderr[-3000:]
     real = json.loads(proc.stdout.strip().splitlines()[-1])
 
-    source_tree = SourceTree(line0512)
+    source_tree = SourceTree(line0517)
     for name, config in configs.items():
         derived = derive_draft(source_tree, config, {})
         assert {n: list(s.shape) for n, s in derived.params.items()} == real["cases"][name], name

@@ -345,7 +345,7 @@ def test_bad_input_is_named_and_nothing_written(cache, project, monolith, tmp_pa
     errors = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("error:")]
     if kind == "other-base":  # then the release hunt: the other line's pin does not fit either
         assert errors[1:] == [
-            "error: bad.patch: the other pinned releases (sglang 0.5.12) do not fit"
+            "error: bad.patch: the other pinned releases (sglang 0.5.12, sglang 0.5.17) do not fit"
         ]
         errors = errors[:1]
     assert len(errors) == 1 and words in errors[0], (words, r.stdout)  # one line, to the point
@@ -705,10 +705,10 @@ def test_a_non_ascii_author_of_new_patches(cache, monolith, tmp_path):  # noqa: 
 
 # ---- a line on a wheel base ------------------------------------------------------------------
 @pytest.mark.slow
-def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, project, tmp_path):
-    """A plain `diff -u` against files of the 0.5.12 wheel: refused on the default line (which
-    names the release it fits), imported into the 0.5.12 line with `--target sglang@0.5.12`
-    or `--line 0.5.12`, and that line then applies onto its wheel base with the change."""
+def test_import_onto_the_0_5_17_line_and_its_wheel_base(sglang_wheels, cache, project, tmp_path):
+    """A plain `diff -u` against files of the 0.5.17 wheel: refused on the default line (which
+    names the release it fits), imported into the 0.5.17 line with `--target sglang@0.5.17`
+    or `--line 0.5.17`, and that line then applies onto its wheel base with the change."""
     import zipfile
 
     rel = "sglang/srt/models/llama_eagle3.py"
@@ -726,22 +726,22 @@ def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, pr
     assert proc.returncode == 1 and proc.stdout.startswith(f"--- a/{rel}")
     diff.write_text(proc.stdout)
     line_dir, default_dir = (
-        series_folder(project, "sglang", "0.5.12"),
+        series_folder(project, "sglang", "0.5.17"),
         series_folder(project, "sglang"),
     )
     before = snapshot(default_dir)
     carried = load_series(line_dir, "sglang").names  # the line's own patches, kept in front
 
     on_default = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
-    by_line = patchkit("import", str(diff), "--target", "sglang", "--line", "0.5.12", "--dry-run")
-    mismatch = patchkit("import", str(diff), "--target", "sglang@0.5.9", "--line", "0.5.12")
-    r = patchkit("import", str(diff), "--target", "sglang@0.5.12", "--into-series")
+    by_line = patchkit("import", str(diff), "--target", "sglang", "--line", "0.5.17", "--dry-run")
+    mismatch = patchkit("import", str(diff), "--target", "sglang@0.5.9", "--line", "0.5.17")
+    r = patchkit("import", str(diff), "--target", "sglang@0.5.17", "--into-series")
 
     assert on_default.returncode == 1
-    assert "applies cleanly to the pinned release sglang 0.5.12" in on_default.stdout
+    assert "applies cleanly to the pinned release sglang 0.5.17" in on_default.stdout
     assert by_line.returncode == 0, by_line.stdout + by_line.stderr
-    assert "onto sglang 0.5.12" in by_line.stdout
-    assert mismatch.returncode == 2 and "line 0.5.12 is pinned to 0.5.12" in mismatch.stderr
+    assert "onto sglang 0.5.17" in by_line.stdout
+    assert mismatch.returncode == 2 and "line 0.5.17 is pinned to 0.5.17" in mismatch.stderr
     assert r.returncode == 0, r.stdout + r.stderr
     assert snapshot(default_dir) == before  # the 0.5.9 line is untouched
     series = load_series(line_dir, "sglang")
@@ -749,7 +749,7 @@ def test_import_onto_the_0_5_12_line_and_its_wheel_base(sglang_wheels, cache, pr
     added = series.patches[len(carried) :]
     assert [f.path for p in added for f in p.files] == [f"python/{rel}"]
     tree = tmp_path / "work"
-    applied = patchkit("apply", "--target", "sglang@0.5.12", "--into", str(tree))
+    applied = patchkit("apply", "--target", "sglang@0.5.17", "--into", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert (tree / "python" / rel).read_text() == edited
     assert patchkit("export", str(tree), "--check").returncode == 0

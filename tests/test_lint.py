@@ -44,7 +44,12 @@ def test_real_series_lints_clean_with_the_reexport(cache):
     assert r.returncode == 0, r.stdout + r.stderr
     report = result_of(r.stdout)
     assert report["errors"] == 0 and report["warnings"] == 0
-    assert set(report["checked"]) == {"sglang/0.5.9", "sglang/0.5.12", "flashinfer/0.6.3"}
+    assert set(report["checked"]) == {
+        "sglang/0.5.9",
+        "sglang/0.5.17",
+        "flashinfer/0.6.3",
+        "flashinfer/0.6.15.post1",
+    }
 
 
 def test_copy_is_clean(series_dir):
@@ -253,8 +258,18 @@ def test_an_unknown_line_is_a_usage_error_naming_the_lines():
     assert r.stdout == ""
     [line] = r.stderr.splitlines()
     assert line.startswith("patchkit: error: --line 0.5.99: no target has that line (lines: ")
-    assert "0.5.9, 0.5.12" in line and line.endswith("; did you mean '0.5.9'?"), line
+    assert "0.5.9, 0.5.17" in line and line.endswith("; did you mean '0.5.9'?"), line
     # A line of one target only is fine with every target, not with a target lacking it.
-    assert patchkit("lint", "--line", "0.5.12", "--no-reexport").returncode == 0
-    other = patchkit("lint", "--target", "flashinfer", "--line", "0.5.12", "--no-reexport")
-    assert other.returncode == 2 and "(lines: 0.6.3)" in other.stderr
+    assert patchkit("lint", "--line", "0.5.17", "--no-reexport").returncode == 0
+    other = patchkit("lint", "--target", "flashinfer", "--line", "0.5.17", "--no-reexport")
+    assert other.returncode == 2 and "(lines: 0.6.3, 0.6.15.post1)" in other.stderr
+
+
+def test_a_retired_line_is_refused_naming_its_successor():
+    """`lint --line 0.5.12` checked nothing once the line was retired: refused instead, in
+    one line naming the line that carries it on and the commit holding its series."""
+    r = patchkit("lint", "--line", "0.5.12", "--no-reexport")
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    [line] = r.stderr.splitlines()
+    assert line.startswith("patchkit: error: sglang line 0.5.12 is retired: "), line
+    assert "use --line 0.5.17" in line and "git show 9b8af9823d2f:" in line, line

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.mark.slow
 def test_the_0_5_9_line_on_the_0_5_12_wheel_then_from_the_cache(
-    project, sglang_wheels, warm_mirrors, tmp_path, monkeypatch
+    project, sglang_0512_wheels, warm_mirrors, tmp_path, monkeypatch
 ):
     from helpers import private_cache
 
@@ -55,7 +55,7 @@ def test_since_before_the_pin_is_refused(workspace):
     from patchkit.errors import UsageError
     from patchkit.outlook import BaseSource, line_outlook
 
-    target = workspace.targets.get("sglang", "0.5.12")
+    target = workspace.targets.get("sglang", "0.5.17")
     never = BaseSource(*(lambda *a: pytest.fail("no base may be asked for") for _ in range(5)))
-    with pytest.raises(UsageError, match="before line 0.5.12's pin"):
+    with pytest.raises(UsageError, match="before line 0.5.17's pin"):
         line_outlook(target, workspace.series("sglang"), never, None, since="0.5.10")

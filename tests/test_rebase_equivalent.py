@@ -250,7 +250,7 @@ EXPECTED_0512 = {
 
 @pytest.mark.slow
 def test_real_0_5_9_line_onto_the_0_5_12_wheels(
-    project, sglang_wheels, warm_mirrors, tmp_path, monkeypatch
+    project, sglang_0512_wheels, warm_mirrors, tmp_path, monkeypatch
 ):
 
     from helpers import patchkit, private_cache

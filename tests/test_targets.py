@@ -67,16 +67,18 @@ def test_bump_version():
 
 def test_real_lines(workspace):
     sglang = workspace.target("sglang")
-    assert sglang.line_names == ["0.5.9", "0.5.12"]
+    assert sglang.line_names == ["0.5.9", "0.5.17"]
     assert (sglang.line, sglang.pin, sglang.default_line) == ("0.5.9", "0.5.9", "0.5.9")
-    new = sglang.on_line("0.5.12")
-    assert (new.line, new.pin, new.current_line.series) == ("0.5.12", "0.5.12", "sglang/0.5.12")
+    new = sglang.on_line("0.5.17")
+    assert (new.line, new.pin, new.current_line.series) == ("0.5.17", "0.5.17", "sglang/0.5.17")
     assert new.pinned.sdist is None and new.pinned.commit is None
     assert {w.python_tag for w in new.pinned.wheels} == {"cp311", "cp312"}
     assert all(w.platform_tag == "manylinux_2_34_x86_64" for w in new.pinned.wheels)
     assert workspace.series("sglang").names  # the default line's series
-    assert workspace.project.series_dir("sglang", "0.5.12").name == "0.5.12"
-    with pytest.raises(UsageError, match="no line '0.6'.*lines: 0.5.9, 0.5.12"):
+    assert workspace.project.series_dir("sglang", "0.5.17").name == "0.5.17"
+    assert sglang.companion("0.5.17", "flashinfer") == "0.6.15.post1"
+    assert sglang.companion("0.5.9", "flashinfer") == "0.6.3"
+    with pytest.raises(UsageError, match="no line '0.6'.*lines: 0.5.9, 0.5.17"):
         sglang.on_line("0.6")
 
 
@@ -84,21 +86,55 @@ def test_pick_line_by_ref(workspace):
     from patchkit.lines import pick_line
 
     sglang = workspace.target("sglang")
-    assert pick_line(sglang, "v0.5.12", None).line == "0.5.12"
+    assert pick_line(sglang, "v0.5.17", None).line == "0.5.17"
     assert pick_line(sglang, "0.5.9", None).line == "0.5.9"
     assert pick_line(sglang, PIN[:10], None).line == "0.5.9"
     assert pick_line(sglang, None, None).line == "0.5.9"
-    assert pick_line(sglang, None, "0.5.12").line == "0.5.12"
+    assert pick_line(sglang, None, "0.5.17").line == "0.5.17"
     with pytest.raises(UsageError, match="line 0.5.9 is pinned to 0.5.9"):
-        pick_line(sglang, "0.5.12", "0.5.9")
+        pick_line(sglang, "0.5.17", "0.5.9")
     assert pick_line(sglang, "deadbeef" * 5, None).line == "0.5.9"  # unpinned: default line
-    moved = dataclasses.replace(sglang, lines=sglang.lines[:1])  # no line pinned to 0.5.12
-    with pytest.raises(UsageError, match=r"release 0.5.12, which no line.*lines: 0.5.9 \(pin"):
-        pick_line(moved, "0.5.12", None)
+    moved = dataclasses.replace(sglang, lines=sglang.lines[:1])  # no line pinned to 0.5.17
+    with pytest.raises(UsageError, match=r"release 0.5.17, which no line.*lines: 0.5.9 \(pin"):
+        pick_line(moved, "0.5.17", None)
+
+
+def test_the_retired_line_names_its_successor_and_commit(workspace):
+    """The 0.5.12 line is retired for 0.5.17: asking for it by name, or for its release
+    without --line, is one line naming the line to use and the commit holding its series."""
+    from patchkit.lines import check_line_names, pick_line
+
+    sglang = workspace.target("sglang")
+    (old,) = sglang.retired
+    assert (old.name, old.pin, old.successor) == ("0.5.12", "0.5.12", "0.5.17")
+    assert "0.5.12" not in sglang.line_names
+    assert sglang.release("0.5.12").wheels  # the release stays pinned
+    short = old.last_commit[:12]
+    for refuse in (
+        lambda: sglang.on_line("0.5.12"),
+        lambda: pick_line(sglang, "0.5.12", None),
+        lambda: pick_line(sglang, "v0.5.12", None),
+        lambda: pick_line(sglang, None, "0.5.12"),
+        lambda: check_line_names([sglang, workspace.target("flashinfer")], ["0.5.12"]),
+    ):
+        with pytest.raises(UsageError) as info:
+            refuse()
+        message = info.value.message
+        assert "\n" not in message and info.value.hint is None
+        assert message.startswith("sglang line 0.5.12 is retired: ")
+        assert "use --line 0.5.17" in message and f"git show {short}:" in message
 
 
 HEAD = "[series]\nversion='1.0.0'\n"
 REL = "[[targets.a.releases]]\nversion='1'\ncommit='" + "a" * 40 + "'\n"
+LINE_X = "[targets.a]\ngit='u'\n[targets.a.lines.x]\npin='1'\n"
+RETIRED = "[targets.a.lines.y]\npin='1'\nretired='{successor}'\nwhy='w'\nlast_commit='{commit}'\n"
+# target b: line 1 carried, line 3 retired for it; no line 2
+TARGET_B = (
+    "[targets.b]\ngit='u'\n[targets.b.lines.'1']\npin='1'\n"
+    "[targets.b.lines.'3']\npin='1'\nretired='1'\nwhy='w'\nlast_commit='" + "b" * 40 + "'\n"
+    "[[targets.b.releases]]\nversion='1'\ncommit='" + "b" * 40 + "'\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -157,6 +193,41 @@ REL = "[[targets.a.releases]]\nversion='1'\ncommit='" + "a" * 40 + "'\n"
             HEAD + "[targets.a]\ngit='u'\npin='1'\n" + REL + 'sdist="a==1\\n"\n',
             "sdist",
         ),
+        # a retired line names a carried successor and the full commit holding its series
+        (
+            HEAD + LINE_X + RETIRED.format(successor="z", commit="a" * 40) + REL,
+            "retired names 'z', not a carried line of a",
+        ),
+        (
+            HEAD + LINE_X + RETIRED.format(successor="y", commit="a" * 40) + REL,
+            "retired names 'y', not a carried line of a",
+        ),
+        (
+            HEAD + LINE_X + RETIRED.format(successor="x", commit="a" * 12) + REL,
+            "last_commit must be a full commit id",
+        ),
+        (
+            HEAD
+            + LINE_X
+            + RETIRED.format(successor="x", commit="a" * 40).replace("why='w'\n", "")
+            + REL,
+            "lacks 'why'",
+        ),
+        (
+            HEAD + "[targets.a]\ngit='u'\n" + RETIRED.format(successor="x", commit="a" * 40) + REL,
+            "[targets.a] has no line that is not retired",
+        ),
+        # `with` names a carried line of an existing target
+        (HEAD + LINE_X + "with={b='1'}\n" + REL, "with names b line '1', which is not a carried"),
+        (
+            HEAD + LINE_X + "with={b='2'}\n" + REL + TARGET_B,
+            "with names b line '2', which is not a carried",
+        ),
+        (
+            HEAD + LINE_X + "with={b='3'}\n" + REL + TARGET_B,
+            "with names b line '3', which is not a carried",
+        ),
+        (HEAD + LINE_X + "with={b=1}\n" + REL, "with must map targets to line names"),
     ],
 )
 def test_bad_targets_are_one_line_errors(tmp_path, text, words):
@@ -182,3 +253,22 @@ def test_quoted_line_names_and_wheel_only_release(tmp_path):
     assert a.line_names == ["1.0", "2.0"]
     assert a.on_line("2.0").current_line.series == "a/2.0"
     assert a.on_line("2.0").pinned.base_wheel.python_tag == "cp312"
+
+
+def test_retired_lines_and_companions_load(tmp_path):
+    path = tmp_path / "targets.toml"
+    path.write_text(
+        HEAD
+        + LINE_X
+        + "with={b='1'}\n"
+        + RETIRED.format(successor="x", commit="c" * 40)
+        + REL
+        + TARGET_B
+    )
+    targets = load_targets(path)
+    a = targets.get("a")
+    assert a.line_names == ["x"] and a.companion("x", "b") == "1"
+    assert [(r.name, r.successor, r.last_commit) for r in a.retired] == [("y", "x", "c" * 40)]
+    with pytest.raises(UsageError, match=r"a line y is retired: w; use --line x .*git show c{12}:"):
+        a.on_line("y")
+    assert targets.get("b").line_names == ["1"]

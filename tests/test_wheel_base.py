@@ -2,9 +2,10 @@
 
 Fast tests run on a small synthetic upstream published only as wheels (two releases, two
 lines), built in the test with the real wheel format; the slow ones on the real pinned
-sglang 0.5.12 wheels from the package index (cached): the wheel import, a 0.5.9 -> 0.5.12
-classification with no git access, the repacked wheel installed with pip into a fresh venv,
-inspect, byte-identical rebuilds and tampered wheels refused.
+sglang wheels from the package index (cached): a 0.5.9 -> 0.5.12 classification with no git
+access (a pinned release whose line is retired), and on the 0.5.17 line's wheels the wheel
+import, the repacked wheel installed with pip into a fresh venv, inspect, byte-identical
+rebuilds and tampered wheels refused.
 """
 
 from __future__ import annotations
@@ -280,13 +281,15 @@ def test_build_repacks_and_refuses_compiled_or_outside_files(toy, tmp_path):
         assert not out2.exists() or not list(out2.iterdir())
 
 
-# --- the real sglang 0.5.12 wheels ------------------------------------------------------------
+# --- the real sglang 0.5.12 and 0.5.17 wheels -------------------------------------------------
 
 
 @pytest.fixture
-def wheel_cache(sglang_wheels, shared_cache, tmp_path, monkeypatch, warm_mirrors):
-    """A private cache holding the warm 0.5.9 mirror and the pinned 0.5.12 wheels; no git,
-    no index."""
+def wheel_cache(
+    sglang_wheels, sglang_0512_wheels, shared_cache, tmp_path, monkeypatch, warm_mirrors
+):
+    """A private cache holding the warm 0.5.9 mirror and the pinned 0.5.12 and 0.5.17 wheels;
+    no git, no index."""
     from helpers import private_cache
 
     dest = private_cache(warm_mirrors, tmp_path / "cache")
@@ -309,14 +312,22 @@ def test_rebase_0_5_9_onto_the_0_5_12_wheel_without_git(project, wheel_cache):
     names = Workspace.load(project).series("sglang").names
     assert [p["name"] for p in doc["patches"]] == names
     labels = {p["name"]: p["label"] for p in doc["patches"]}
-    assert set(labels.values()) <= {"clean", "offset", "merged", "conflict", "upstreamed"}
-    # packaging pins live in pyproject.toml, which a wheel base does not hold
-    assert labels["cu130-packaging-pins.patch"] == "conflict"
+    assert set(labels.values()) <= {
+        "clean",
+        "offset",
+        "merged",
+        "conflict",
+        "upstreamed",
+        "obsolete",
+    }
+    # packaging pins live in pyproject.toml, which a wheel base does not hold; the wheel
+    # declares the CUDA 13 stack itself (as tests/test_rebase_equivalent.py reads it)
+    assert labels["cu130-packaging-pins.patch"] == "obsolete"
     assert not (project / "work" / "rebase").exists()  # a preview leaves nothing
 
 
 def _sglang_patch(tmp_path: Path, wheel: Path) -> bytes:
-    """A one-line change of sglang/version.py against the real 0.5.12 wheel's files."""
+    """A one-line change of sglang/version.py against the real 0.5.17 wheel's files."""
     with zipfile.ZipFile(wheel) as zf:
         files = {"sglang/version.py": zf.read("sglang/version.py")}
     return make_patch(
@@ -333,18 +344,18 @@ def _sglang_patch(tmp_path: Path, wheel: Path) -> bytes:
 def test_repack_real_wheels_install_inspect_reproducible(
     project, wheel_cache, sglang_wheels, tmp_path
 ):
-    line = project / "patches/sglang/0.5.12"
+    line = project / "patches/sglang/0.5.17"
     (line / "mark.patch").write_bytes(_sglang_patch(tmp_path, sglang_wheels["cp311"]))
     (line / "series").write_text("mark.patch\n")
     out = tmp_path / "dist"
-    r = patchkit("build", "--target", "sglang@0.5.12", "--out", str(out), "--json")
+    r = patchkit("build", "--target", "sglang@0.5.17", "--out", str(out), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     wheels = {
         Path(w["wheel"]).name.split("-")[2]: Path(w["wheel"]) for w in result_of(r.stdout)["wheels"]
     }
     assert set(wheels) == {"cp311", "cp312"}
     for tag, path in wheels.items():
-        assert path.name.startswith("sglang-0.5.12+cu130.pk")
+        assert path.name.startswith("sglang-0.5.17+cu130.pk")
         assert path.name.endswith(f"-{tag}-{tag}-manylinux_2_34_x86_64.whl")
         assert patchkit("inspect", str(path)).returncode == 0
         with zipfile.ZipFile(path) as zf, zipfile.ZipFile(sglang_wheels[tag]) as orig:
@@ -359,7 +370,7 @@ def test_repack_real_wheels_install_inspect_reproducible(
                 prov["upstream"]["wheel_sha256"]
                 == hashlib.sha256(sglang_wheels[tag].read_bytes()).hexdigest()
             )
-            assert prov["series"]["line"] == "0.5.12"
+            assert prov["series"]["line"] == "0.5.17"
             assert validate_sbom(zf.read(f"{dist_info}/sboms/patchkit.cdx.json")) is None
     first = {t: p.read_bytes() for t, p in wheels.items()}
     r = patchkit(
@@ -367,7 +378,7 @@ def test_repack_real_wheels_install_inspect_reproducible(
         "--target",
         "sglang",
         "--line",
-        "0.5.12",
+        "0.5.17",
         "--python-tag",
         "cp312",
         "--out",
@@ -400,32 +411,32 @@ def test_repack_real_wheels_install_inspect_reproducible(
     installed = patchkit("inspect", "--installed", "sglang", "--path", str(site), "--json")
     assert installed.returncode == 0, installed.stdout + installed.stderr
     doc = result_of(installed.stdout)
-    assert doc["status"] == "ok" and doc["provenance"]["series"]["line"] == "0.5.12"
+    assert doc["status"] == "ok" and doc["provenance"]["series"]["line"] == "0.5.17"
     edited = site / "sglang" / "version.py"
     edited.write_text(edited.read_text() + "# edited after install\n")
     installed = patchkit("inspect", "--installed", "sglang", "--path", str(site))
     assert installed.returncode == 1 and "sglang/version.py" in installed.stdout
 
 
-DEPS_ENV = "PATCHKIT_SGLANG_0512_DEPS"
+DEPS_ENV = "PATCHKIT_SGLANG_0517_DEPS"
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get(DEPS_ENV),
-    reason=f"{DEPS_ENV} (a site-packages with sglang 0.5.12's dependencies) is not set",
+    reason=f"{DEPS_ENV} (a site-packages with sglang 0.5.17's dependencies) is not set",
 )
 def test_repacked_wheel_imports_with_its_dependencies(
     project, wheel_cache, sglang_wheels, tmp_path
 ):
     """With sglang's dependencies at hand (torch etc., not installed by --no-deps), the
     installed repacked wheel imports as a package: `sglang` and its server arguments."""
-    line = project / "patches/sglang/0.5.12"
+    line = project / "patches/sglang/0.5.17"
     (line / "mark.patch").write_bytes(_sglang_patch(tmp_path, sglang_wheels["cp311"]))
     (line / "series").write_text("mark.patch\n")
     out = tmp_path / "dist"
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    r = patchkit("build", "--target", "sglang@0.5.12", "--python-tag", tag, "--out", str(out))
+    r = patchkit("build", "--target", "sglang@0.5.17", "--python-tag", tag, "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     (wheel,) = out.glob("*.whl")
     venv = tmp_path / "venv"
@@ -491,7 +502,7 @@ def test_index_serving_a_tampered_wheel_is_refused(project, sglang_wheels, tmp_p
         r = patchkit(
             "apply",
             "--target",
-            "sglang@0.5.12",
+            "sglang@0.5.17",
             "--into",
             str(tmp_path / "tree"),
             env={
@@ -556,7 +567,7 @@ def test_review_a_line(toy):
 @pytest.mark.slow
 def test_air_gapped_static_mirror_gives_the_wheel_base(project, sglang_wheels, tmp_path):
     """A PEP 503 mirror on disk (HTML pages, no server, no git): rebase classifies and apply
-    applies the 0.5.12 line from it."""
+    applies the 0.5.17 line from it."""
     mirror = tmp_path / "mirror"
     (mirror / "simple" / "sglang").mkdir(parents=True)
     (mirror / "files").mkdir()
@@ -573,7 +584,7 @@ def test_air_gapped_static_mirror_gives_the_wheel_base(project, sglang_wheels, t
         "PATCHKIT_INDEX_URL": mirror.as_uri() + "/simple",
     }
     tree = tmp_path / "tree"
-    r = patchkit("apply", "--target", "sglang@0.5.12", "--into", str(tree), "--json", env=env)
+    r = patchkit("apply", "--target", "sglang@0.5.17", "--into", str(tree), "--json", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert result_of(r.stdout)["reports"][0]["base"]["source"] == "wheel"
     assert (tree / "python/sglang/srt/server_args.py").is_file()

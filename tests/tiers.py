@@ -44,15 +44,15 @@ TIERS = (
         ("pytest", "-m", "not gpu"),
         {
             "PATCHKIT_PAYLOAD_LINE": "0.5.9",
-            # the doctor's derivation checked against the real 0.5.12 model in that line's venv
-            "PATCHKIT_P0512_PYTHON": "{root}/.venv-torch-2.11/bin/python",
+            # the doctor's derivation checked against the real 0.5.17 model in that line's venv
+            "PATCHKIT_P0517_PYTHON": "{root}/.venv-torch-2.11/bin/python",
         },
     ),
     Tier(
-        "torch 2.11: payload 0.5.12",
+        "torch 2.11: payload 0.5.17",
         ".venv-torch-2.11",
         ("pytest", "-m", "payload", "tests/payload"),
-        {"PATCHKIT_PAYLOAD_LINE": "0.5.12"},
+        {"PATCHKIT_PAYLOAD_LINE": "0.5.17"},
     ),
 )
 

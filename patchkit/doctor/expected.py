@@ -59,6 +59,22 @@ def _tp_world_size(_interp: Interpreter, *args: Any, **kwargs: Any) -> int:
     return 1  # a checkpoint holds unsharded tensors: read it as one rank would hold them
 
 
+class _OneRank(Config):
+    """SGLang's parallel context (``get_parallel()``, from 0.5.17 on) as one rank sees it:
+    every group of size 1 at rank 0; what else it holds (groups, flags) is unknown."""
+
+    def get(self, name: str) -> Any:
+        if name.endswith("_size"):
+            return 1
+        if name.endswith("_rank"):
+            return 0
+        return Opaque
+
+
+def _parallel_context(_interp: Interpreter, *args: Any, **kwargs: Any) -> Config:
+    return _OneRank({}, name="parallel context")
+
+
 def _add_prefix(_interp: Interpreter, name: str, prefix: str) -> Any:
     if not isinstance(name, str) or not isinstance(prefix, str):
         return Opaque
@@ -103,6 +119,7 @@ EXTERNALS = {
     "sglang.srt.utils.common.add_prefix": _add_prefix,
     "sglang.srt.distributed.get_tensor_model_parallel_world_size": _tp_world_size,
     "sglang.srt.distributed.get_tensor_model_parallel_rank": lambda *_a, **_k: 0,
+    "sglang.srt.runtime_context.get_parallel": _parallel_context,
     "sglang.srt.model_loader.weight_utils.default_weight_loader": _default_loader,
     "copy.deepcopy": _deepcopy,
     "torch.nn.ModuleList": _module_list,
@@ -538,17 +555,21 @@ class GraphOrder:
 
 
 RUNNER = "sglang/srt/model_executor/model_runner.py"
+SCHEDULER = "sglang/srt/managers/scheduler.py"
 
 
 def graph_order(tree: SourceTree) -> GraphOrder:
     """Read ``ModelRunner.initialize``: the first call that hands the draft's ids to
-    ``set_eagle3_layers_to_capture`` (directly or through a method of the runner) against the
-    first ``init_device_graphs()``.  Graphs captured first keep the target's default layers."""
+    ``set_eagle3_layers_to_capture`` (directly, through a method of the runner or a helper
+    function) against the first ``init_device_graphs()``.  Graphs captured first keep the
+    target's default layers.  From 0.5.17 the scheduler runs the runner's phases in turn
+    (``init_attention_backends()``, then ``init_cuda_graphs()``): their calls are compared."""
     mod = tree.module(RUNNER[:-3].replace("/", "."))
     cls = tree.namespace(mod).get("ModelRunner") if mod else None
     init = cls.method("initialize") if isinstance(cls, ClassInfo) else None
     if init is None:
         return GraphOrder(None, "model_runner.py has no ModelRunner.initialize")
+    sets = _setter_test(tree, mod)
     setter, graphs = None, None
     for node in ast.walk(init.node):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
@@ -556,12 +577,89 @@ def graph_order(tree: SourceTree) -> GraphOrder:
         name = node.func.attr
         if name == "init_device_graphs":
             graphs = min(graphs or node.lineno, node.lineno)
-        elif _sets_configured(node) or _reaches(cls, name, 3):
+        elif sets(node) or _reaches(cls, name, 3, sets):
             setter = min(setter or node.lineno, node.lineno)
-    if setter is None or graphs is None:
-        return GraphOrder(None, "ModelRunner.initialize shows no aux-layer setting or no graphs")
-    where = f"model_runner.py: layers set at line {setter}, graphs captured at line {graphs}"
-    return GraphOrder(setter < graphs, where)
+    if setter is not None and graphs is not None:
+        where = f"model_runner.py: layers set at line {setter}, graphs captured at line {graphs}"
+        return GraphOrder(setter < graphs, where)
+    phased = _phase_order(tree, cls, sets)
+    if phased is not None:
+        return phased
+    return GraphOrder(None, "ModelRunner.initialize shows no aux-layer setting or no graphs")
+
+
+def _phase_order(tree: SourceTree, cls: ClassInfo, sets) -> GraphOrder | None:
+    """The scheduler's calls of the runner's start-up phases (directly or through a method of
+    its own, as 0.5.17's ``init_all_attention_backends()``): the first that sets the
+    configured layers against the first ``init_cuda_graphs()``, in one scheduler method."""
+    mod = tree.module(SCHEDULER[:-3].replace("/", "."))
+    if mod is None:
+        return None
+    methods = {
+        f.name: f
+        for c in ast.walk(mod.tree)
+        if isinstance(c, ast.ClassDef)
+        for f in c.body
+        if isinstance(f, ast.FunctionDef)
+    }
+
+    def kinds(func: ast.FunctionDef, depth: int) -> dict[str, int]:
+        first: dict[str, int] = {}
+        for node in ast.walk(func):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            name, found = node.func.attr, set()
+            if name == "init_cuda_graphs":
+                found.add("graphs")
+            elif name != "initialize" and _reaches(cls, name, 3, sets):
+                found.add("set")
+            elif depth and name in methods and methods[name] is not func:
+                found |= set(kinds(methods[name], depth - 1))
+            for kind in found:
+                first[kind] = min(first.get(kind, node.lineno), node.lineno)
+        return first
+
+    for func in methods.values():
+        first = kinds(func, 1)
+        if "set" in first and "graphs" in first:
+            where = (
+                f"scheduler.py {func.name}: the runner's layers set at line {first['set']}, "
+                f"graphs captured at line {first['graphs']}"
+            )
+            return GraphOrder(first["set"] < first["graphs"], where)
+    return None
+
+
+def _setter_test(tree: SourceTree, mod: SourceModule):
+    """A test of one call: does it hand the draft's ids to ``set_eagle3_layers_to_capture``,
+    itself or through a function of another module (0.5.17's
+    ``configure_aux_hidden_state_capture(..., eagle_aux_hidden_state_layer_ids=...)``)."""
+    namespace = tree.namespace(mod)
+
+    def sets(node: ast.Call) -> bool:
+        if _sets_configured(node):
+            return True
+        if not isinstance(node.func, ast.Name) or not _hands_ids(node):
+            return False
+        helper = namespace.get(node.func.id)
+        if isinstance(helper, External):  # followed by hand: resolve() leaves helpers unknown
+            where, _, name = helper.dotted.rpartition(".")
+            found = tree.module(where) if where.startswith("sglang.") else None
+            helper = tree.namespace(found).get(name) if found else None
+        return isinstance(helper, Function) and any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == CAPTURE_METHOD
+            for n in ast.walk(helper.node)
+        )
+
+    return sets
+
+
+def _hands_ids(node: ast.Call) -> bool:
+    return any("eagle_aux_hidden_state_layer_ids" in ast.unparse(a) for a in node.args) or any(
+        "eagle_aux_hidden_state_layer_ids" in ast.unparse(k.value) for k in node.keywords
+    )
 
 
 def _sets_configured(node: ast.Call) -> bool:
@@ -569,30 +667,42 @@ def _sets_configured(node: ast.Call) -> bool:
     run's) sets the defaults and does not count."""
     if not isinstance(node.func, ast.Attribute) or node.func.attr != CAPTURE_METHOD:
         return False
-    return any("eagle_aux_hidden_state_layer_ids" in ast.unparse(a) for a in node.args) or any(
-        "eagle_aux_hidden_state_layer_ids" in ast.unparse(k.value) for k in node.keywords
-    )
+    return _hands_ids(node)
 
 
-def _reaches(cls: ClassInfo, method: str, depth: int) -> bool:
+def _reaches(cls: ClassInfo, method: str, depth: int, sets=_sets_configured) -> bool:
     func = cls.method(method)
     if func is None or depth == 0:
         return False
     for node in ast.walk(func.node):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if _sets_configured(node):
+        if isinstance(node, ast.Call):
+            if sets(node):
                 return True
-            if isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
-                if node.func.attr != method and _reaches(cls, node.func.attr, depth - 1):
-                    return True
+            if (
+                isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "self"
+                and node.func.attr != method
+                and _reaches(cls, node.func.attr, depth - 1, sets)
+            ):
+                return True
     return False
+
+
+# Where the model runner reads the draft's eagle_config: its own module up to 0.5.12, a
+# component module it imports from 0.5.17 on.
+AUX_IDS_READERS = (
+    "sglang/srt/model_executor/model_runner.py",
+    "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py",
+)
 
 
 def aux_ids_rule(tree: SourceTree) -> str:
     """Where the model runner takes the draft's aux layer ids from (checked in its source)."""
-    text = tree.source.read("sglang/srt/model_executor/model_runner.py") or ""
-    if "eagle_config" in text and "eagle_aux_hidden_state_layer_ids" in text:
-        return "eagle_config.eagle_aux_hidden_state_layer_ids"
+    for path in AUX_IDS_READERS:
+        text = tree.source.read(path) or ""
+        if "eagle_config" in text and "eagle_aux_hidden_state_layer_ids" in text:
+            return "eagle_config.eagle_aux_hidden_state_layer_ids"
     raise DerivationError(
         "model_runner.py no longer reads eagle_config['eagle_aux_hidden_state_layer_ids']; "
         "the doctor cannot tell which aux layers this line passes to the target"

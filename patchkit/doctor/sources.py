@@ -200,10 +200,13 @@ def for_line(
 
 def _line_view(target, line: str | None):
     """``target`` seen through the line ``line`` names (a line, or the release it is pinned
-    to), or None when no line carries it."""
+    to), or None when no line carries it; a retired line, or its release, is refused."""
     if line is None or line in target.line_names:
         return target.on_line(line)
     release = target.release(line)
+    for old in target.retired:
+        if line == old.name or (release is not None and release.version == old.pin):
+            target.on_line(old.name)  # refuses, naming the line that carries it on
     chosen = target.line_for_release(release) if release is not None else None
     return target.on_line(chosen.name) if chosen is not None else None
 

@@ -34,7 +34,7 @@ from patchkit import __version__, gitops
 from patchkit.apply import ApplyReport, apply_series
 from patchkit.compat import tomllib
 from patchkit.errors import BuildError, ConfigError, Interrupted, PinError, UsageError
-from patchkit.lines import line_series, pick_line
+from patchkit.lines import check_line_names, line_series, pick_line
 from patchkit.locks import locked
 from patchkit.series import Series
 from patchkit.targets import RefSpec, Release, Target, WheelPin
@@ -637,18 +637,9 @@ def build_wheels(
     wheel base by repacking its pinned wheels.
     """
     report = BuildReport(profile=profile, isolation=options.isolation)
-    for spec in specs:
-        whole = workspace.target(spec.target)
-        own_line = line
-        if line is not None and line not in whole.line_names and len(specs) > 1:
-            # `--target all --line L`: the targets that have a line L, and the lines the
-            # other targets' line L is built with (`with` in targets.toml)
-            own_line = _companion_line(workspace, specs, spec.target, line)
-            if own_line is None:
-                continue
-        target = pick_line(whole, spec.ref, own_line)
+    for spec, target in lines_to_build(workspace, specs, line):
         series = line_series(workspace.project, target)
-        label = f"{spec.target} line {target.line}" if len(whole.lines) > 1 else spec.target
+        label = f"{spec.target} line {target.line}" if len(target.lines) > 1 else spec.target
         if not series.patches:
             report.skipped.append(
                 SkippedTarget(
@@ -688,6 +679,26 @@ def build_wheels(
     if line is not None and not report.wheels and not report.skipped:
         raise UsageError(f"no target has a line '{line}'")
     return report
+
+
+def lines_to_build(
+    workspace, specs: Sequence[RefSpec], line: str | None
+) -> list[tuple[RefSpec, Target]]:
+    """Each spec with the line it builds: `--line` (or the line pinned to its ref, else the
+    default line); with several targets (`--target all --line L`), the targets that have a
+    line L and, for the others, the line L is built with (`with` in targets.toml)."""
+    if line is not None and len(specs) > 1:
+        check_line_names([workspace.target(spec.target) for spec in specs], [line])
+    chosen = []
+    for spec in specs:
+        whole = workspace.target(spec.target)
+        own_line = line
+        if line is not None and line not in whole.line_names and len(specs) > 1:
+            own_line = _companion_line(workspace, specs, spec.target, line)
+            if own_line is None:
+                continue
+        chosen.append((spec, pick_line(whole, spec.ref, own_line)))
+    return chosen
 
 
 def _companion_line(workspace, specs: Sequence[RefSpec], name: str, line: str) -> str | None:

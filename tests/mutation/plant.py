@@ -1,7 +1,7 @@
 """Plant each listed mistake in a copy of a line's patched SGLang tree and require the
 speculation tier to fail on it.
 
-    python tests/mutation/plant.py --line 0.5.12 [--only ID ...] [--sample N] [--jobs J] [--json]
+    python tests/mutation/plant.py --line 0.5.17 [--only ID ...] [--sample N] [--jobs J] [--json]
 
 The mistakes are data (``tests/mutation/spec_<line>.toml``); every ``old`` text must occur
 exactly once in its file, so a mistake that no longer matches the patch is reported as an
@@ -144,7 +144,7 @@ def check_baseline(copy: Path, args: argparse.Namespace, data: dict) -> float | 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--line", default="0.5.12")
+    parser.add_argument("--line", default="0.5.17")
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--sample", type=int, default=0,
                         help="plant this many, chosen by the commit (tests/sampling.py); "

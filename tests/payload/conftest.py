@@ -7,7 +7,7 @@ unpatched trees, and every payload test must then fail (``tests/test_payload_bas
 
 ``PATCHKIT_PAYLOAD_LINE`` picks the SGLang series line (default: the target's default line);
 each line needs its own interpreter (``build/constraints/payload-test*.txt``: 0.5.9 runs on
-torch 2.9.1, 0.5.12 on torch 2.11.0).  A test marked ``sglang_lines("0.5.9", ...)`` belongs to
+torch 2.9.1, 0.5.17 on torch 2.11.0).  A test marked ``sglang_lines("0.5.9", ...)`` belongs to
 those lines only and is not collected on the others (its patch is not carried there).
 ``PATCHKIT_PAYLOAD_SGLANG_ROOT`` imports SGLang from an existing tree instead (a checkout
 laid out like the upstream repository, e.g. ``work/sglang`` after ``patchkit apply``).

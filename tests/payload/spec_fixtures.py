@@ -1,8 +1,8 @@
 """Fixtures of the speculation tests: the line's SGLang tree and a default ``ServerArgs``.
 
 Two lines: 0.5.9 (torch 2.9 venv; its tree is the payload conftest's ``sglang_tree``, made by
-patchkit's own apply) and 0.5.12 (torch 2.11 venv; a wheel base, since 0.5.11+ ship no sdist,
-unpacked to the repository layout with ``patches/sglang/0.5.12/series`` applied at zero fuzz).
+patchkit's own apply) and 0.5.17 (torch 2.11 venv; a wheel base, since 0.5.11+ ship no sdist,
+unpacked to the repository layout with ``patches/sglang/0.5.17/series`` applied at zero fuzz).
 ``PATCHKIT_SPEC_TREE`` names a ready tree instead (the mutation check's planted copies).
 What stands in for the GPU parts is in ``standins/spec_runtime.py``.
 """
@@ -30,7 +30,7 @@ def _put_first_on_path(directory: Path) -> None:
     sys.path.insert(0, path)
 
 
-LINE_TORCH = {"0.5.12": "2.11.", "0.5.17": "2.11.", "0.5.23": "2.14.", "0.5.9": "2.9."}
+LINE_TORCH = {"0.5.17": "2.11.", "0.5.23": "2.14.", "0.5.9": "2.9."}
 
 
 def running_line() -> str:

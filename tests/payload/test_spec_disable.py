@@ -1,7 +1,8 @@
 """Decode steps without drafts in SGLang's EAGLEWorker (v1) and EAGLEWorkerV2 (v2).
 
-One module for both lines: under torch 2.11 it runs the 0.5.12 line's tree, under torch 2.9
-the 0.5.9 line's (``PATCHKIT_SPEC_TREE`` names another tree, e.g. a planted copy).
+The 0.5.9 line's tree (``PATCHKIT_SPEC_TREE`` names another tree, e.g. a planted copy); the
+0.5.17 line carries the threshold through upstream's adaptive runtime states instead
+(``test_spec_threshold_adaptive.py``).
 
 Each run drives the patched worker the way the scheduler does, across the threshold both
 ways several times, with the real scheduler-side consumers of its result (``FutureMap``,
@@ -23,7 +24,7 @@ import pytest
 import torch
 from spec_fixtures import default_server_args, running_line, spec_tree
 
-pytestmark = pytest.mark.payload
+pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.9")]
 
 LINE = running_line()
 THRESHOLD = 4
