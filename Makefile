@@ -103,12 +103,16 @@ gpu-test: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -m gpu tests/gpu $(ARGS)
 
 ## gpu-bundle: the GPU tier's pinned, hash-checked bundle for the lent H200 (docs/gpu.md);
-## SGLANG_WHEEL=path picks the sglang wheel (default: dist/'s patched 0.5.12 cp312 wheel)
+## LINE=0.5.17 for another line's bundle (gpu/bundles/LINE.toml; default 0.5.12);
+## SGLANG_WHEEL=path picks the sglang wheel (default: dist/'s patched LINE cp312 wheel, built
+## first when the line has a series, else the PyPI wheel); GPU_OPTIONAL=cutlass adds a group
 GPU_BUNDLE   ?= .gpu-stage
 SGLANG_WHEEL ?=
+GPU_LINE      = $(or $(LINE),0.5.12)
+GPU_OPTIONAL ?=
 gpu-bundle: $(BVENV)/.stamp
-	$(if $(SGLANG_WHEEL),,$(BVENV)/bin/patchkit build --target sglang --line 0.5.12 --python-tag cp312 --out dist)
-	$(BVENV)/bin/python gpu/bundle.py --out $(GPU_BUNDLE) $(if $(SGLANG_WHEEL),--sglang-wheel $(SGLANG_WHEEL))
+	$(if $(SGLANG_WHEEL),,$(if $(wildcard patches/sglang/$(GPU_LINE)/series),$(BVENV)/bin/patchkit build --target sglang --line $(GPU_LINE) --python-tag cp312 --out dist))
+	$(BVENV)/bin/python gpu/bundle.py --line $(GPU_LINE) --out $(GPU_BUNDLE) $(if $(SGLANG_WHEEL),--sglang-wheel $(SGLANG_WHEEL)) $(foreach g,$(GPU_OPTIONAL),--optional $(g))
 
 ## verify: static CUDA 13 / torch cu130 ABI check of the environment that runs the stack:
 ##   VERIFY_ENV (a venv, its python or a site-packages; default the active virtualenv, else

@@ -12,8 +12,9 @@ target box). At every concurrency C the script keeps C requests in flight (close
 tokens per second over the level's wall time; each level runs ``--runs`` times, servers
 interleaved run by run so that drift hits every server alike, and the table shows medians.
 Prompts are in the tiny models' language with ``--models`` (``DIR/language.json``), else
-random ids below ``--vocab``. For every label ``X+threshold`` the table adds the ratio to
-``max(baseline, X)``; the goal is >= 0.97 at every concurrency. Only the standard library.
+random ids below ``--vocab``. For every label ``X+...`` (``X+threshold``, ``X+adaptive``,
+...) the table adds the ratio to ``max(baseline, X)``; the goal is >= 0.97 at every
+concurrency. Only the standard library.
 """
 
 from __future__ import annotations
@@ -101,11 +102,12 @@ def medians(results: dict) -> dict[str, dict[str, float]]:
 
 
 def ratios(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """For each ``X+threshold``: median tok/s over max(baseline, X), per concurrency; over
-    the baseline alone where X was not run (`reference` names what the ratio is to)."""
+    """For each ``X+...`` (``X+threshold``, ``X+adaptive``, ...): median tok/s over
+    max(baseline, X), per concurrency; over the baseline alone where X was not run
+    (`reference` names what the ratio is to)."""
     out = {}
     for label, row in table.items():
-        base, plus, _ = label.partition("+threshold")
+        base, plus, _ = label.partition("+")
         if not plus or "baseline" not in table:
             continue
         others = [table["baseline"]] + ([table[base]] if base in table else [])
@@ -118,8 +120,8 @@ def ratios(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
 
 
 def reference(label: str, table: dict[str, dict[str, float]]) -> str:
-    """What the ratio of `label` (an ``X+threshold``) is to."""
-    base = label.partition("+threshold")[0]
+    """What the ratio of `label` (an ``X+...``) is to."""
+    base = label.partition("+")[0]
     return f"max(baseline, {base})" if base in table else f"baseline ({base} not run)"
 
 

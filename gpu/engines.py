@@ -43,8 +43,26 @@ SPEC_FLAGS = [
     "--speculative-eagle-topk", "1",
     "--speculative-num-draft-tokens", "3",
 ]  # fmt: skip
+# Upstream's --speculative-adaptive (0.5.14+, spec v2, topk 1) picks the step count per decode
+# batch: the batch size is padded to a CUDA-graph size and mapped to the largest key <= it. The
+# threshold written as such a config: 2 steps up to THRESHOLD, none from the graph size that
+# THRESHOLD + 1 pads to (no hysteresis: the batch size alone decides).
+SKIP_ZERO_STEP_ENV = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 DISABLED_RE = r"Speculative decoding disabled: decode batch size (\d+) > (\d+)"
 REENABLED_RE = r"Speculative decoding re-enabled: decode batch size (\d+) <= (\d+)"
+
+
+def graph_size_above(threshold: int, sizes: list[int] = CUDA_GRAPH_BS) -> int:
+    """The CUDA-graph batch size that a decode batch of ``threshold + 1`` is padded to."""
+    return next(bs for bs in sorted(sizes) if bs >= threshold + 1)
+
+
+def threshold_adaptive_config(threshold: int = THRESHOLD) -> dict:
+    """``--speculative-adaptive-config`` contents that act as the batch threshold."""
+    return {
+        "1": {"candidate_steps": [2]},
+        str(graph_size_above(threshold)): {"candidate_steps": [0]},
+    }
 
 
 @dataclass(frozen=True)
@@ -53,16 +71,23 @@ class EngineConfig:
     spec: bool = False
     spec_v2: bool = False
     threshold: int | None = None
+    adaptive: bool = False  # upstream's --speculative-adaptive (0.5.14+)
+    adaptive_config: dict | None = field(default=None, hash=False)  # None: upstream's default
+    extra_env: tuple[tuple[str, str], ...] = ()
 
     def args(self, models: Path, attention_backend: str) -> list[str]:
+        renamed = graph_flags_renamed()
         args = [
             "--model-path", str(models / "target"),
             "--skip-tokenizer-init",
             "--attention-backend", attention_backend,
             "--sampling-backend", "pytorch",
             "--grammar-backend", "none",
-            "--cuda-graph-max-bs", str(CUDA_GRAPH_MAX_BS),
-            "--cuda-graph-bs", *map(str, CUDA_GRAPH_BS),
+            # 0.5.15 renamed the CUDA-graph options per phase (decode / prefill)
+            "--cuda-graph-max-bs-decode" if renamed else "--cuda-graph-max-bs",
+            str(CUDA_GRAPH_MAX_BS),
+            "--cuda-graph-bs-decode" if renamed else "--cuda-graph-bs",
+            *map(str, CUDA_GRAPH_BS),
             "--max-running-requests", str(MAX_RUNNING),
             "--mem-fraction-static", os.environ.get("PATCHKIT_GPU_MEM_FRACTION", "0.3"),
             "--max-total-tokens", "262144",
@@ -73,17 +98,30 @@ class EngineConfig:
         ]  # fmt: skip
         if not any((models / "target").glob("*.safetensors")):
             args += ["--load-format", "dummy"]  # gpu/large_models.py: configurations only
-        if _piecewise_by_default():
-            args.append("--disable-piecewise-cuda-graph")  # its compile adds a minute per start
+        # prefill graphs (piecewise, breakable from 0.5.15): their capture adds a minute per start
+        if renamed:
+            args += ["--cuda-graph-backend-prefill", "disabled"]
+        elif _piecewise_by_default():
+            args.append("--disable-piecewise-cuda-graph")
         if self.spec:
             args += SPEC_FLAGS + ["--speculative-draft-model-path", str(models / "draft")]
             args += ["--speculative-draft-attention-backend", attention_backend]
         if self.threshold is not None:
             args += ["--speculative-disable-batch-threshold", str(self.threshold)]
+        if self.adaptive:
+            args.append("--speculative-adaptive")
+        if self.adaptive_config is not None:
+            path = models / f"adaptive-{self.label.replace('+', '_')}.json"
+            path.write_text(json.dumps(self.adaptive_config, indent=1) + "\n")
+            args += ["--speculative-adaptive-config", str(path)]
         return args
 
     def env(self) -> dict[str, str]:
-        return {"SGLANG_ENABLE_SPEC_V2": "True" if self.spec_v2 else "False"} if self.spec else {}
+        env = dict(self.extra_env)
+        if self.spec and not graph_flags_renamed():
+            # 0.5.15+ always runs the v2 worker and warns about the variable
+            env["SGLANG_ENABLE_SPEC_V2"] = "True" if self.spec_v2 else "False"
+        return env
 
 
 CONFIGS = {
@@ -94,17 +132,61 @@ CONFIGS = {
         EngineConfig("eagle3-v2", spec=True, spec_v2=True),
         EngineConfig("eagle3-v1+threshold", spec=True, threshold=THRESHOLD),
         EngineConfig("eagle3-v2+threshold", spec=True, spec_v2=True, threshold=THRESHOLD),
+        # the 0.5.17 line: spec v2 only, upstream's adaptive step counts beside the threshold
+        EngineConfig("eagle3-v2+adaptive", spec=True, spec_v2=True, adaptive=True),
+        EngineConfig(
+            "eagle3-v2+adaptive-skip",
+            spec=True,
+            spec_v2=True,
+            adaptive=True,
+            extra_env=tuple(SKIP_ZERO_STEP_ENV.items()),
+        ),  # fmt: skip
+        EngineConfig(
+            "eagle3-v2+threshold-config",
+            spec=True,
+            spec_v2=True,
+            adaptive=True,
+            adaptive_config=threshold_adaptive_config(),
+        ),  # fmt: skip
     )
 }
+# The configurations each line runs (`line_labels`): 0.5.12 carries the threshold patch;
+# 0.5.15+ has no spec-v1 worker and upstream's adaptive mode with steps 0.
+LINE_LABELS = {
+    "0.5.12": ["baseline", "eagle3-v1", "eagle3-v2", "eagle3-v1+threshold", "eagle3-v2+threshold"],
+    "0.5.17": [
+        "baseline", "eagle3-v2", "eagle3-v2+adaptive", "eagle3-v2+adaptive-skip",
+        "eagle3-v2+threshold-config",
+    ],
+}  # fmt: skip
+
+
+def sglang_version() -> tuple[int, ...] | None:
+    """The installed sglang's release as a tuple (local version dropped), None without one."""
+    try:
+        version = metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+    return tuple(int(x) for x in version.split("+")[0].split(".")[:3] if x.isdigit())
+
+
+def line_labels(version: tuple[int, ...] | None = None) -> list[str]:
+    """The configurations of the installed sglang's line (0.5.12's without sglang)."""
+    version = sglang_version() if version is None else version
+    return LINE_LABELS["0.5.17" if version and version >= (0, 5, 15) else "0.5.12"]
+
+
+def graph_flags_renamed() -> bool:
+    """0.5.15 renamed --cuda-graph-max-bs / --cuda-graph-bs per phase and replaced
+    --disable-piecewise-cuda-graph with --cuda-graph-backend-prefill."""
+    version = sglang_version()
+    return bool(version) and version >= (0, 5, 15)
 
 
 def _piecewise_by_default() -> bool:
     """0.5.12 captures piecewise (prefill) CUDA graphs by default, 0.5.9 does not."""
-    try:
-        version = metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return True
-    return tuple(int(x) for x in version.split("+")[0].split(".")[:3]) >= (0, 5, 10)
+    version = sglang_version()
+    return version is None or version >= (0, 5, 10)
 
 
 def _free_port() -> int:

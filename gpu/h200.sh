@@ -1,7 +1,12 @@
 #!/bin/sh
 # gpu/h200.sh STEP: one step of a GPU-tier session on the lent H200, run from the root of a
-# checkout that carries the bundle in .gpu-stage (make gpu-bundle); results go to $OUT.
-#   stage1  install bundle stage 1 into /tmp/site (what one call carries is limited)
+# checkout that carries the bundle in .gpu-stage (make gpu-bundle [LINE=...]); results go to
+# $OUT.
+#   stage N install bundle stage N into /tmp/site (what one call carries is limited);
+#           stage1 is stage 1
+#   measure (the 0.5.17 line) install the stages carried and not yet installed, train, start
+#           the line's configurations (gpu/engines.py LINE_LABELS), benchmark them side by
+#           side, profile at batch 128; servers left running for `bench`
 #   tests   install stage 2, train the models, start the servers (left running), GPU tests
 #   bench   the throughput benchmark and profiles against the running servers, then stop them
 #   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py)
@@ -14,7 +19,14 @@ S=/tmp/gpu-session
 B=.gpu-stage
 OUT=${OUT:-$S/out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$SITE
+# dsl_packages: where the optional cutlass group's `cutlass` lives (a .pth adds it in a
+# site-packages, not in a --target folder); bin: ninja for the JIT builds of the 0.5.17 line
+export PYTHONUNBUFFERED=1 PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages
+export PATH=$SITE/bin:$PATH
+install_stage() {  # install_stage N: once per machine
+    [ -f "$SITE/.stage$1" ] && { echo "h200.sh: stage $1 already installed"; return 0; }
+    sh $B/install.sh $B/stage$1 $SITE && touch "$SITE/.stage$1"
+}
 collect() {  # collect SESSION_DIR PREFIX
     for f in session.log pytest.log bench.md bench.json; do
         [ -f "$1/$f" ] && cp "$1/$f" "$OUT/$2$f"
@@ -27,7 +39,22 @@ collect() {  # collect SESSION_DIR PREFIX
 PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold
 case ${1:-} in
 stage1)
-    sh $B/install.sh $B/stage1 $SITE ;;
+    install_stage 1 ;;
+stage)
+    install_stage "${2:?usage: h200.sh stage N}" ;;
+measure)
+    test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage 1 first"; exit 8; }
+    for d in $B/stage[0-9]*; do
+        n=${d##*/stage}
+        install_stage "$n" >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
+    done
+    (cd $B/repo && timeout 570 python3 gpu/session.py --out $S --no-tests --keep-servers \
+        --budget-s 555 --bench-runs 2 --bench-concurrency 1,4,8,16,32,64,128 \
+        --profile baseline,eagle3-v2,eagle3-v2+adaptive,eagle3-v2+threshold-config)
+    rc=$?
+    collect $S ""
+    cat "$S/bench.md" 2>/dev/null
+    exit $rc ;;
 tests)
     test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
     sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
@@ -76,6 +103,6 @@ deep)
     cat "$S-deep/bench.md" 2>/dev/null
     exit $rc ;;
 *)
-    echo "usage: h200.sh stage1|tests|bench|large|profile|deep" >&2
+    echo "usage: h200.sh stage1|stage N|measure|tests|bench|large|profile|deep" >&2
     exit 2 ;;
 esac

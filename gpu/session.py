@@ -82,7 +82,9 @@ def profile(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--labels", default=",".join(engines.CONFIGS))
+    parser.add_argument(
+        "--labels", default=None, help="default: the installed sglang line's configurations"
+    )
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--no-bench", action="store_true")
     parser.add_argument("--bench-runs", type=int, default=3)
@@ -139,14 +141,17 @@ def main(argv: list[str] | None = None) -> int:
             log(f"training exit {train.returncode}")
             if not (models / "target" / "model.safetensors").exists():
                 return 2
-        labels = [label for label in args.labels.split(",") if label]
-        flag = subprocess.run(
-            [sys.executable, "-c", HAS_FLAG], capture_output=True, text=True, timeout=300
-        )
-        if flag.returncode != 0:
-            dropped = [label for label in labels if "threshold" in label]
-            labels = [label for label in labels if "threshold" not in label]
-            log(f"sglang lacks --speculative-disable-batch-threshold: not starting {dropped}")
+        labels = [label for label in (args.labels or ",".join(engines.line_labels())).split(",")
+                  if label]  # fmt: skip
+        patched = [label for label in labels if engines.CONFIGS[label].threshold is not None]
+        flag = None
+        if patched:
+            flag = subprocess.run(
+                [sys.executable, "-c", HAS_FLAG], capture_output=True, text=True, timeout=300
+            )
+        if flag is not None and flag.returncode != 0:
+            labels = [label for label in labels if label not in patched]
+            log(f"sglang lacks --speculative-disable-batch-threshold: not starting {patched}")
             if flag.returncode != 3:
                 log(flag.stderr[-2000:])
         try:

@@ -1,12 +1,19 @@
-"""CPU checks of the GPU tier's bundle builder (gpu/bundle.py) and its manifest (gpu/bundle.toml).
+"""CPU checks of the GPU tier's bundle builder (gpu/bundle.py), its manifests
+(gpu/bundles/*.toml), its installer (gpu/install.sh) and the engine settings of each line.
 
-Real zip wheels are built here; no download, no GPU.
+Real zip wheels are built here; the `slow` tests build the 0.5.17 bundle from the real pinned
+wheels (downloaded once into .cache/gpu, about 560 MB) and read 0.5.17's ServerArgs. No GPU.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -17,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gpu"))
 
 import bundle  # noqa: E402
+import engines  # noqa: E402
 
 from patchkit.wheels.reproducible import check_record  # noqa: E402
 
@@ -103,17 +111,121 @@ def test_threshold_patch_is_detected_in_the_sglang_wheel(tmp_path):
     assert not bundle.carries_threshold_patch(plain)
 
 
-def test_the_manifest_pins_each_wheel_once_by_name_version_and_sha256():
-    manifest = bundle.load_manifest()
+@pytest.mark.parametrize("line", ["0.5.12", "0.5.17"])
+def test_the_manifest_pins_each_wheel_once_by_name_version_and_sha256(line):
+    assert line in bundle.lines()
+    manifest = bundle.load_manifest(bundle.manifest_path(line))
+    assert manifest["bundle"].get("line", line) == line
     pins = bundle.pins(manifest)
     names = [p.name.lower().replace("-", "_") for p in pins]
     assert len(names) == len(set(names))
     for pin in pins:
         assert pin.file.startswith(f"{pin.name}-{pin.version}-") and pin.file.endswith(".whl")
         assert re.fullmatch(r"[0-9a-f]{64}", pin.sha256)
-        assert pin.stage in (1, 2)
+        assert pin.stage >= 1 and all(n >= 1 for n in pin.parts)
+        assert not pin.parts or pin.optional, "a split wheel of the default stages"
     assert {p.name for p in pins if p.stage == 1} >= {"sglang", "sglang_kernel"}
     assert all(d["why"] for d in manifest["kernel"]["drop"])
+    assert all(d["name"] and d["why"] for d in manifest.get("left_out", []))
+    assert bundle.pins(manifest) == bundle.pins(manifest, None)
+
+
+def test_the_default_line_and_its_stages_stay_as_they_were():
+    assert (
+        bundle.MANIFEST
+        == bundle.manifest_path("0.5.12")
+        == bundle.manifest_path(bundle.DEFAULT_LINE)
+    )
+    manifest = bundle.load_manifest()
+    assert {p.stage for p in bundle.pins(manifest, ())} == {1, 2}
+    assert "check_requirements" not in manifest["bundle"]
+
+
+def test_split_parts_join_to_the_whole_only_in_order(tmp_path):
+    whole = tmp_path / "big.whl"
+    whole.write_bytes(os.urandom(300_001))
+    digest = hashlib.sha256(whole.read_bytes()).hexdigest()
+    dests = [tmp_path / "s4", tmp_path / "s5", tmp_path / "s6"]
+    for d in dests:
+        d.mkdir()
+    parts = bundle.split(whole, dests)
+    assert [p.parent for p in parts] == dests
+    assert [p.name for p in parts] == [f"big.whl.part{i}" for i in (1, 2, 3)]
+    assert sum(p.stat().st_size for p in parts) == 300_001
+    assert max(p.stat().st_size for p in parts) - min(p.stat().st_size for p in parts) <= 2
+    joined = bundle.join(parts, tmp_path / "joined.whl", digest)
+    assert joined.read_bytes() == whole.read_bytes()
+    with pytest.raises(bundle.BundleError, match="is not the pinned"):
+        bundle.join(parts[::-1], tmp_path / "wrong.whl", digest)
+    assert not (tmp_path / "wrong.whl").exists()
+
+
+def _stage(path: Path, files: list[Path], parts_line: str = "") -> Path:
+    path.mkdir()
+    for f in files:
+        shutil.copy2(f, path / f.name)
+    sums = "".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in files)
+    (path / "SHA256SUMS").write_text(sums)
+    if parts_line:
+        (path / "PARTS").write_text(parts_line)
+    return path
+
+
+def _demo_wheel(where: Path, name: str, files: dict[str, bytes]) -> Path:
+    info = f"{name}-1.0.dist-info"
+    return _wheel(where / f"{name}-1.0-py3-none-any.whl", {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/RECORD": b"",
+    })  # fmt: skip
+
+
+def test_install_sh_joins_parts_across_calls_checks_them_and_installs(tmp_path):
+    """gpu/install.sh on the host: parts wait in PARTS_DIR until the last one comes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    big = _demo_wheel(src, "demo_big", {"demo_big/__init__.py": b"X = 1\n",
+                                        "demo_big/blob.bin": os.urandom(50_000)})  # fmt: skip
+    small = _demo_wheel(src, "demo_small", {"demo_small.py": b"Y = 2\n"})
+    digest = hashlib.sha256(big.read_bytes()).hexdigest()
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    one, two = bundle.split(big, [cut, cut])
+    line = f"{digest}  {big.name}  2\n"
+    stage4 = _stage(tmp_path / "stage4", [one], line)
+    stage5 = _stage(tmp_path / "stage5", [two, small], line)
+    site, spool = tmp_path / "site", tmp_path / "spool"
+    env = {**os.environ, "PARTS_DIR": str(spool)}
+
+    def install(stage: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(ROOT / "gpu" / "install.sh"), str(stage), str(site)],
+                              capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+
+    first = install(stage4)
+    assert first.returncode == 0, first.stderr
+    assert "waiting for part(s) 2" in first.stdout and not site.exists()
+    second = install(stage5)
+    assert second.returncode == 0, second.stderr
+    assert (site / "demo_big" / "blob.bin").exists() and (site / "demo_small.py").exists()
+    assert "2 wheels" in second.stdout
+    # a part that does not join to the pinned whole stops the install
+    bad = _stage(tmp_path / "bad", [two], f"{'0' * 64}  {big.name}  2\n")
+    third = install(bad)
+    assert third.returncode != 0 and "do not give the pinned sha256" in third.stderr
+
+
+def test_a_requirement_not_brought_on_the_device_or_left_out_is_named(tmp_path):
+    meta = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n" + b"".join(
+        f"Requires-Dist: {r}\n".encode()
+        for r in ["torch==2.11.0", "tiny_dep", "gone>=1", "mac-only; sys_platform == 'darwin'",
+                  "extra-only; extra == 'test'", "missing_one"]
+    )  # fmt: skip
+    demo = _wheel(tmp_path / "demo-1.0-py3-none-any.whl", {"demo-1.0.dist-info/METADATA": meta})
+    dep = _demo_wheel(tmp_path, "tiny_dep", {})
+    manifest = {"left_out": [{"name": "Gone", "why": "not imported"}]}
+    wheels = {"demo": demo, "tiny_dep": dep}
+    assert bundle.unaccounted(manifest, wheels, {"torch"}) == ["missing-one (of demo)"]
 
 
 PURE = ["--implementation", "py", "--abi", "none", "--platform", "any"]
@@ -133,3 +245,121 @@ def test_download_options_select_the_pinned_file_among_a_releases_wheels(file, e
     """wcwidth 0.9.4 has a pure and an abi3 wheel: without the pinned file's own tags pip
     picked the compiled one and the pinned file never arrived."""
     assert bundle._tag_options(file, ["P"]) == expected
+
+
+# The 0.5.17 bundle from the real pinned wheels (cached in .cache/gpu, PATCHKIT_GPU_CACHE).
+
+
+@pytest.fixture(scope="module")
+def bundle_0_5_17(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("gpu") / "stage"
+    report = bundle.build(out, bundle.DEFAULT_CACHE, None, "0.5.17", ("cutlass",))
+    return out, report
+
+
+@pytest.mark.slow
+def test_the_0_5_17_bundle_builds_in_stages_that_fit_one_call(bundle_0_5_17):
+    out, report = bundle_0_5_17
+    manifest = bundle.load_manifest(bundle.manifest_path("0.5.17"))
+    meta = manifest["bundle"]
+    assert report["line"] == "0.5.17" and list(report["stages"]) == ["1", "2", "3", "4", "5"]
+    for n in report["stages"]:
+        size = report[f"stage{n}_bytes"]
+        assert size <= meta["stage_limit_mib"] << 20
+        assert size + report["beside_each_stage_bytes"] <= meta["carry_limit_mib"] << 20
+        listed = (out / f"stage{n}" / "SHA256SUMS").read_text().split()
+        assert sorted(listed[1::2]) == sorted(p.name for p in (out / f"stage{n}").iterdir()
+                                              if p.name not in ("SHA256SUMS", "PARTS"))  # fmt: skip
+    assert report["sglang"] == {"file": "sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl",
+                                "source": "PyPI (unpatched)", "threshold_patch": False}  # fmt: skip
+    kernel = next(out.glob("stage1/sglang_kernel-0.4.5+sm90-*.whl"))
+    with zipfile.ZipFile(kernel) as z:
+        names = set(z.namelist())
+    assert {"sgl_kernel/sm90/common_ops.abi3.so", "sgl_kernel/spatial_ops.abi3.so"} <= names
+    assert not {n for n in names if "sm100" in n or "flash_ops" in n or "infllm_ops" in n}
+    assert check_record(kernel) == []
+    assert all(d["files"] == 1 for d in report["kernel_left_out"])
+    left = {d["name"] for d in report["left_out"]}
+    assert {"nvidia-cutlass-dsl", "llguidance", "tilelang", "flash-attn-4"} <= left
+    assert json.loads((out / "bundle.json").read_text()) == report
+
+
+@pytest.mark.slow
+def test_the_cutlass_wheel_travels_in_parts_that_join_to_its_pinned_sha256(bundle_0_5_17, tmp_path):
+    out, report = bundle_0_5_17
+    pin = next(p for p in bundle.pins(bundle.load_manifest(bundle.manifest_path("0.5.17")))
+               if p.parts)  # fmt: skip
+    assert pin.name == "nvidia_cutlass_dsl_libs_cu13" and pin.optional == "cutlass"
+    [item] = report["parts"]
+    assert item["bytes"] > 60 << 20  # the reason it is split: larger than a stage
+    parts = [out / f"stage{n}" / f"{pin.file}.part{i}" for i, n in enumerate(pin.parts, 1)]
+    bundle.join(parts, tmp_path / pin.file, pin.sha256)
+    for n in pin.parts:
+        assert (out / f"stage{n}" / "PARTS").read_text() == f"{pin.sha256}  {pin.file}  2\n"
+
+
+@pytest.mark.slow
+def test_every_requirement_of_the_0_5_17_engine_is_accounted_for(bundle_0_5_17):
+    """Brought, on the device image (gpu/bundles/device.toml, docs/gpu.md), or left out with
+    a reason; the build refuses otherwise, so a build without the list fails."""
+    manifest = bundle.load_manifest(bundle.manifest_path("0.5.17"))
+    wheels = {p.name: bundle.DEFAULT_CACHE / "wheels" / p.file for p in bundle.pins(manifest)}
+    device = bundle.device_packages()
+    assert bundle.unaccounted(manifest, wheels, device) == []
+    bare = {**manifest, "left_out": []}
+    assert "xxhash (of sglang)" in bundle.unaccounted(bare, wheels, device)
+    docs = (ROOT / "docs" / "gpu.md").read_text()
+    assert all(name in docs for name in sorted(device))
+
+
+def _server_args_flags(wheel: Path) -> set[str]:
+    """The command-line flags of a ServerArgs read from the wheel's server_args.py: one per
+    annotated field, plus the deprecated aliases it adds with parser.add_argument."""
+    with zipfile.ZipFile(wheel) as z:
+        tree = ast.parse(z.read("sglang/srt/server_args.py"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    flags = {"--" + n.target.id.replace("_", "-") for n in cls.body
+             if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}  # fmt: skip
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
+                and node.args and isinstance(node.args[0], ast.Constant)):  # fmt: skip
+            flags.add(node.args[0].value)
+    return flags
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", engines.LINE_LABELS["0.5.17"])
+def test_0_5_17_engine_flags_are_fields_of_its_server_args(label, monkeypatch, tmp_path):
+    manifest = bundle.load_manifest(bundle.manifest_path("0.5.17"))
+    pin = next(p for p in bundle.pins(manifest) if p.name == "sglang")
+    wheel = bundle.fetch(pin, bundle.DEFAULT_CACHE, manifest["bundle"]["download_platforms"],
+                         manifest["bundle"]["python"])  # fmt: skip
+    monkeypatch.setattr(engines, "sglang_version", lambda: (0, 5, 17))
+    config = engines.CONFIGS[label]
+    args = config.args(tmp_path, "triton")
+    flags = _server_args_flags(wheel)
+    used = [a for a in args if a.startswith("--")]
+    assert [f for f in used if f not in flags] == []
+    assert "--cuda-graph-max-bs-decode" in used and "--cuda-graph-backend-prefill" in used
+    assert "--cuda-graph-max-bs" not in used and "--disable-piecewise-cuda-graph" not in used
+    assert "SGLANG_ENABLE_SPEC_V2" not in config.env()  # 0.5.17 warns that it was removed
+    if config.adaptive_config is not None:
+        path = Path(args[args.index("--speculative-adaptive-config") + 1])
+        assert json.loads(path.read_text()) == {
+            "1": {"candidate_steps": [2]}, "12": {"candidate_steps": [0]},
+        }  # fmt: skip
+
+
+def test_engine_settings_per_line():
+    assert engines.line_labels((0, 5, 12)) == engines.LINE_LABELS["0.5.12"]
+    assert engines.line_labels((0, 5, 17)) == engines.LINE_LABELS["0.5.17"]
+    assert all(label in engines.CONFIGS for labels in engines.LINE_LABELS.values()
+               for label in labels)  # fmt: skip
+    # the batch sizes the threshold configuration switches at: 8 pads to 8, 9 to 12
+    assert engines.graph_size_above(8) == 12 and engines.graph_size_above(7) == 8
+    skip = engines.CONFIGS["eagle3-v2+adaptive-skip"]
+    assert dict(skip.extra_env) == {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
+    assert engines.CONFIGS["eagle3-v2+adaptive"].adaptive_config is None  # upstream's default
+    assert [c.threshold for c in map(engines.CONFIGS.get, engines.LINE_LABELS["0.5.17"])] == [
+        None
+    ] * 5
