@@ -4,9 +4,12 @@ PYTHON    ?= python3
 VENV      := .venv
 BVENV     := .venv-build
 # One payload venv per torch version, shared by the SGLang lines on it: torch 2.11.0 holds the
-# 0.5.17 line (the 0.5.9 line runs on torch 2.9.1 in $(VENV)); tests/tiers.py names the same.
+# 0.5.17 line, torch 2.14.1 the 0.5.23 line (the 0.5.9 line runs on torch 2.9.1 in $(VENV));
+# tests/tiers.py names the same.
 PVENV_T211 := .venv-torch-2.11
 PWHEELS_T211 := .cache/wheels/torch-2.11
+PVENV_T214 := .venv-torch-2.14
+PWHEELS_T214 := .cache/wheels/torch-2.14
 PIP_FLAGS ?= -q --disable-pip-version-check
 # The test venvs skip pip's byte-compilation of every module (torch alone has thousands): what
 # the tests import is compiled on first import.
@@ -43,6 +46,15 @@ $(PVENV_T211)/.stamp: build/constraints/payload-test-0.5.17.txt pyproject.toml
 	    -e '.[test]' -r build/constraints/payload-test-0.5.17.txt
 	touch $@
 
+$(PVENV_T214)/.stamp: build/constraints/payload-test-0.5.23.txt pyproject.toml
+	test -x $(PVENV_T214)/bin/python || $(PYTHON) -m venv $(PVENV_T214)
+	@echo "installing torch 2.14.1 and the payload stack of its lines into $(PVENV_T214) (once: 3 GB of wheels, minutes)"
+	$(PVENV_T214)/bin/pip download $(PIP_FLAGS) -d $(PWHEELS_T214) setuptools wheel \
+	    -r build/constraints/payload-test-0.5.23.txt '.[test]'
+	$(PVENV_T214)/bin/pip install $(TEST_PIP_FLAGS) --no-index --find-links $(PWHEELS_T214) \
+	    -e '.[test]' -r build/constraints/payload-test-0.5.23.txt
+	touch $@
+
 # Debian's chromium for the review page's browser test (skips cleanly where it cannot install).
 $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
@@ -75,16 +87,17 @@ test:
 	    $(VENV)/bin/python tests/tiers.py --setup-seconds $$(( $$(date +%s) - start )) \
 	    $(if $(ARGS),-- $(ARGS))
 
-test-venvs: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_T211)/.stamp
+test-venvs: $(VENV)/.stamp-payload $(VENV)/.stamp-browser $(PVENV_T211)/.stamp $(PVENV_T214)/.stamp
 
 ## test-fast: manager tests only (no torch)
 test-fast: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -n auto --dist worksteal -m "not gpu and not payload" $(ARGS)
 
 ## test-mutation: every planted mistake of every line (tests/mutation/), two at a time
-test-mutation: $(VENV)/.stamp-payload $(PVENV_T211)/.stamp
+test-mutation: $(VENV)/.stamp-payload $(PVENV_T211)/.stamp $(PVENV_T214)/.stamp
 	$(VENV)/bin/python tests/mutation/plant.py --line 0.5.9 --jobs 2
 	$(PVENV_T211)/bin/python tests/mutation/plant.py --line 0.5.17 --jobs 2
+	$(PVENV_T214)/bin/python tests/mutation/plant.py --line 0.5.23 --jobs 2
 
 ## test-reliability: the reliability tests with every kill point (PATCHKIT_SAMPLE=all), a longer,
 ## randomized model-based search and the kill tests ten times in a row (MODEL_EXAMPLES sequences
@@ -103,12 +116,12 @@ gpu-test: $(VENV)/.stamp-core
 	$(VENV)/bin/python -m pytest -m gpu tests/gpu $(ARGS)
 
 ## gpu-bundle: the GPU tier's pinned, hash-checked bundle for the lent H200 (docs/gpu.md);
-## LINE=0.5.17 for another line's bundle (gpu/bundles/LINE.toml; default 0.5.12);
+## LINE=0.5.12 for another line's bundle (gpu/bundles/LINE.toml; default 0.5.17);
 ## SGLANG_WHEEL=path picks the sglang wheel (default: dist/'s patched LINE cp312 wheel, built
 ## first when the line has a series, else the PyPI wheel); GPU_OPTIONAL=cutlass adds a group
 GPU_BUNDLE   ?= .gpu-stage
 SGLANG_WHEEL ?=
-GPU_LINE      = $(or $(LINE),0.5.12)
+GPU_LINE      = $(or $(LINE),0.5.17)
 GPU_OPTIONAL ?=
 gpu-bundle: $(BVENV)/.stamp
 	$(if $(SGLANG_WHEEL),,$(if $(wildcard patches/sglang/$(GPU_LINE)/series),$(BVENV)/bin/patchkit build --target sglang --line $(GPU_LINE) --python-tag cp312 --out dist))

@@ -1,6 +1,6 @@
 """Build the GPU tier's bundle of one SGLang line for the lent H200 (``make gpu-bundle``).
 
-    python gpu/bundle.py [--line 0.5.12] [--out .gpu-stage] [--cache .cache/gpu]
+    python gpu/bundle.py [--line 0.5.17] [--out .gpu-stage] [--cache .cache/gpu]
                          [--sglang-wheel WHEEL] [--optional GROUP]
 
 The line's manifest is ``gpu/bundles/LINE.toml`` (the device image: ``gpu/bundles/device.toml``).
@@ -47,7 +47,7 @@ sys.path.append(str(ROOT))  # an installed patchkit wins; ./build is data, not p
 from patchkit.wheels.reproducible import RecordEntry, record_hash, write_record  # noqa: E402
 
 BUNDLES = ROOT / "gpu" / "bundles"
-DEFAULT_LINE = "0.5.12"
+DEFAULT_LINE = "0.5.17"
 MANIFEST = BUNDLES / f"{DEFAULT_LINE}.toml"
 DEVICE = BUNDLES / "device.toml"
 DEFAULT_CACHE = Path(os.environ.get("PATCHKIT_GPU_CACHE", ROOT / ".cache" / "gpu"))

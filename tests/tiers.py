@@ -54,6 +54,12 @@ TIERS = (
         ("pytest", "-m", "payload", "tests/payload"),
         {"PATCHKIT_PAYLOAD_LINE": "0.5.17"},
     ),
+    Tier(
+        "torch 2.14: payload 0.5.23",
+        ".venv-torch-2.14",
+        ("pytest", "-m", "payload", "tests/payload"),
+        {"PATCHKIT_PAYLOAD_LINE": "0.5.23"},
+    ),
 )
 
 

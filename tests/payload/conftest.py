@@ -19,7 +19,6 @@ keyed by the sdist hash and the content of the applied patches.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path

@@ -45,9 +45,7 @@ def _gate_seen_by(major: int, monkeypatch: pytest.MonkeyPatch):
     torch's device queries spoofed (CUDA 13.0, capability ``major``.0); the imported module
     itself is left alone.
     """
-    for module_name, gate in GATES:
-        if importlib.util.find_spec(module_name) is not None:
-            break
+    module_name, gate = next(g for g in GATES if importlib.util.find_spec(g[0]) is not None)
     real = importlib.import_module(module_name)
     with _capability(major, monkeypatch):
         name = f"_patchkit_gate_sm{major}"
