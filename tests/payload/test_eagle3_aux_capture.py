@@ -191,6 +191,7 @@ def _forward_all_ranks(name: str, fused: bool, monkeypatch, in_place: bool = Fal
 
 
 @pytest.mark.parametrize("all_reduce", ["out_of_place", "in_place"])
+@pytest.mark.sglang_lines(*sorted({line for lines in CARRIED_ON.values() for line in lines}))
 @pytest.mark.parametrize("model", _capturing_model_params())
 def test_aux_capture_is_post_reduce(sglang_tree, server_args, monkeypatch, model, all_reduce):
     in_place = all_reduce == "in_place"
