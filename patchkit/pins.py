@@ -65,7 +65,10 @@ def render_targets(
         else:
             table["pin"] = pin.version
     if pin is not None and pin.new:
-        table["releases"].append(_release_table(pin))
+        releases = table["releases"]
+        if len(releases) and not releases[-1].as_string().endswith("\n\n"):
+            releases[-1].add(tomlkit.nl())  # the file's last table: a blank line before the new one
+        releases.append(_release_table(pin))
     return tomlkit.dumps(doc)
 
 

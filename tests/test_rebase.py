@@ -287,6 +287,8 @@ def test_continue_and_abort_together_are_a_usage_error(project):
 
 
 def test_render_targets_keeps_comments_and_validates():
+    from dataclasses import replace as dataclasses_replace
+
     from patchkit.rebase import NewPin, render_targets
 
     text = (
@@ -304,6 +306,9 @@ def test_render_targets_keeps_comments_and_validates():
     assert [r["version"] for r in data["targets"]["x"]["releases"]] == ["1.0", "1.1"]
     assert data["targets"]["y"]["pin"] == "2"
     assert out.index('version = "1.1"') < out.index("[targets.y]")
+    # A release added after the file's last table is set off by a blank line, as the others.
+    out = render_targets(text, "y", dataclasses_replace(pin, version="2.1"), "1.5.0")
+    assert f'commit = "{"b" * 40}"\n\n[[targets.y.releases]]' in out
 
 
 @pytest.mark.slow
