@@ -129,10 +129,12 @@ gpu-bundle: $(BVENV)/.stamp
 
 ## verify: static CUDA 13 / torch cu130 ABI check of the environment that runs the stack:
 ##   VERIFY_ENV (a venv, its python or a site-packages; default the active virtualenv, else
-##   .venv); an environment with nothing to check fails
+##   .venv); an environment with nothing to check fails.  The profile: PATCHKIT_PROFILE, else
+##   PROFILE when set, else the one verify picks (the profile of the sglang installed)
 VERIFY_ENV ?= $(or $(VIRTUAL_ENV),$(VENV))
+VERIFY_PROFILE = $(or $(PATCHKIT_PROFILE),$(if $(filter-out file,$(origin PROFILE)),$(PROFILE)))
 verify: $(BVENV)/.stamp
-	$(BVENV)/bin/patchkit verify --env $(VERIFY_ENV) --profile $(or $(PATCHKIT_PROFILE),$(PROFILE)) $(ARGS)
+	$(BVENV)/bin/patchkit verify --env $(VERIFY_ENV) $(if $(VERIFY_PROFILE),--profile $(VERIFY_PROFILE)) $(ARGS)
 
 ## review: the upstream-diff review page
 review: $(BVENV)/.stamp

@@ -56,7 +56,10 @@ ENVIRONMENT = (
     ("PATCHKIT_CACHE", "mirrors and downloads (default: $XDG_CACHE_HOME/patchkit or ~/.cache)"),
     ("PATCHKIT_INDEX_URL", "the package index for sdists and wheels (default: PyPI)"),
     ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
-    ("PATCHKIT_PROFILE", "the build / verify profile (default: cu130-sm120)"),
+    (
+        "PATCHKIT_PROFILE",
+        "the build / verify profile (default: cu130-sm120; verify: that of the sglang checked)",
+    ),
     ("PATCHKIT_DEBUG", "1: show tracebacks (as --debug)"),
     ("NO_COLOR / FORCE_COLOR", "turn colour off / on whatever the terminal"),
     ("VIRTUAL_ENV", "inspect --installed looks in this virtualenv first"),

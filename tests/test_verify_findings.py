@@ -713,7 +713,8 @@ def test_patchkit_profile_applies_to_verify(tmp_path, capsys, monkeypatch):
     assert result_of(capsys.readouterr().out)["profile"] == "cu130-sm120"
     monkeypatch.setenv("PATCHKIT_PROFILE", "no-such")
     assert main(["verify", "--env", site]) == 2
-    assert "no profile 'no-such' (available: cu130-sm120, cu130-sm90" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no profile 'no-such' (available: cu130-sm120, cu130-sm120-0.5.17" in err
 
 
 # ---------------------------------------------------------------- the cache

@@ -17,11 +17,12 @@ from patchkit.abi import torchsyms
 from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache, run_key
 from patchkit.abi.checks import Context, Finding, detect_driver, predict, run_checks
-from patchkit.abi.profiles import Profile, load_profile
+from patchkit.abi.profiles import Profile, ProfileChoice, choose_profile, load_profile
 from patchkit.abi.scan import FileReport, analyze_file, analyze_tree, no_collector
 from patchkit.abi.sources import (
     Tree,
     default_site_packages,
+    dist_versions,
     read_env,
     read_wheelhouse,
     wheel_stamps,
@@ -42,6 +43,7 @@ class VerifyReport:
     seconds: float = 0.0
     reports: dict[str, FileReport] = field(default_factory=dict, repr=False)
     cached: bool = False  # the whole result came from the cache (nothing changed)
+    choice: ProfileChoice | None = None  # which profile, and why
 
     @property
     def errors(self) -> int:
@@ -62,6 +64,7 @@ class VerifyReport:
     def to_dict(self) -> dict:
         return {
             "profile": self.profile,
+            "profile_choice": self.choice.to_dict() if self.choice else None,
             "targets": self.targets,
             "source": self.source,
             "files": self.files,
@@ -86,16 +89,14 @@ def verify(
 ) -> VerifyReport:
     """Verify a site-packages folder (``env``), a folder of wheels, or wheels over an env.
 
-    ``profile`` defaults to ``$PATCHKIT_PROFILE``, else cu130-sm120. Raises FileNotFoundError
-    for a missing folder, ValueError for a bad ``gpus`` entry and profiles.ProfileError for a
-    missing or broken profile.
+    ``profile`` defaults to ``$PATCHKIT_PROFILE``, else the profile pinning the sglang found
+    in the checked files, else cu130-sm120 (profiles.choose_profile; the report's ``choice``
+    says which and why). Raises FileNotFoundError for a missing folder, ValueError for a bad
+    ``gpus`` entry and profiles.ProfileError for a missing or broken profile.
     """
     started = time.perf_counter()
     environ = dict(os.environ if environ is None else environ)
-    if profile is None:
-        profile = environ.get("PATCHKIT_PROFILE") or None
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
-    targets = [CC.parse(g) for g in gpus] if gpus else list(prof.targets)
+    wanted = [CC.parse(g) for g in gpus] if gpus else None
     cache = ResultCache(cache_dir, enabled=use_cache)
     # members read through files go to the process's scratch folder, swept after a SIGKILL
     scratch = scratch_folder.new_folder("verify-") if wheelhouse else None
@@ -105,11 +106,18 @@ def verify(
             env_tree = read_env(default_site_packages())
         # A wheel is known by its (path, size, mtime): an unchanged wheelhouse is not opened.
         stamps = wheel_stamps(wheelhouse) if wheelhouse else None
+        prof, choice = choose_profile(
+            profile,
+            environ.get("PATCHKIT_PROFILE") or None,
+            dist_versions("sglang", env_tree, stamps),
+            wanted,
+        )
+        targets = wanted or list(prof.targets)
         if host_checks is None:
             host_checks = wheelhouse is None
         driver = detect_driver() if host_checks else None
         source = os.path.abspath(wheelhouse if wheelhouse else (env or default_site_packages()))
-        key = _run_key(env_tree, stamps, source, prof, targets, environ, driver)
+        key = _run_key(env_tree, stamps, source, prof, choice, targets, environ, driver)
         hit = cache.load("run:" + source, 0, key, _decode_run)
         if hit is not None:
             return VerifyReport(
@@ -120,6 +128,7 @@ def verify(
                 findings=hit[1],
                 seconds=time.perf_counter() - started,
                 cached=True,
+                choice=choice,
             )
         wh = read_wheelhouse(wheelhouse, scratch, cache) if wheelhouse else None
         tree = env_tree.overlay(wh) if env_tree and wh else (wh or env_tree)
@@ -139,6 +148,7 @@ def verify(
                 cache=cache,
                 driver=driver,
                 environ=environ,
+                choice=choice,
             )
             with no_collector():  # no cycles; a full collection over the reports is 0.09 s
                 findings = run_checks(ctx)
@@ -162,6 +172,7 @@ def verify(
         findings=findings,
         seconds=time.perf_counter() - started,
         reports=reports,
+        choice=choice,
     )
 
 
@@ -177,7 +188,14 @@ _ENV_KEYS = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PATH", "FLASHINFER_CU
 
 
 def _run_key(
-    env: Tree | None, stamps: list | None, source: str, prof: Profile, targets, environ, driver
+    env: Tree | None,
+    stamps: list | None,
+    source: str,
+    prof: Profile,
+    choice: ProfileChoice,
+    targets,
+    environ,
+    driver,
 ) -> str:
     """Everything the findings depend on: installed files (path, size, mtime) and metadata,
     each wheel's (path, size, mtime) — what a wheel holds is a function of those, so an
@@ -221,6 +239,7 @@ def _run_key(
             stamps,
             prof_bytes,
             prof.severity,
+            choice.to_dict(),
             [str(t) for t in targets],
             [(k, environ.get(k)) for k in _ENV_KEYS],
             driver.version if driver else None,

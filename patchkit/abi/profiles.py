@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from patchkit.abi.archs import CC
 from patchkit.compat import tomllib
 
@@ -135,6 +137,100 @@ def load_profile(name_or_path: str | None = None, directories: list[str] | None 
         return _build(data, path)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProfileError(f"profile {path} is incomplete or malformed: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    """Which profile a run uses and why: ``how`` is ``option`` (``--profile``), ``environment``
+    (``$PATCHKIT_PROFILE``), ``stack`` (the profile pinning the sglang found) or ``default``;
+    ``stack_profile`` is the profile pinning that sglang, when one does (even if not chosen)."""
+
+    name: str
+    how: str
+    reason: str
+    sglang: str | None = None  # the sglang version found, and where (a wheel, or installed)
+    found_in: str | None = None
+    stack_profile: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "how": self.how,
+            "reason": self.reason,
+            "sglang": self.sglang,
+            "stack_profile": self.stack_profile,
+        }
+
+
+def choose_profile(
+    given: str | Profile | None = None,
+    from_environment: str | None = None,
+    sglang: list[tuple[str, str]] | None = None,
+    gpus: list[CC] | None = None,
+    directories: list[str] | None = None,
+) -> tuple[Profile, ProfileChoice]:
+    """The profile to verify with: ``given`` (``--profile``), else ``from_environment``
+    (``$PATCHKIT_PROFILE``), else the profile whose ``[pins] sglang`` is the version found
+    (``sglang``: (version, where found) for each version), else the default. Of several
+    profiles pinning that sglang, the one whose targets are ``gpus`` (else the default
+    profile's) wins."""
+    dirs = directories if directories is not None else search_dirs()
+    version, found_in = sglang[0] if sglang and len(sglang) == 1 else (None, None)
+    stack = _stack_profile(version, gpus, dirs) if version else None
+    stack_name = stack.name if stack else None
+    if given or from_environment:
+        how = "option" if given else "environment"
+        if isinstance(given, Profile):
+            prof = given
+        else:
+            prof = load_profile(given or from_environment, dirs)
+        reason = f"given by {'--profile' if given else '$PATCHKIT_PROFILE'}"
+    elif stack is not None:
+        prof, how = stack, "stack"
+        reason = f"the profile of sglang {version} (found in {found_in})"
+    else:
+        prof, how = load_profile(DEFAULT_PROFILE, dirs), "default"
+        if version:
+            reason = f"the default: no profile pins sglang {version} (found in {found_in})"
+        elif sglang:
+            found = ", ".join(f"{v} in {where}" for v, where in sglang)
+            reason = f"the default: several sglang versions ({found})"
+        else:
+            reason = "the default: no sglang in the checked files"
+    choice = ProfileChoice(prof.name, how, reason, version, found_in, stack_name)
+    return prof, choice
+
+
+def _stack_profile(version: str, gpus: list[CC] | None, dirs: list[str]) -> Profile | None:
+    """The profile pinning sglang ``version`` (local labels ignored) for ``gpus``, if any."""
+    public = _public_version(version)
+    matching = []
+    for name in available(dirs):
+        try:
+            prof = load_profile(name, dirs)
+        except ProfileError:  # a broken profile is reported when it is asked for by name
+            continue
+        pin = prof.pins.get("sglang")
+        if pin and _public_version(pin) == public:
+            matching.append(prof)
+    if not matching:
+        return None
+    wanted = gpus
+    if not wanted:
+        try:
+            wanted = load_profile(DEFAULT_PROFILE, dirs).targets
+        except ProfileError:
+            wanted = []
+    wanted_set = {str(cc) for cc in wanted}
+    return min(matching, key=lambda p: ({str(cc) for cc in p.targets} != wanted_set, p.name))
+
+
+def _public_version(version: str) -> str:
+    """``version`` without its local label, normalised (0.5.23+cu130.pk1 -> 0.5.23)."""
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version.split("+", 1)[0]
 
 
 def _build(data: dict[str, Any], path: str) -> Profile:

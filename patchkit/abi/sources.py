@@ -380,6 +380,24 @@ def wheel_stamps(folder: str) -> list[tuple[str, tuple | None]]:
     return out
 
 
+def dist_versions(
+    name: str, env: Tree | None, stamps: list[tuple[str, tuple | None]] | None
+) -> list[tuple[str, str]]:
+    """(version, where) of each version of distribution ``name`` among the checked files, read
+    without opening a wheel: the wheels' file names (a wheelhouse lies over the environment),
+    else the environment's dist-info."""
+    want = canonicalize_name(name)
+    found: dict[str, str] = {}
+    for wheel, _ in stamps or []:
+        m = _WHEEL_NAME.match(wheel)
+        if m and canonicalize_name(m.group("name")) == want:
+            found.setdefault(m.group("ver"), wheel)
+    if found:
+        return sorted(found.items())
+    dist = env.dists.get(want) if env is not None else None
+    return [(dist.version, env.root)] if dist and env else []
+
+
 def _not_a_file(path: str) -> str | None:
     """Why `path` (followed if a link) is no archive to open, or None for a regular file."""
     mode = os.stat(path).st_mode

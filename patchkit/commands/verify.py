@@ -32,9 +32,8 @@ MAX_EVIDENCE = 8
     "--profile",
     default=None,
     metavar="NAME",
-    envvar="PATCHKIT_PROFILE",
     help="Profile name (the project's build/profiles/, then patchkit's own) or a path to one; "
-    "default $PATCHKIT_PROFILE, else cu130-sm120.",
+    "default $PATCHKIT_PROFILE, else the profile pinning the sglang found, else cu130-sm120.",
 )
 @click.option(
     "--gpu",
@@ -90,6 +89,8 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
                 click.echo(f"           {line}")
             if len(finding.evidence) > MAX_EVIDENCE:
                 click.echo(f"           ... {len(finding.evidence) - MAX_EVIDENCE} more (--json)")
+        if report.choice:
+            click.echo(f"profile  {report.profile}: {report.choice.reason}")
         notes = f", {report.notes} note(s)" if report.notes else ""
         click.echo(
             f"{report.errors} error(s), {report.warnings} warning(s){notes} in {report.files} "

@@ -21,6 +21,7 @@ from patchkit.abi.checks.context import (
 )
 from patchkit.abi.checks.distributions import (
     check_cuda_wheels,
+    check_profile_stack,
     check_sgl_kernel,
     check_torch_dist,
     check_torch_pins,
@@ -87,6 +88,7 @@ def run_checks(ctx: Context) -> list[Finding]:
     load_profile_torch(ctx)
     check_nothing(ctx)
     check_malformed(ctx)
+    check_profile_stack(ctx)
     check_torch_variant(ctx)
     check_torch_dist(ctx)
     check_torch_pins(ctx)

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache
 from patchkit.abi.loader import Closure, Loader, read_ld_cache
-from patchkit.abi.profiles import CheckSpec, Profile, load_catalogue
+from patchkit.abi.profiles import CheckSpec, Profile, ProfileChoice, load_catalogue
 from patchkit.abi.scan import FileReport
 from patchkit.abi.sources import Tree
 
@@ -184,6 +184,7 @@ class Context:
     cache: ResultCache
     driver: DriverInfo | None = None  # None: not a host check (wheelhouse)
     environ: dict[str, str] = field(default_factory=dict)
+    choice: ProfileChoice | None = None  # how the profile was chosen (profiles.choose_profile)
     ld_cache: dict[str, str] | None = None
     catalogue: dict[str, CheckSpec] = field(default_factory=load_catalogue)
     findings: list[Finding] = field(default_factory=list)

@@ -1,5 +1,5 @@
 """Checks 1-5, the distributions: torch's variant and pins, the CUDA wheels, sgl-kernel and
-wheel file names."""
+wheel file names; and whether the sglang checked is the profile's (0, ``profile-stack``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,29 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from patchkit.abi.checks.context import Context, _public, _same_public, _top
+
+
+def check_profile_stack(ctx: Context) -> None:
+    """The sglang of the checked files is the one the profile pins: another line's profile
+    checks against another torch, other pins and other kernels."""
+    sglang = ctx.tree.dists.get("sglang")
+    pin = ctx.profile.pins.get("sglang")
+    if sglang is None or not pin or _same_public(sglang.version, pin):
+        return
+    stack = ctx.choice.stack_profile if ctx.choice else None
+    if stack:
+        fix = f"--profile {stack}, or no --profile and no $PATCHKIT_PROFILE (verify picks it)"
+    else:
+        fix = "no profile pins it; add one to build/profiles/ (docs/verify.md)"
+    ctx.emit(
+        "profile-stack",
+        sglang.wheel or "sglang",
+        version=sglang.version,
+        profile=ctx.profile.name,
+        pin=pin,
+        torch=ctx.profile.torch_version,
+        fix=fix,
+    )
 
 
 def check_torch_variant(ctx: Context) -> None:
