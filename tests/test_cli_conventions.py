@@ -78,7 +78,7 @@ def test_a_mistyped_verb_is_suggested():
         (["lint", "--target", "flashinfr"], 2, "unknown target 'flashinfr'", "flashinfer"),
         (["apply", "--target", "sglang@v0.5.9x"], 1, "cannot resolve sglang@v0.5.9x", "v0.5.9"),
         (["apply", "--target", "sglang", "--line", "0.5.99"], 2, "no line '0.5.99'", "0.5.9"),
-        (["rebase", "--target", "sglang@0.5.17", "--line", "0.5.13"], 2, "no line", "0.5.17"),
+        (["rebase", "--target", "sglang@0.5.17", "--line", "0.5.13"], 2, "no line", "0.5.23"),
     ],
 )
 def test_a_mistyped_target_ref_or_line_is_suggested(project, tmp_path, argv, code, message, close):

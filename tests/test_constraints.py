@@ -42,13 +42,10 @@ def test_torch_family_pinned_as_one_cu130_build(name):
 
 
 @pytest.fixture(scope="session")
-def line_wheels(request, sglang_wheels, shared_cache, workspace):
-    """The pinned cp311 wheel of a wheel-base line (0.5.17: the shared fixture's)."""
-    if request.param == "0.5.17":
-        return request.param, sglang_wheels["cp311"]
-    from conftest import _release_wheels
-
-    return request.param, _release_wheels(workspace, shared_cache, request.param)["cp311"]
+def line_wheels(request):
+    """The pinned cp311 wheel of a wheel-base line."""
+    fixture = {"0.5.17": "sglang_wheels", "0.5.23": "sglang_0523_wheels"}[request.param]
+    return request.param, request.getfixturevalue(fixture)["cp311"]
 
 
 @pytest.mark.slow

@@ -47,6 +47,7 @@ def test_real_series_lints_clean_with_the_reexport(cache):
     assert set(report["checked"]) == {
         "sglang/0.5.9",
         "sglang/0.5.17",
+        "sglang/0.5.23",
         "flashinfer/0.6.3",
         "flashinfer/0.6.15.post1",
     }

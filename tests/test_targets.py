@@ -67,7 +67,7 @@ def test_bump_version():
 
 def test_real_lines(workspace):
     sglang = workspace.target("sglang")
-    assert sglang.line_names == ["0.5.9", "0.5.17"]
+    assert sglang.line_names == ["0.5.9", "0.5.17", "0.5.23"]
     assert (sglang.line, sglang.pin, sglang.default_line) == ("0.5.9", "0.5.9", "0.5.9")
     new = sglang.on_line("0.5.17")
     assert (new.line, new.pin, new.current_line.series) == ("0.5.17", "0.5.17", "sglang/0.5.17")

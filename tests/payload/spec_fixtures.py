@@ -100,11 +100,11 @@ def bare_server_args(cls, values: dict):
     return args
 
 
-def default_server_args(server_args_module, model_dir: Path):
-    """A real default ``ServerArgs`` (unresolved: ``bare_server_args``) for the tiny model
-    folder ``model_dir`` (``write_model_dir``), installed as SGLang's global server args
-    (from 0.5.23 publishing resolves the arguments, which reads the model's config)."""
-    values = {"model_path": str(model_dir)}
+def default_server_args(server_args_module, model_dir: Path | None = None):
+    """A real default ``ServerArgs`` (unresolved: ``bare_server_args``), installed as SGLang's
+    global server args.  From 0.5.23 publishing resolves the arguments, which reads the model's
+    config: pass a tiny model folder (``write_model_dir``) there; earlier lines take a name."""
+    values = {"model_path": str(model_dir or "patchkit/payload-test-model")}
     if hasattr(server_args_module.ServerArgs, "__struct_fields__"):
         values["device"] = "cpu"  # the resolution that publishing runs probes the device
     args = bare_server_args(server_args_module.ServerArgs, values)
