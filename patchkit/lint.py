@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit.classify.signals import PART_TRAILER, claimed_paths, claimed_version
 from patchkit.errors import ApplyError, ConfigError, DamagedBaseError, PatchkitError
 from patchkit.series import (
     PATCH_NAME_RE,
@@ -349,6 +350,12 @@ def _check_metadata(target: str, patch: Patch, add, today: dt.date) -> None:
     for test in patch.tests:
         if "/" not in test and "::" not in test:
             bad(f"Patchkit-Tests: '{test}' is not a test path or node id")
+    for key, value in patch.trailers:
+        files = [f.path for f in patch.files]
+        if key.lower() == PART_TRAILER.lower() and (
+            claimed_version(value) is None or not claimed_paths(value, files)
+        ):
+            bad(f"{PART_TRAILER}: '{value}' names no release and file of the patch")
 
 
 def _check_overlaps(target: str, patches: list[Patch], add) -> None:

@@ -32,7 +32,7 @@ Progress = Callable[[str], None]
 
 # Bump when the classification changes what it says: cached states of older versions are
 # then classified again.
-CLASSIFIER_VERSION = "2"
+CLASSIFIER_VERSION = "4"
 STATES = (
     "clean",
     "offset",
@@ -140,6 +140,7 @@ class LineOutlook:
     pin: str
     releases: list[ReleaseColumn] = field(default_factory=list)
     patches: list[PatchRow] = field(default_factory=list)
+    stamp: str = ""  # outlook_stamp of the series it was made from
 
     @property
     def newest(self) -> str | None:
@@ -222,7 +223,7 @@ def line_outlook(
                 hint="outlook looks at releases after the pin; leave --since out",
             )
         floor = since
-    result = LineOutlook(target.name, target.line, target.pin)
+    result = LineOutlook(target.name, target.line, target.pin, stamp=outlook_stamp(series))
     result.patches = [PatchRow(p.name) for p in series.patches]
     versions = source.releases(target, floor)
     if not versions:
@@ -271,6 +272,15 @@ def _keys(series: Series, old: str, new: str) -> list[str]:
         digest.update(f"{patch.sha256}\n".encode())
         keys.append(digest.copy().hexdigest()[:32])
     return keys
+
+
+def outlook_stamp(series: Series) -> str:
+    """What a rendered outlook of `series` depends on besides the releases: the classifier and
+    every patch's bytes, in order (a table stamped with another value is out of date)."""
+    digest = hashlib.sha256(f"outlook {CLASSIFIER_VERSION}\n".encode())
+    for patch in series.patches:
+        digest.update(f"{patch.name} {patch.sha256}\n".encode())
+    return digest.hexdigest()[:12]
 
 
 def _read_cell(path: Path) -> Cell | None:

@@ -105,6 +105,13 @@ def sglang_0512_wheels(shared_cache, workspace) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def sglang_0523_wheels(shared_cache, workspace) -> dict[str, Path]:
+    """The real pinned sglang 0.5.23 wheels: the release where the fusion gate moved into
+    another module under another name and upstream met the aux-capture fix differently."""
+    return _release_wheels(workspace, shared_cache, "0.5.23")
+
+
+@pytest.fixture(scope="session")
 def warm_mirrors(shared_cache, sglang_sdist, flashinfer_sdist, workspace) -> Path:
     """Mirrors with both pinned sdists imported; returns the cache root."""
     from patchkit.upstream import acquire

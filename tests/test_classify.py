@@ -4,6 +4,7 @@ package, and upstream's delta read from `git diff` (renames, definitions added a
 
 from __future__ import annotations
 
+import pytest
 from helpers import ROOT
 
 from patchkit.classify.definitions import relocated_signal
@@ -155,3 +156,114 @@ def test_a_moved_file_is_named_from_git_rename_detection():
     delta = read_delta(DIFF)
     hint = moved_hint(patch, {"pkg/components/setup.py"}, {"pkg/old_helpers.py"}, delta)
     assert "pkg/old_helpers.py -> pkg/components/setup.py (renamed upstream)" in hint
+
+
+def test_per_file_trailers_declare_parts_upstream_from_their_release():
+    from patchkit.classify.signals import part_claims
+
+    patch = _patch("eagle3-aux-capture-post-allreduce.patch")
+    claims = part_claims(patch)
+    assert {p.rsplit("/", 1)[1]: str(c.release) for p, c in claims.items()} == {
+        "deepseek_v2.py": "0.5.14",
+        "glm4_moe.py": "0.5.21",
+        "gpt_oss.py": "0.5.21",
+        "bailing_moe.py": "0.5.21",
+    }
+    assert trailer_signal(patch, "0.5.20").fired is False  # only DeepSeek's part by then
+    signal = trailer_signal(patch, "0.5.21")
+    assert signal.fired is True and "4/4 of its files" in signal.detail
+
+
+GONE = b"""From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: t <t@t.invalid>
+Date: Sun, 29 Nov 2026 00:00:00 +0000
+Subject: Accept the new arch in the gate
+
+diff --git a/pkg/layers/comm.py b/pkg/layers/comm.py
+--- a/pkg/layers/comm.py
++++ b/pkg/layers/comm.py
+@@ -10,6 +10,6 @@ def fusion_applies(batch_size: int):
+     return (
+-        (_is_a or _is_b)
++        (_is_a or _is_b or _is_c)
+         and _available
+         and batch_size > 0
+         and batch_size <= MAX_BATCH
+     )
+"""
+
+MOVED = """diff --git a/pkg/layers/boundary/add_norm.py b/pkg/layers/boundary/add_norm.py
+new file mode 100644
+--- /dev/null
++++ b/pkg/layers/boundary/add_norm.py
+@@ -0,0 +1,9 @@
++def other(batch_size: int):
++    return batch_size > 0 and _available
++
++def ar_fusion_applies(batch_size: int):
++    return (
++        (_is_a or _is_b)
++        and _available
++        and batch_size > 0
++        and batch_size <= MAX_BATCH
++    )
+"""
+
+
+def test_a_function_moved_to_a_new_module_under_another_name_is_found():
+    from unidiff import PatchSet
+
+    from patchkit.classify.moved import moved_code
+
+    [pf] = PatchSet(parse_patch("gate.patch", GONE).diff)
+    moved = moved_code(pf, read_delta(MOVED), "pkg/layers/comm.py")
+    assert (moved.path, moved.name, moved.was) == (
+        "pkg/layers/boundary/add_norm.py",
+        "ar_fusion_applies",
+        "fusion_applies",
+    )
+    # The condition it changes is not there: no home (the file is gone, not moved).
+    assert moved_code(pf, read_delta(MOVED.replace("_is_a or _is_b", "_is_x")), "x") is None
+
+
+@pytest.mark.slow
+def test_the_0_5_9_line_on_the_0_5_23_wheel_moved_gate_and_declared_parts(
+    project, sglang_0523_wheels, warm_mirrors, tmp_path, monkeypatch
+):
+    """On real 0.5.23 code: the fusion gate's file is gone but its function moved (renamed)
+    into layer_boundary/residual/add_norm.py; the layernorm fallback and the aux capture are
+    met differently upstream, as the patches' own Applied-Upstream-Part: trailers say."""
+    import dataclasses
+
+    from helpers import private_cache
+
+    from patchkit.classify import carry_series
+    from patchkit.lines import line_series
+    from patchkit.rebase import new_base_facts
+    from patchkit.upstream import Mirror, acquire, resolve_new_base
+    from patchkit.workspace import Workspace
+
+    cache = private_cache(warm_mirrors, tmp_path / "cache")
+    monkeypatch.setenv("PATCHKIT_CACHE", str(cache))
+    monkeypatch.setenv("PATCHKIT_OFFLINE_GIT", "1")
+    ws = Workspace.load()
+    target = ws.targets.get("sglang", "0.5.9")
+    series = line_series(ws.project, target)
+    wanted = ("sm120-flashinfer-allreduce-fusion.patch", "eagle3-aux-capture-post-allreduce.patch")
+    series = dataclasses.replace(series, patches=[p for p in series.patches if p.name in wanted])
+    old = acquire(target, None, cache=cache)
+    new = resolve_new_base(target, "0.5.23", cache=cache)[0]
+
+    carry = carry_series(Mirror(target, cache).path, series, old.commit, new_base_facts(new, cache))
+
+    fusion, aux = carry.outcomes
+    parts = {p.path.rsplit("/", 1)[1]: p for p in fusion.parts}
+    assert fusion.label == "conflict" and fusion.partly_upstreamed
+    assert parts["communicator.py"].state == "moved"
+    assert "layer_boundary/residual/add_norm.py" in parts["communicator.py"].detail
+    assert "now flashinfer_ar_fusion_applies:" in parts["communicator.py"].detail
+    assert "add_norm.py" in fusion.note  # the merge note names the new home, not a namesake
+    assert parts["layernorm.py"].state == "upstreamed"
+    assert "Applied-Upstream-Part: 0.5.21 layers/layernorm.py" in parts["layernorm.py"].detail
+    assert aux.label == "upstreamed", aux.note
+    assert "applied-upstream-trailer" in aux.fired

@@ -345,7 +345,8 @@ def test_bad_input_is_named_and_nothing_written(cache, project, monolith, tmp_pa
     errors = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("error:")]
     if kind == "other-base":  # then the release hunt: the other line's pin does not fit either
         assert errors[1:] == [
-            "error: bad.patch: the other pinned releases (sglang 0.5.12, sglang 0.5.17) do not fit"
+            "error: bad.patch: the other pinned releases "
+            "(sglang 0.5.12, sglang 0.5.17, sglang 0.5.23) do not fit"
         ]
         errors = errors[:1]
     assert len(errors) == 1 and words in errors[0], (words, r.stdout)  # one line, to the point
@@ -407,7 +408,9 @@ def test_diff_against_another_pinned_release_says_which(cache_0510, project, mon
     assert r.returncode == 1
     assert "does not apply at zero fuzz to sglang 0.5.9" in r.stdout
     # the change touches nothing 0.5.10 and 0.5.12 differ in: both fit, each named
-    assert "applies cleanly to the pinned releases sglang 0.5.12, sglang 0.5.10" in r.stdout
+    # its index lines name 0.5.10's blob: that release is named, with the command for its line
+    assert "made against sglang 0.5.10" in r.stdout and "not sglang 0.5.9" in r.stdout
+    assert "line 0.5.10 is pinned to 0.5.10: patchkit import for-0510.patch --target " in r.stdout
 
 
 def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monolith, tmp_path):  # noqa: F811
@@ -738,7 +741,8 @@ def test_import_onto_the_0_5_17_line_and_its_wheel_base(sglang_wheels, cache, pr
     r = patchkit("import", str(diff), "--target", "sglang@0.5.17", "--into-series")
 
     assert on_default.returncode == 1
-    assert "applies cleanly to the pinned release sglang 0.5.17" in on_default.stdout
+    fits = "applies cleanly to the pinned releases sglang 0.5.17, sglang 0.5.23"
+    assert fits in on_default.stdout
     assert by_line.returncode == 0, by_line.stdout + by_line.stderr
     assert "onto sglang 0.5.17" in by_line.stdout
     assert mismatch.returncode == 2 and "line 0.5.17 is pinned to 0.5.17" in mismatch.stderr
@@ -784,3 +788,63 @@ def test_an_overlap_on_a_new_file_names_the_file_not_line_0(tmp_path):
     assert [o.text() for o in on_line] == [
         "python/sglang/helper.py lines 2-2 in mine.patch meet lines 1-2 changed by add-helper.patch"
     ]
+
+
+# ---- which release a diff was made against -------------------------------------------------
+@pytest.fixture(scope="session")
+def sglang_0512post1(shared_cache, warm_mirrors, sglang_0512_wheels, workspace) -> str:
+    """SGLang 0.5.12.post1 imported from its real wheel (an unpinned release, trusted on first
+    use as outlook imports it) into the warm mirror: its commit."""
+    from patchkit.upstream import resolve_new_base
+
+    target = workspace.targets.get("sglang", "0.5.9")
+    return resolve_new_base(target, "0.5.12.post1", cache=shared_cache)[0].commit
+
+
+GATE_FILE = "python/sglang/srt/layers/communicator.py"  # differs between 0.5.12 and .post1
+
+
+@pytest.mark.slow
+def test_a_diff_made_against_a_post_release_is_named_by_its_index_lines(
+    sglang_0512post1, cache, project, tmp_path
+):
+    """The motivating case: a git diff made against 0.5.12.post1 applies to 0.5.12 (its hunk is
+    where the two agree), but its index lines name the post-release's blob: the import onto the
+    0.5.12 line is refused, naming 0.5.12.post1, the file that differs and the commands that
+    start a line there; the same edit made against 0.5.12 is imported, saying so."""
+    from import_fixtures import edit_function
+
+    targets = project / "patches" / "targets.toml"
+    text = targets.read_text()
+    retired = text[text.index('[targets.sglang.lines."0.5.12"]') :]
+    retired = retired[: retired.index("\n\n")]
+    targets.write_text(
+        text.replace(
+            retired, '[targets.sglang.lines."0.5.12"]\npin = "0.5.12"\nseries = "sglang/0.5.12"'
+        )
+    )
+    (project / "patches" / "sglang" / "0.5.12").mkdir()
+    (project / "patches" / "sglang" / "0.5.12" / "series").write_text("")
+    mirror = cache / "mirrors" / "sglang.git"
+    diffs = {}
+    for name, ref in (("post1", sglang_0512post1), ("plain", "refs/patchkit/wheel/0.5.12")):
+        work = tmp_path / name
+        subprocess.run(["git", "clone", "-q", "--no-checkout", str(mirror), str(work)], check=True)
+        git(work, "checkout", "-q", gitops.resolve(mirror, ref, bare=True))
+        edit_function(work / GATE_FILE, "apply_aiter_all_reduce_fusion", "aiter-gate")
+        diffs[name] = tmp_path / f"{name}.patch"
+        diffs[name].write_text(git(work, "diff"))
+
+    post1 = patchkit("import", str(diffs["post1"]), "--target", "sglang@0.5.12", "--dry-run")
+    plain = patchkit("import", str(diffs["plain"]), "--target", "sglang@0.5.12", "--dry-run")
+
+    assert post1.returncode == 1, post1.stdout + post1.stderr
+    assert "made against sglang 0.5.12.post1" in post1.stdout
+    assert f"in sglang 0.5.12 1 of 1 file(s) differ: {GATE_FILE}" in post1.stdout
+    assert (
+        "patchkit rebase --target sglang@0.5.12.post1 --line 0.5.12 --write --new-line "
+        "0.5.12.post1 && patchkit import post1.patch --target sglang@0.5.12.post1"
+    ) in post1.stdout
+    assert "refused: nothing was written" in post1.stdout
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert "made against sglang 0.5.12: its index lines name sglang 0.5.12's blobs" in plain.stdout

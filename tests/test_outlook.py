@@ -4,6 +4,7 @@ wheel (cached, as the payload tier caches it), then read back from the outlook c
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -59,3 +60,78 @@ def test_since_before_the_pin_is_refused(workspace):
     never = BaseSource(*(lambda *a: pytest.fail("no base may be asked for") for _ in range(5)))
     with pytest.raises(UsageError, match="before line 0.5.17's pin"):
         line_outlook(target, workspace.series("sglang"), never, None, since="0.5.10")
+
+
+SERIES_DOC = "docs/series.md"
+_BLOCK = re.compile(
+    r"^<!-- patchkit outlook --target (\S+) --line (\S+) --markdown \| stamp (\w+), "
+    r"releases (\S+)\.\.(\S+) -->\n.*?^<!-- end patchkit outlook -->$",
+    re.M | re.S,
+)
+
+
+def _doc_blocks():
+    from helpers import ROOT
+
+    return list(_BLOCK.finditer((ROOT / SERIES_DOC).read_text()))
+
+
+def test_the_series_tables_in_the_docs_are_stamped_with_the_current_series(workspace):
+    """docs/series.md's generated tables carry the stamp of the series and classifier they were
+    made from: a patch edited or a classifier change since makes them out of date."""
+    from patchkit.lines import line_series
+    from patchkit.outlook import outlook_stamp
+
+    blocks = _doc_blocks()
+    assert blocks, f"no generated outlook table in {SERIES_DOC}"
+    for block in blocks:
+        target, line, stamp = block.group(1, 2, 3)
+        series = line_series(workspace.project, workspace.targets.get(target, line))
+        assert stamp == outlook_stamp(series), (
+            f"{SERIES_DOC}: the {target} line {line} table is out of date: paste the output of "
+            f"`patchkit outlook --target {target} --line {line} --markdown`"
+        )
+
+
+def test_the_series_tables_are_what_outlook_renders_from_its_cache(workspace, shared_cache):
+    """Where the test cache holds the line's classified states (`PATCHKIT_CACHE=
+    .cache/test-patchkit patchkit outlook ...`), the table in the docs is exactly what outlook
+    renders from them; nothing is classified or downloaded here."""
+    from types import SimpleNamespace
+
+    from patchkit import gitops
+    from patchkit.commands.outlook import render_markdown
+    from patchkit.lines import line_series
+    from patchkit.outlook import BaseSource, OutlookReport, line_outlook
+
+    class NotCached(Exception):
+        pass
+
+    def imported(mirror, version):
+        for kind in ("sdist", "wheel"):
+            commit = gitops.resolve(mirror, f"refs/patchkit/{kind}/{version}", bare=True)
+            if commit:
+                return SimpleNamespace(source=kind, commit=commit, stands_for=version)
+        raise NotCached(version)
+
+    def not_cached(*_):
+        raise NotCached
+
+    for block in _doc_blocks():
+        target = workspace.targets.get(block.group(1), block.group(2))
+        header = block.group(0).split("\n")[2]
+        versions = [c.strip() for c in header.strip("|").split("|")[1:-1]]
+        mirror = shared_cache / "mirrors" / f"{target.name}.git"
+        source = BaseSource(
+            releases=lambda *_, v=versions: v,
+            old_base=lambda t, m=mirror: imported(m, t.pin),
+            new_base=lambda t, v, m=mirror: imported(m, v),
+            facts=not_cached,
+            mirror=not_cached,
+        )
+        series = line_series(workspace.project, target)
+        try:
+            line = line_outlook(target, series, source, shared_cache)
+        except NotCached:
+            pytest.skip(f"the test cache holds no outlook of {target.name} line {target.line}")
+        assert render_markdown(OutlookReport([line])) == block.group(0)

@@ -258,7 +258,7 @@ def _explain_conflict(
         present, old_paths = ctx.paths()
         merge = next(s for s in outcome.signals if s.name == "empty-after-3way")
         outcome.note = merge.detail + moved_hint(patch, present, old_paths, ctx.delta)
-    outcome.parts = patch_parts(ctx.mirror, env, tip, patch, patch_file, ctx.delta.renames)
+    outcome.parts = patch_parts(ctx.mirror, env, tip, patch, patch_file, ctx.delta, ctx.new.version)
 
 
 def _upstream_signals(

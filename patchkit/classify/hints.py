@@ -1,6 +1,7 @@
 """Where a file the patch edits went, and whether a packaging patch's purpose is met.
 
-A moved file is what git's rename detection between the two bases says; failing that, a file
+A moved file is what git's rename detection between the two bases says; failing that, the
+module the functions its hunks change moved to (`patchkit.classify.moved`); failing that, a file
 of the same name that is new in the new base beside the old one (the same package: the
 grandparent folder), never a file of that name that already existed elsewhere (a vendored
 `pyproject.toml`, a `communicator.py` of another package).
@@ -19,9 +20,11 @@ from pathlib import Path, PurePosixPath
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+from unidiff import PatchSet
 
 from patchkit.classify.delta import Delta
 from patchkit.classify.model import Signal
+from patchkit.classify.moved import moved_code
 from patchkit.series import Patch
 
 PACKAGING_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
@@ -32,18 +35,24 @@ _LOWER_BOUND_OPS = ("==", "===", ">=", "~=", ">")
 def moved_hint(patch: Patch, present: set[str], old_paths: set[str], delta: Delta) -> str:
     """For files the new base lacks: where each went (renamed upstream?), or that it is gone."""
     hints = []
+    diffs = None
     for change in patch.files:
         path = change.source or change.path
         if path in present or change.source is None:
             continue
-        hints.append(_where(path, present, old_paths, delta))
+        if diffs is None:
+            diffs = {pf.source_file.removeprefix("a/"): pf for pf in PatchSet(patch.diff)}
+        hints.append(_where(path, present, old_paths, delta, diffs.get(path)))
     return f" (not in the new base: {'; '.join(hints)})" if hints else ""
 
 
-def _where(path: str, present: set[str], old_paths: set[str], delta: Delta) -> str:
+def _where(path: str, present: set[str], old_paths: set[str], delta: Delta, pf) -> str:
     renamed = delta.renames.get(path)
     if renamed and renamed in present:
         return f"{path} -> {renamed} (renamed upstream)"
+    code = moved_code(pf, delta, path) if pf is not None else None
+    if code is not None:
+        return f"{path} -> {code.path} ({code.names()}: its code moved)"
     moved = same_package_namesakes(path, present, old_paths)
     if moved:
         return f"{path} -> {' or '.join(moved[:3])}?"

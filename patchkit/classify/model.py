@@ -27,7 +27,9 @@ EQUIVALENT_SIGNALS = ("definitions-present", "definitions-relocated")
 # The patch's own `Applied-Upstream:` trailer names this release or an earlier one.
 DECLARED_SIGNALS = ("applied-upstream-trailer",)
 # The states of one file of a patch that does not carry as a whole (`PatchOutcome.parts`).
-PART_STATES = ("applies", "needed", "upstreamed", "rewritten", "gone")
+# `moved`: the file is gone, the code its hunks change lives on in another module (still
+# needed there); `upstreamed` also covers a file the patch's own Applied-Upstream-Part: names.
+PART_STATES = ("applies", "needed", "moved", "upstreamed", "rewritten", "gone")
 
 
 @dataclass
@@ -45,8 +47,9 @@ class Signal:
 
 @dataclass
 class Part:
-    """One file of a patch in conflict: whether that part still applies, is still needed, is
-    upstream already, patches code upstream rewrote, or edits a file that is gone."""
+    """One file of a patch in conflict: whether that part still applies, is still needed (in
+    place, or where its code moved), is upstream already, patches code upstream rewrote, or
+    edits a file that is gone."""
 
     path: str
     state: str
@@ -84,7 +87,7 @@ class PatchOutcome:
         return (
             self.label == "conflict"
             and bool(states & {"upstreamed", "rewritten"})
-            and bool(states & {"applies", "needed", "gone"})
+            and bool(states & {"applies", "needed", "moved", "gone"})
         )
 
     def to_json(self) -> dict:

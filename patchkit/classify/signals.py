@@ -6,12 +6,15 @@
 - weak: reverse-apply with reduced context (-C1), every added line already present in the new
   base's files;
 - equivalent: `patchkit.classify.definitions`;
-- declared: the patch's own `Applied-Upstream:` trailer names this release or an earlier one.
+- declared: the patch's own `Applied-Upstream:` trailer names this release or an earlier one;
+  or its `Applied-Upstream-Part:` trailers (`<release> <file>... (<why>)`, one per release:
+  upstream met the purpose of those files' hunks differently) together cover every file.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -102,12 +105,65 @@ def added_lines_signal(mirror: Path, tip: str, patch: Patch) -> Signal:
     )
 
 
+PART_TRAILER = "Applied-Upstream-Part"
+
+
+@dataclass(frozen=True)
+class PartClaim:
+    """One file of the patch its own `Applied-Upstream-Part:` trailer declares upstream."""
+
+    path: str
+    release: Version
+    text: str  # the trailer's value
+
+    def covers(self, release: str | None) -> bool:
+        return release is not None and self.release <= Version(release)
+
+    def words(self) -> str:
+        return f"declared by the patch's own {PART_TRAILER}: {self.text}"
+
+
+def part_claims(patch: Patch) -> dict[str, PartClaim]:
+    """The patch's files its `Applied-Upstream-Part:` trailers name (a file is named by its
+    path or a tail of it, `models/glm4_moe.py`), each with the release named first."""
+    paths = [f.path for f in patch.files]
+    out: dict[str, PartClaim] = {}
+    for key, value in patch.trailers:
+        if key.lower() != PART_TRAILER.lower():
+            continue
+        release = claimed_version(value)
+        if release is None:
+            continue
+        for path in claimed_paths(value, paths):
+            out.setdefault(path, PartClaim(path, release, value))
+    return out
+
+
+def claimed_paths(value: str, paths: list[str]) -> list[str]:
+    """The paths of `paths` a trailer's words name, whole or by a tail after a `/`."""
+    words = {w.strip("(),;:") for w in value.split()}
+    return [p for p in paths if any(w and (p == w or p.endswith("/" + w)) for w in words)]
+
+
 def trailer_signal(patch: Patch, release: str | None) -> Signal:
-    """The patch's `Applied-Upstream:` trailer names `release` or an earlier one."""
+    """The patch's `Applied-Upstream:` trailer names `release` or an earlier one, or its
+    `Applied-Upstream-Part:` trailers cover every one of its files by `release`."""
     claim = patch.trailer("Applied-Upstream")
     if not claim:
-        return Signal("applied-upstream-trailer", False, "the patch carries no Applied-Upstream:")
-    named = _claimed_version(claim)
+        claims = part_claims(patch)
+        if not claims:
+            return Signal(
+                "applied-upstream-trailer", False, "the patch carries no Applied-Upstream:"
+            )
+        covered = [c for c in claims.values() if c.covers(release)]
+        fired = len(covered) == len(patch.files)
+        return Signal(
+            "applied-upstream-trailer",
+            fired,
+            f"{len(covered)}/{len(patch.files)} of its files declared upstream by {release} "
+            f"(its own {PART_TRAILER}: trailers)",
+        )
+    named = claimed_version(claim)
     if release is None or named is None:
         return Signal(
             "applied-upstream-trailer", None, f"Applied-Upstream: {claim} (no version to compare)"
@@ -121,7 +177,8 @@ def trailer_signal(patch: Patch, release: str | None) -> Signal:
     )
 
 
-def _claimed_version(claim: str) -> Version | None:
+def claimed_version(claim: str) -> Version | None:
+    """The first release a trailer names (None: none)."""
     match = _VERSION_RE.search(claim)
     if not match:
         return None

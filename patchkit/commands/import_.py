@@ -86,6 +86,8 @@ def command(
         threeway=threeway,
         author=author,
         today=dt.datetime.now(dt.timezone.utc).date(),
+        line=target.line,
+        lines_at=lines_at(target),
     )
     if overlay is not None:
         paths = set(gitops.tree_paths(repo, base.commit, bare=True))
@@ -130,6 +132,14 @@ def command(
     else:
         output.echo(render_import(report, dry_run=dry_run))
     return 0 if report.ok else 1
+
+
+def lines_at(target) -> dict[str, str]:
+    """release -> the carried line pinned to it (retired lines are not in `lines`)."""
+    out: dict[str, str] = {}
+    for line in target.lines:
+        out.setdefault(line.pin, line.name)
+    return out
 
 
 def render_import(report: ImportReport, *, dry_run: bool) -> str:

@@ -31,9 +31,14 @@ CODES = {
     type=click.Path(dir_okay=False),
     help="Also write the outlook as one self-contained HTML page.",
 )
+@click.option(
+    "--markdown",
+    is_flag=True,
+    help="Print the table as Markdown, stamped (docs/series.md holds the SGLang lines' tables).",
+)
 @json_option
 @click.option("-v", "--verbose", is_flag=True, help="Show progress even when not on a terminal.")
-def command(target_name, line, since, html_file, as_json, verbose) -> int:
+def command(target_name, line, since, html_file, markdown, as_json, verbose) -> int:
     """Classify every patch of each line on every release after its pin; exit 1 when the newest
     release needs work on a patch."""
     from patchkit.lines import line_series
@@ -61,7 +66,7 @@ def command(target_name, line, since, html_file, as_json, verbose) -> int:
 
         replace_file(Path(os.path.abspath(html_file)), render_page(report).encode("utf-8"))
     out.document(report.to_json())
-    out.echo(render_outlook(report))
+    out.echo(render_markdown(report) if markdown else render_outlook(report))
     if html_file:
         out.echo(f"wrote {html_file}")
     return 1 if report.needs_work else 0
@@ -79,6 +84,44 @@ def render_outlook(report) -> str:
     for state, words in LEGEND.items():
         lines.append(f"  {CODES[state]} {state}: {words}")
     return "\n".join(lines)
+
+
+MARKDOWN_END = "<!-- end patchkit outlook -->"
+
+
+def markdown_head(line) -> str:
+    """The comment that opens a line's Markdown table: the command that writes it and what it
+    was made from (the classifier and the series, `outlook_stamp`; the releases)."""
+    span = f"{line.releases[0].version}..{line.newest}" if line.releases else "none"
+    return (
+        f"<!-- patchkit outlook --target {line.target} --line {line.line} --markdown"
+        f" | stamp {line.stamp}, releases {span} -->"
+    )
+
+
+def render_markdown(report) -> str:
+    """Each line as a Markdown table (releases as columns, one letter a state), between a
+    stamped opening comment and MARKDOWN_END, so a document can hold it and a test can
+    compare it."""
+    legend = ", ".join(f"`{code}` {state}" for state, code in CODES.items())
+    out = []
+    for line in report.lines:
+        out.append(markdown_head(line))
+        if not line.releases:
+            out += ["", f"No release after {line.pin} on the package index.", "", MARKDOWN_END]
+            continue
+        versions = [r.version for r in line.releases]
+        out.append("")
+        out.append("| patch | " + " | ".join(versions) + " | retire at |")
+        out.append("|---|" + "---|" * len(versions) + "---|")
+        for patch in line.patches:
+            cells = [patch.cells[v] for v in versions]
+            codes = [CODES[c.state] + ("?" if c.provisional else "") for c in cells]
+            name = patch.name.removesuffix(".patch")
+            out.append(f"| `{name}` | " + " | ".join(codes) + f" | {patch.retire_at or '-'} |")
+        out += ["", f"{legend}; `?` classified while an earlier patch was in conflict.", ""]
+        out.append(MARKDOWN_END)
+    return "\n".join(out)
 
 
 def _line_table(line) -> list[str]:

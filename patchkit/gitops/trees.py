@@ -307,6 +307,22 @@ def _entry_modes(repo: Repo, commit: str, paths: list[str]) -> dict[str, str]:
 
 
 @verb
+def blob_ids(repo: Repo, commit: str, paths: list[str]) -> dict[str, str]:
+    """path -> the blob id each of `paths` has in `commit` (paths it lacks are left out)."""
+    ids: dict[str, str] = {}
+    for start in range(0, len(paths), _PATHS_PER_CALL):
+        chunk = paths[start : start + _PATHS_PER_CALL]
+        # --full-tree: paths from the root whatever the caller's folder; literal pathspecs.
+        out = str(repo.run("ls-tree", "-z", "--full-tree", commit, "--", *chunk, env=_LITERAL))
+        for entry in out.split("\0"):
+            meta, _, name = entry.partition("\t")
+            fields = meta.split(" ")
+            if name and len(fields) == 3 and fields[1] == "blob":
+                ids[name] = fields[2]
+    return ids
+
+
+@verb
 def symlinks_along(repo: Repo, commit: str, paths: list[str]) -> dict[str, str]:
     """For each path, the first component (a parent, or the path itself) that is a symlink
     in `commit`; paths with none are left out."""

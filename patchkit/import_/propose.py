@@ -16,11 +16,14 @@ import datetime as dt
 import email.utils
 import hashlib
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.version import Version
 
 from patchkit import gitops
 from patchkit.apply import ApplyOptions, build_series
@@ -29,6 +32,7 @@ from patchkit.export import ExportedPatch, SeriesRead, export_commits, slug, wri
 from patchkit.import_.diagnose import applies_cleanly, failing_hunks, normalize_paths
 from patchkit.import_.diffparse import Message, ParsedInput, parse_input, render_file
 from patchkit.import_.overlay import Overlay
+from patchkit.import_.release import imported_releases, index_blobs, made_against, match_blobs
 from patchkit.import_.split import Mapping, assign, concern_diffs, enclosing_names
 from patchkit.series import (
     PATCH_FILE_TRAILER,
@@ -172,6 +176,8 @@ class ImportOptions:
     threeway: bool = False
     author: str = DEFAULT_AUTHOR
     today: dt.date | None = None
+    line: str | None = None  # the line imported into (named in the commands a refusal offers)
+    lines_at: dict[str, str] = field(default_factory=dict)  # release -> the line pinned there
 
 
 @dataclass
@@ -229,9 +235,14 @@ def propose_import(
             raise UsageError(f"{source.label}: contains no diff (no ---/+++ or diff --git lines)")
         notes, problems = normalize_paths(messages, base_paths, subdir, base.target)
         report.notes += notes
+        if problems and all(p.what.startswith("changes a file the") for p in problems):
+            # Say every file that fails, not only the missing ones.
+            problems += _failing_on_base(repo, start, messages, problems, release)
         for problem in [*parsed.problems, *problems]:
             report.problems.append(problem.text(source.label))
         if report.problems:
+            if not parsed.problems:
+                _name_the_release(repo, base, messages, options, report, release)
             report.status = "refused"
             return report
         if _per_message(parsed, options):
@@ -248,8 +259,11 @@ def propose_import(
             reference = _apply_whole(
                 repo, base.commit, start, messages, options.threeway, report, release
             )
-        if reference is None and report.failed_on_base and other_bases is not None:
+        named = _name_the_release(repo, base, messages, options, report, release)
+        if reference is None and report.failed_on_base and other_bases is not None and not named:
             _say_which_release_fits(repo, messages, other_bases, report)
+        if named:
+            reference = None  # it may apply here, but to other code than it was made on
     if reference is None:
         report.status = "refused"
         return report
@@ -277,6 +291,76 @@ def propose_import(
                 "(--into-series, with --3way where needed)"
             )
     return report
+
+
+def _failing_on_base(
+    repo: Path, start: str, messages: list[Message], missing: list, release: str
+) -> list:
+    """The hunks of the files the base has that do not apply to it either."""
+    gone = {p.path for p in missing}
+    files = [f for m in messages for f in m.files if f.old not in gone and f.new not in gone]
+    if not files:
+        return []
+    with gitops.scratch_index(repo, start, bare=True) as env:
+        return failing_hunks(repo, env, files, release)
+
+
+def _name_the_release(
+    repo: Path, base: Base, messages: list[Message], options: ImportOptions,
+    report: ImportReport, release: str,
+) -> bool:  # fmt: skip
+    """Compare the diff's `index` lines with the base's blobs, and with every release in the
+    mirror when they differ: a diff made against another release is refused (True), naming
+    it and the commands that import it there (it may well apply here, to other code)."""
+    blobs = index_blobs([f for m in messages for f in m.files])
+    if not blobs:
+        return False
+    own = match_blobs(repo, base.commit, blobs, release)
+    if own.whole:
+        report.notes.append(
+            f"made against {release}: its index lines name {release}'s blobs ({len(blobs)} file(s))"
+        )
+        return
+    mine = base.release.version if base.release else None
+    others = [m.label for m in made_against(repo, blobs, imported_releases(repo))]
+    others = [v for v in others if v != mine]
+    if not others:
+        report.notes.append(
+            f"its index lines name {release}'s blobs for {len(own.matching)} of {len(blobs)} "
+            f"file(s) and no imported release's for all (made against a tree of its own?); "
+            f"differing: {', '.join(own.differing)}"
+        )
+        return False
+    version = _nearest(others, mine)
+    report.problems.append(
+        f"{report.source}: made against {base.target} {' or '.join(others)}, not {release}: "
+        f"its index lines name the blobs of {version}; in {release} "
+        f"{len(own.differing)} of {len(blobs)} file(s) differ: {', '.join(own.differing)}"
+    )
+    report.problems.append(f"{report.source}: {_import_there(report, version, options)}")
+    return True
+
+
+def _nearest(versions: list[str], mine: str | None) -> str:
+    """The release closest above `mine` (a post-release of it, say), else the newest."""
+    if mine is not None:
+        above = [v for v in versions if Version(v) > Version(mine)]
+        if above:
+            return min(above, key=Version)
+    return max(versions, key=Version)
+
+
+def _import_there(report: ImportReport, version: str, options: ImportOptions) -> str:
+    where = f"{report.target}@{version}"
+    again = f"patchkit import {shlex.quote(report.source)} --target {where}"
+    line = options.lines_at.get(version)
+    if line is not None:
+        return f"line {line} is pinned to {version}: {again}"
+    start = f" --line {options.line}" if options.line else ""
+    return (
+        f"no line is pinned to {version}; start one there, then import into it: "
+        f"patchkit rebase --target {where}{start} --write --new-line {version} && {again}"
+    )
 
 
 def _release_label(base: Base) -> str:
