@@ -306,38 +306,17 @@ def _check_shapes(report, ckpt: Checkpoint, fixed: DraftExpectation, rename) -> 
 
 
 # ---- aux hidden states --------------------------------------------------------------------
+AUX_CONFIG_TITLE = "SGLang reads the draft's aux layer ids"
+AUX_WIDTH_TITLE = "fc input width = aux layers x target hidden"
+
+
 def _check_aux(
     report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, rename
 ) -> CaptureResult | None:
     rule = aux_ids_rule(tree)
-    raw = view.get("eagle_config")
-    eagle = raw if isinstance(raw, dict) else {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-    top = ckpt.config.get("eagle_aux_hidden_state_layer_ids")
-    if raw is not None and not isinstance(raw, dict):
-        report.add(
-            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
-            f"eagle_config is {type(raw).__name__}, not an object: SGLang ignores it and the "
-            "target captures its default layers",
-            '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [...]} with the trained ids',
-        )  # fmt: skip
-    if ids is not None and (
-        not isinstance(ids, list)
-        or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
-    ):
-        report.add(
-            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
-            f"{rule} is {ids!r}, not a list of integers: SGLang fails when it sets the layers",
-            "list the trained layer ids as integers, e.g. [1, 29, 57]",
-        )  # fmt: skip
+    ids, readable = _check_aux_config(report, ckpt, view, rule)
+    if not readable:
         return None
-    if ckpt.convention == "sglang" and top is not None and ids is None:
-        report.add(
-            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
-            f"eagle_aux_hidden_state_layer_ids {top} is at the top level; SGLang reads only "
-            f"{rule}, so the target captures its default layers instead",
-            f'move it: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {top}}}',
-        )  # fmt: skip
     capture = derive_capture(tree, target_cfg, ids)
     report.capture = {
         "layer_ids": ids, "captured": capture.layers, "chain": capture.chain,
@@ -352,10 +331,54 @@ def _check_aux(
             "use a line whose target class supports EAGLE-3 (the patched series adds it)",
         )
         return capture
-    cfg = capture.config
-    layers = _int(cfg, "num_hidden_layers")
-    hidden = _int(cfg, "hidden_size")
     positions = list(capture.layers or [])
+    unique = _check_aux_layers(report, capture, positions, ids, rule)
+    if ids is not None:
+        _check_graph_order(report, tree, target_cfg, positions)
+    _check_aux_width(report, ckpt, fixed, rename, len(unique), _int(capture.config, "hidden_size"))
+    return capture
+
+
+def _check_aux_config(report, ckpt, view, rule: str) -> tuple[Any, bool]:
+    """The configured aux layer ids, and whether SGLang can read them at all."""
+    raw = view.get("eagle_config")
+    eagle = raw if isinstance(raw, dict) else {}
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    top = ckpt.config.get("eagle_aux_hidden_state_layer_ids")
+    if raw is not None and not isinstance(raw, dict):
+        report.add(
+            "aux.config", AUX_CONFIG_TITLE, FAIL,
+            f"eagle_config is {type(raw).__name__}, not an object: SGLang ignores it and the "
+            "target captures its default layers",
+            '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [...]} with the trained ids',
+        )  # fmt: skip
+    if ids is not None and not _int_list(ids):
+        report.add(
+            "aux.config", AUX_CONFIG_TITLE, FAIL,
+            f"{rule} is {ids!r}, not a list of integers: SGLang fails when it sets the layers",
+            "list the trained layer ids as integers, e.g. [1, 29, 57]",
+        )  # fmt: skip
+        return ids, False
+    if ckpt.convention == "sglang" and top is not None and ids is None:
+        report.add(
+            "aux.config", AUX_CONFIG_TITLE, FAIL,
+            f"eagle_aux_hidden_state_layer_ids {top} is at the top level; SGLang reads only "
+            f"{rule}, so the target captures its default layers instead",
+            f'move it: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {top}}}',
+        )  # fmt: skip
+    return ids, True
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    )
+
+
+def _check_aux_layers(report, capture: CaptureResult, positions: list, ids, rule: str) -> list:
+    """Check that every configured id names a layer the target has, once; return the unique
+    captured positions."""
+    layers = _int(capture.config, "num_hidden_layers")
     where = " -> ".join(capture.chain)
     source = f"{rule} = {ids}" if ids is not None else "none configured: the target's default"
     valid = [p for p in positions if isinstance(p, int) and 0 <= p < (layers or 0)]
@@ -387,40 +410,39 @@ def _check_aux(
     report.add(
         "aux.layers", "aux layer ids are captured by the target", status, detail, "; ".join(fixes)
     )
-    if ids is not None:
-        _check_graph_order(report, tree, target_cfg, positions)
+    return unique
+
+
+def _check_aux_width(
+    report, ckpt, fixed: DraftExpectation, rename, count: int, hidden: int | None
+) -> None:
+    """fc.weight must take one target hidden state per captured layer."""
     fc_key = next(
         (k for k, o in fixed.outcomes.items() for p, _ in o.loads if p.endswith("fc.weight")), None
     )
-    back = {v: k for k, v in rename.items()}
-    if fc_key is None or hidden is None:
+    if fc_key is None:
         report.add(
-            "aux.width",
-            "fc input width = aux layers x target hidden",
-            FAIL if fc_key is None else SKIP,
-            "no tensor loads into fc.weight" if fc_key is None else "target hidden_size unknown",
-            "the checkpoint needs fc.weight" if fc_key is None else "",
-        )
-        return capture
-    width = ckpt.tensors[back.get(fc_key, fc_key)].shape[-1]
-    want = len(unique) * hidden
-    if width != want:
-        n = width // hidden if hidden and width % hidden == 0 else None
-        report.add(
-            "aux.width", "fc input width = aux layers x target hidden", FAIL,
-            f"{fc_key} takes {width} inputs; the target feeds {len(unique)} x {hidden} = {want} "
-            "(a mismatch hangs or crashes the server after the target has loaded)",
-            (f"configure {n} aux layer ids the draft was trained on in eagle_config" if n else
-             f"retrain the draft on aux states of width {hidden} (the target's hidden_size)"),
+            "aux.width", AUX_WIDTH_TITLE, FAIL,
+            "no tensor loads into fc.weight", "the checkpoint needs fc.weight",
         )  # fmt: skip
-    else:
-        report.add(
-            "aux.width",
-            "fc input width = aux layers x target hidden",
-            PASS,
-            f"{width} = {len(unique)} x {hidden}",
-        )
-    return capture
+        return
+    if hidden is None:
+        report.add("aux.width", AUX_WIDTH_TITLE, SKIP, "target hidden_size unknown", "")
+        return
+    back = {v: k for k, v in rename.items()}
+    width = ckpt.tensors[back.get(fc_key, fc_key)].shape[-1]
+    want = count * hidden
+    if width == want:
+        report.add("aux.width", AUX_WIDTH_TITLE, PASS, f"{width} = {count} x {hidden}")
+        return
+    n = width // hidden if hidden and width % hidden == 0 else None
+    report.add(
+        "aux.width", AUX_WIDTH_TITLE, FAIL,
+        f"{fc_key} takes {width} inputs; the target feeds {count} x {hidden} = {want} "
+        "(a mismatch hangs or crashes the server after the target has loaded)",
+        (f"configure {n} aux layer ids the draft was trained on in eagle_config" if n else
+         f"retrain the draft on aux states of width {hidden} (the target's hidden_size)"),
+    )  # fmt: skip
 
 
 def _check_graph_order(report, tree, target_cfg: dict, positions: list) -> None:
