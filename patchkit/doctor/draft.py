@@ -516,42 +516,7 @@ def _check_vocab(
             "add the d2t tensor (draft id -> target id offsets) the draft was trained with"
         )
     if d2t_key is not None:
-        d2t_info = ckpt.tensors[d2t_key]
-        d2t = ckpt.read_ints(d2t_key)
-        if d2t_info.dtype not in INT_DTYPES or d2t is None:
-            problems.append(f"{d2t_key} is {d2t_info.dtype}, not an integer tensor")
-            fixes.append("store d2t as int64")
-        else:
-            if len(d2t) != draft_vocab:
-                problems.append(
-                    f"{d2t_key} has {len(d2t)} entries, draft_vocab_size is {draft_vocab}"
-                )
-                fixes.append("d2t needs one entry per draft token")
-            mapped = [d + i for i, d in enumerate(d2t)]
-            outside = [m for m in mapped if not 0 <= m < target_vocab]
-            if outside:
-                problems.append(
-                    f"{d2t_key}[i]+i leaves the target vocabulary ({len(outside)} entries, "
-                    f"e.g. {outside[0]})"
-                )
-                fixes.append("d2t holds target_id - draft_id per draft token")
-            elif len(set(mapped)) != len(mapped):
-                problems.append(f"{d2t_key} maps two draft tokens to one target token")
-                fixes.append("rebuild d2t from the draft vocabulary")
-            if t2d_key is not None and not outside:
-                t2d = ckpt.read_ints(t2d_key)
-                if t2d is None or len(t2d) != target_vocab:
-                    problems.append(
-                        f"{t2d_key} has {len(t2d) if t2d else '?'} entries, "
-                        f"target vocab is {target_vocab}"
-                    )
-                    fixes.append("t2d needs one boolean per target token")
-                elif sum(t2d) != len(mapped) or not all(t2d[m] for m in mapped):
-                    problems.append(
-                        f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted"
-                    )
-                    fixes.append("rebuild t2d from d2t (t2d[d2t[i]+i] = True)")
-            notes.append(f"d2t maps {len(d2t)} draft tokens into {target_vocab}")
+        _check_d2t(ckpt, d2t_key, t2d_key, draft_vocab, target_vocab, problems, fixes, notes)
     if draft_vocab == target_vocab and d2t_key is None:
         notes.append("draft and target share one vocabulary")
     status = FAIL if problems else PASS
@@ -559,6 +524,52 @@ def _check_vocab(
     report.add(
         "vocab", "draft and target vocabularies agree (d2t/t2d)", status, detail, "; ".join(fixes)
     )
+
+
+def _check_d2t(
+    ckpt: Checkpoint, d2t_key: str, t2d_key: str | None, draft_vocab, target_vocab: int,
+    problems: list[str], fixes: list[str], notes: list[str],
+) -> None:  # fmt: skip
+    """d2t (and t2d beside it) must map each draft token to its own target token; findings
+    go into ``problems``, ``fixes`` and ``notes``."""
+    d2t_info = ckpt.tensors[d2t_key]
+    d2t = ckpt.read_ints(d2t_key)
+    if d2t_info.dtype not in INT_DTYPES or d2t is None:
+        problems.append(f"{d2t_key} is {d2t_info.dtype}, not an integer tensor")
+        fixes.append("store d2t as int64")
+        return
+    if len(d2t) != draft_vocab:
+        problems.append(f"{d2t_key} has {len(d2t)} entries, draft_vocab_size is {draft_vocab}")
+        fixes.append("d2t needs one entry per draft token")
+    mapped = [d + i for i, d in enumerate(d2t)]
+    outside = [m for m in mapped if not 0 <= m < target_vocab]
+    if outside:
+        problems.append(
+            f"{d2t_key}[i]+i leaves the target vocabulary ({len(outside)} entries, "
+            f"e.g. {outside[0]})"
+        )
+        fixes.append("d2t holds target_id - draft_id per draft token")
+    elif len(set(mapped)) != len(mapped):
+        problems.append(f"{d2t_key} maps two draft tokens to one target token")
+        fixes.append("rebuild d2t from the draft vocabulary")
+    if t2d_key is not None and not outside:
+        _check_t2d(ckpt, t2d_key, d2t_key, mapped, target_vocab, problems, fixes)
+    notes.append(f"d2t maps {len(d2t)} draft tokens into {target_vocab}")
+
+
+def _check_t2d(
+    ckpt: Checkpoint, t2d_key: str, d2t_key: str, mapped: list[int], target_vocab: int,
+    problems: list[str], fixes: list[str],
+) -> None:  # fmt: skip
+    t2d = ckpt.read_ints(t2d_key)
+    if t2d is None or len(t2d) != target_vocab:
+        problems.append(
+            f"{t2d_key} has {len(t2d) if t2d else '?'} entries, target vocab is {target_vocab}"
+        )
+        fixes.append("t2d needs one boolean per target token")
+    elif sum(t2d) != len(mapped) or not all(t2d[m] for m in mapped):
+        problems.append(f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted")
+        fixes.append("rebuild t2d from d2t (t2d[d2t[i]+i] = True)")
 
 
 # ---- hidden, heads, rope, dtype, flags ----------------------------------------------------
