@@ -702,65 +702,75 @@ class Interpreter:
     def _getattr(self, obj: Any, name: str, node: ast.AST, func: Function | None) -> Any:
         if obj is Opaque:
             return Opaque
-        if isinstance(obj, External):
-            dotted = f"{obj.dotted}.{name}"
-            return self.tree.resolve(External(dotted))
-        if isinstance(obj, Config):
-            try:
-                return obj.get(name)
-            except AttributeError:
-                # transformers' configs raise AttributeError too: the real model fails here
-                raise ModelRaise(
-                    f"the {obj._name} has no {name!r}", self._where(node, func)
-                ) from None
-        if isinstance(obj, ModuleObj):
-            for store in (obj.children, obj.params, obj.attrs):
-                if name in store:
-                    value = store[name]
-                    return ParamRef(name, value) if isinstance(value, ParamSpec) else value
-            if isinstance(obj.cls, ClassInfo):
-                method = obj.cls.method(name)
-                if method is not None:
-                    return BoundMethod(method, obj)
-                if name == "named_parameters":
-                    return _NamedParameters(obj)
-                for cls in obj.cls.mro():
-                    for stmt in cls.node.body:
-                        if isinstance(stmt, ast.Assign) and any(
-                            isinstance(t, ast.Name) and t.id == name for t in stmt.targets
-                        ):
-                            return self._eval(
-                                stmt.value, {}, Function(ast.FunctionDef(), cls.module, cls)
-                            )
-            if name == "named_parameters":
-                return _NamedParameters(obj)
-            return Opaque  # attributes set by nn.Module or SGLang base classes we do not read
-        if isinstance(obj, SuperProxy):
-            for cls in obj.cls.mro()[1:]:
-                method = cls.method(name)
-                if method is not None and method.owner is not obj.cls:
-                    return BoundMethod(method, obj.obj)
-            return _Noop()
-        if isinstance(obj, TensorValue):
-            if name == "shape":
-                return obj.shape
-            if name == "dtype":
-                return obj.dtype
-            return Opaque
-        if isinstance(obj, ParamRef):
-            if name == "weight_loader":
-                return Loader(obj)
-            if name == "shape":
-                return obj.spec.shape
-            return Opaque
-        if isinstance(obj, ClassInfo):
-            method = obj.method(name)
-            if method is not None:
-                return method
-            return Opaque
+        handler = _by_type(self._ATTRIBUTES, obj)
+        if handler is not None:
+            return handler(self, obj, name, node, func)
         methods = next((m for t, m in _SAFE_METHODS.items() if isinstance(obj, t)), set())
         if name in methods:
             return getattr(obj, name)
+        return Opaque
+
+    def _attr_of_external(self, obj: External, name: str, node, func) -> Any:
+        dotted = f"{obj.dotted}.{name}"
+        return self.tree.resolve(External(dotted))
+
+    def _attr_of_config(self, obj: Config, name: str, node, func) -> Any:
+        try:
+            return obj.get(name)
+        except AttributeError:
+            # transformers' configs raise AttributeError too: the real model fails here
+            raise ModelRaise(f"the {obj._name} has no {name!r}", self._where(node, func)) from None
+
+    def _attr_of_module(self, obj: ModuleObj, name: str, node, func) -> Any:
+        for store in (obj.children, obj.params, obj.attrs):
+            if name in store:
+                value = store[name]
+                return ParamRef(name, value) if isinstance(value, ParamSpec) else value
+        cls = obj.cls if isinstance(obj.cls, ClassInfo) else None
+        method = cls.method(name) if cls is not None else None
+        if method is not None:
+            return BoundMethod(method, obj)
+        if name == "named_parameters":
+            return _NamedParameters(obj)
+        return self._class_attr(cls, name) if cls is not None else Opaque
+
+    def _class_attr(self, cls: ClassInfo, name: str) -> Any:
+        """A class-level assignment of ``name`` in ``cls`` or a base it inherits from."""
+        for owner in cls.mro():
+            for stmt in owner.node.body:
+                if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+                ):
+                    return self._eval(
+                        stmt.value, {}, Function(ast.FunctionDef(), owner.module, owner)
+                    )
+        return Opaque  # attributes set by nn.Module or SGLang base classes we do not read
+
+    def _attr_of_super(self, obj: SuperProxy, name: str, node, func) -> Any:
+        for cls in obj.cls.mro()[1:]:
+            method = cls.method(name)
+            if method is not None and method.owner is not obj.cls:
+                return BoundMethod(method, obj.obj)
+        return _Noop()
+
+    def _attr_of_tensor(self, obj: TensorValue, name: str, node, func) -> Any:
+        if name == "shape":
+            return obj.shape
+        if name == "dtype":
+            return obj.dtype
+        return Opaque
+
+    def _attr_of_param(self, obj: ParamRef, name: str, node, func) -> Any:
+        if name == "weight_loader":
+            return Loader(obj)
+        if name == "shape":
+            return obj.spec.shape
+        return Opaque
+
+    def _attr_of_class(self, obj: ClassInfo, name: str, node, func) -> Any:
+        method = obj.method(name)
+        if method is not None:
+            return method
         return Opaque
 
     def _eval_call(self, node: ast.Call, env: dict, func: Function | None) -> Any:
@@ -909,6 +919,11 @@ class Interpreter:
         ast.IfExp: _eval_ifexp, ast.Call: _eval_call, ast.List: _eval_sequence,
         ast.Tuple: _eval_sequence, ast.Set: _eval_sequence, ast.Dict: _eval_dict,
         ast.ListComp: _listcomp, ast.JoinedStr: _eval_joinedstr, ast.Lambda: _eval_lambda,
+    }  # fmt: skip
+    _ATTRIBUTES: dict[type, Callable] = {
+        External: _attr_of_external, Config: _attr_of_config, ModuleObj: _attr_of_module,
+        SuperProxy: _attr_of_super, TensorValue: _attr_of_tensor, ParamRef: _attr_of_param,
+        ClassInfo: _attr_of_class,
     }  # fmt: skip
 
 
