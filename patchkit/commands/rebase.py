@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit.classify import LABELS
+from patchkit.classify import LABELS, PatchOutcome
 from patchkit.errors import NothingToDo, SeriesChangedError, UsageError
 from patchkit.export import SeriesRead
 from patchkit.lines import line_series
@@ -224,6 +224,28 @@ def _finish(out: Output, report: RebaseReport, as_json: bool) -> int:
 
 def render_rebase(report: RebaseReport) -> str:
     """The words a user reads for one rebase report."""
+    lines = _render_bases(report)
+    width = max((len(o.name) for o in report.outcomes), default=0)
+    for o in report.outcomes:
+        lines += _render_outcome(o, width)
+    counts = report.counts()
+    lines.append(
+        "  summary: "
+        + ", ".join(
+            f"{counts.get(k, 0)} {k}"
+            for k in LABELS
+            if counts.get(k, 0) or k not in ("obsolete", "resolved", "dropped")
+        )
+    )
+    lines += _render_result(report)
+    if report.next_steps:
+        lines.append("  next:")
+        lines += [f"    {step}" for step in report.next_steps]
+    return "\n".join(lines)
+
+
+def _render_bases(report: RebaseReport) -> list[str]:
+    """The old and new bases, and how far the new one is vouched for."""
     old, new = report.old_base, report.new_base
     lines = [
         f"{report.target}: rebase {old.stands_for} ({old.commit[:12]})",
@@ -233,8 +255,8 @@ def render_rebase(report: RebaseReport) -> str:
         lines.insert(1, f"  line {report.line}")
     if new.source == "wheel":
         lines.append(f"  wheel: {new.wheel} (sha256 {new.wheel_sha256})")
-    if new.source == "wheel" and not new.pinned:
-        lines.append("  not pinned yet: trust on first use of what the package index serves")
+        if not new.pinned:
+            lines.append("  not pinned yet: trust on first use of what the package index serves")
     if new.source == "sdist" and not new.pinned:
         lines.append(f"  sdist sha256: {new.sdist_sha256}")
         lines.append(
@@ -247,59 +269,54 @@ def render_rebase(report: RebaseReport) -> str:
         )
     if not report.history:
         lines.append("  patch-id signal: not available (no git history between the bases)")
-    width = max((len(o.name) for o in report.outcomes), default=0)
-    for o in report.outcomes:
-        extra = []
-        if o.changed and o.label not in ("upstreamed", "obsolete", "dropped"):
-            extra.append("refreshed")
-        if o.conflicts:
-            extra.append("conflicts in " + ", ".join(o.conflicts))
-        tail = f"  ({'; '.join(extra)})" if extra else ""
-        lines.append(f"  {MARK.get(o.label, o.label):>10}  {o.name:<{width}}{tail}")
-        if o.label in ("upstreamed", "obsolete"):
-            fired = [s for s in o.signals if s.fired]
-            silent = [s for s in o.signals if not s.fired]
-            for s in fired:
-                lines.append(f"{'':14}evidence: {s.name}: {s.detail}")
-            if silent:
-                lines.append(
-                    f"{'':14}not fired: "
-                    + "; ".join(f"{s.name} ({'n/a' if s.fired is None else 'no'})" for s in silent)
-                )
-        if o.note and o.label != "clean":
-            lines.append(f"{'':14}{o.note}")
-        lines += [f"{'':14}{p.path}: {p.state} ({p.detail})" for p in o.parts]
-    counts = report.counts()
-    lines.append(
-        "  summary: "
-        + ", ".join(
-            f"{counts.get(k, 0)} {k}"
-            for k in LABELS
-            if counts.get(k, 0) or k not in ("obsolete", "resolved", "dropped")
-        )
-    )
+    return lines
+
+
+def _render_outcome(o: PatchOutcome, width: int) -> list[str]:
+    """One patch's line, with its evidence, note and parts indented below it."""
+    extra = []
+    if o.changed and o.label not in ("upstreamed", "obsolete", "dropped"):
+        extra.append("refreshed")
+    if o.conflicts:
+        extra.append("conflicts in " + ", ".join(o.conflicts))
+    tail = f"  ({'; '.join(extra)})" if extra else ""
+    lines = [f"  {MARK.get(o.label, o.label):>10}  {o.name:<{width}}{tail}"]
+    if o.label in ("upstreamed", "obsolete"):
+        lines += [f"{'':14}evidence: {s.name}: {s.detail}" for s in o.signals if s.fired]
+        silent = [s for s in o.signals if not s.fired]
+        if silent:
+            lines.append(
+                f"{'':14}not fired: "
+                + "; ".join(f"{s.name} ({'n/a' if s.fired is None else 'no'})" for s in silent)
+            )
+    if o.note and o.label != "clean":
+        lines.append(f"{'':14}{o.note}")
+    lines += [f"{'':14}{p.path}: {p.state} ({p.detail})" for p in o.parts]
+    return lines
+
+
+def _render_result(report: RebaseReport) -> list[str]:
+    """What was written, or why nothing was."""
     if report.written:
-        lines.append(f"  wrote: {', '.join(report.written)}")
-        lines.append(f"  series version {report.series_version} -> {report.next_series_version}")
-        lines.append("  suggested commit message (commit patches/ with it):")
-        lines += [f"    {ln}".rstrip() for ln in (report.commit_message or "").splitlines()]
-    elif report.conflicted:
-        lines.append(
+        return [
+            f"  wrote: {', '.join(report.written)}",
+            f"  series version {report.series_version} -> {report.next_series_version}",
+            "  suggested commit message (commit patches/ with it):",
+            *(f"    {ln}".rstrip() for ln in (report.commit_message or "").splitlines()),
+        ]
+    if report.conflicted:
+        lines = [
             f"  {len(report.conflicted)} patch(es) in conflict: nothing in patches/ was changed"
-        )
+        ]
         if report.conflict_tree:
             lines.append(
                 f"  a scratch work tree stopped at the first conflict: {report.conflict_tree}"
             )
-    elif report.write_requested:
-        lines.append("  nothing to write: the series already sits on this ref unchanged")
-    else:
-        lines.append(
-            f"  dry run: nothing written (--write refreshes patches/, moves the line's pin, "
-            f"or with --new-line starts a line; series {report.series_version} -> "
-            f"{report.next_series_version})"
-        )
-    if report.next_steps:
-        lines.append("  next:")
-        lines += [f"    {step}" for step in report.next_steps]
-    return "\n".join(lines)
+        return lines
+    if report.write_requested:
+        return ["  nothing to write: the series already sits on this ref unchanged"]
+    return [
+        f"  dry run: nothing written (--write refreshes patches/, moves the line's pin, "
+        f"or with --new-line starts a line; series {report.series_version} -> "
+        f"{report.next_series_version})"
+    ]

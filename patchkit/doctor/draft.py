@@ -306,38 +306,17 @@ def _check_shapes(report, ckpt: Checkpoint, fixed: DraftExpectation, rename) -> 
 
 
 # ---- aux hidden states --------------------------------------------------------------------
+AUX_CONFIG_TITLE = "SGLang reads the draft's aux layer ids"
+AUX_WIDTH_TITLE = "fc input width = aux layers x target hidden"
+
+
 def _check_aux(
     report, tree, ckpt, view, target_cfg, fixed: DraftExpectation, rename
 ) -> CaptureResult | None:
     rule = aux_ids_rule(tree)
-    raw = view.get("eagle_config")
-    eagle = raw if isinstance(raw, dict) else {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-    top = ckpt.config.get("eagle_aux_hidden_state_layer_ids")
-    if raw is not None and not isinstance(raw, dict):
-        report.add(
-            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
-            f"eagle_config is {type(raw).__name__}, not an object: SGLang ignores it and the "
-            "target captures its default layers",
-            '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [...]} with the trained ids',
-        )  # fmt: skip
-    if ids is not None and (
-        not isinstance(ids, list)
-        or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
-    ):
-        report.add(
-            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
-            f"{rule} is {ids!r}, not a list of integers: SGLang fails when it sets the layers",
-            "list the trained layer ids as integers, e.g. [1, 29, 57]",
-        )  # fmt: skip
+    ids, readable = _check_aux_config(report, ckpt, view, rule)
+    if not readable:
         return None
-    if ckpt.convention == "sglang" and top is not None and ids is None:
-        report.add(
-            "aux.config", "SGLang reads the draft's aux layer ids", FAIL,
-            f"eagle_aux_hidden_state_layer_ids {top} is at the top level; SGLang reads only "
-            f"{rule}, so the target captures its default layers instead",
-            f'move it: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {top}}}',
-        )  # fmt: skip
     capture = derive_capture(tree, target_cfg, ids)
     report.capture = {
         "layer_ids": ids, "captured": capture.layers, "chain": capture.chain,
@@ -352,10 +331,54 @@ def _check_aux(
             "use a line whose target class supports EAGLE-3 (the patched series adds it)",
         )
         return capture
-    cfg = capture.config
-    layers = _int(cfg, "num_hidden_layers")
-    hidden = _int(cfg, "hidden_size")
     positions = list(capture.layers or [])
+    unique = _check_aux_layers(report, capture, positions, ids, rule)
+    if ids is not None:
+        _check_graph_order(report, tree, target_cfg, positions)
+    _check_aux_width(report, ckpt, fixed, rename, len(unique), _int(capture.config, "hidden_size"))
+    return capture
+
+
+def _check_aux_config(report, ckpt, view, rule: str) -> tuple[Any, bool]:
+    """The configured aux layer ids, and whether SGLang can read them at all."""
+    raw = view.get("eagle_config")
+    eagle = raw if isinstance(raw, dict) else {}
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    top = ckpt.config.get("eagle_aux_hidden_state_layer_ids")
+    if raw is not None and not isinstance(raw, dict):
+        report.add(
+            "aux.config", AUX_CONFIG_TITLE, FAIL,
+            f"eagle_config is {type(raw).__name__}, not an object: SGLang ignores it and the "
+            "target captures its default layers",
+            '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [...]} with the trained ids',
+        )  # fmt: skip
+    if ids is not None and not _int_list(ids):
+        report.add(
+            "aux.config", AUX_CONFIG_TITLE, FAIL,
+            f"{rule} is {ids!r}, not a list of integers: SGLang fails when it sets the layers",
+            "list the trained layer ids as integers, e.g. [1, 29, 57]",
+        )  # fmt: skip
+        return ids, False
+    if ckpt.convention == "sglang" and top is not None and ids is None:
+        report.add(
+            "aux.config", AUX_CONFIG_TITLE, FAIL,
+            f"eagle_aux_hidden_state_layer_ids {top} is at the top level; SGLang reads only "
+            f"{rule}, so the target captures its default layers instead",
+            f'move it: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {top}}}',
+        )  # fmt: skip
+    return ids, True
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    )
+
+
+def _check_aux_layers(report, capture: CaptureResult, positions: list, ids, rule: str) -> list:
+    """Check that every configured id names a layer the target has, once; return the unique
+    captured positions."""
+    layers = _int(capture.config, "num_hidden_layers")
     where = " -> ".join(capture.chain)
     source = f"{rule} = {ids}" if ids is not None else "none configured: the target's default"
     valid = [p for p in positions if isinstance(p, int) and 0 <= p < (layers or 0)]
@@ -387,40 +410,39 @@ def _check_aux(
     report.add(
         "aux.layers", "aux layer ids are captured by the target", status, detail, "; ".join(fixes)
     )
-    if ids is not None:
-        _check_graph_order(report, tree, target_cfg, positions)
+    return unique
+
+
+def _check_aux_width(
+    report, ckpt, fixed: DraftExpectation, rename, count: int, hidden: int | None
+) -> None:
+    """fc.weight must take one target hidden state per captured layer."""
     fc_key = next(
         (k for k, o in fixed.outcomes.items() for p, _ in o.loads if p.endswith("fc.weight")), None
     )
-    back = {v: k for k, v in rename.items()}
-    if fc_key is None or hidden is None:
+    if fc_key is None:
         report.add(
-            "aux.width",
-            "fc input width = aux layers x target hidden",
-            FAIL if fc_key is None else SKIP,
-            "no tensor loads into fc.weight" if fc_key is None else "target hidden_size unknown",
-            "the checkpoint needs fc.weight" if fc_key is None else "",
-        )
-        return capture
-    width = ckpt.tensors[back.get(fc_key, fc_key)].shape[-1]
-    want = len(unique) * hidden
-    if width != want:
-        n = width // hidden if hidden and width % hidden == 0 else None
-        report.add(
-            "aux.width", "fc input width = aux layers x target hidden", FAIL,
-            f"{fc_key} takes {width} inputs; the target feeds {len(unique)} x {hidden} = {want} "
-            "(a mismatch hangs or crashes the server after the target has loaded)",
-            (f"configure {n} aux layer ids the draft was trained on in eagle_config" if n else
-             f"retrain the draft on aux states of width {hidden} (the target's hidden_size)"),
+            "aux.width", AUX_WIDTH_TITLE, FAIL,
+            "no tensor loads into fc.weight", "the checkpoint needs fc.weight",
         )  # fmt: skip
-    else:
-        report.add(
-            "aux.width",
-            "fc input width = aux layers x target hidden",
-            PASS,
-            f"{width} = {len(unique)} x {hidden}",
-        )
-    return capture
+        return
+    if hidden is None:
+        report.add("aux.width", AUX_WIDTH_TITLE, SKIP, "target hidden_size unknown", "")
+        return
+    back = {v: k for k, v in rename.items()}
+    width = ckpt.tensors[back.get(fc_key, fc_key)].shape[-1]
+    want = count * hidden
+    if width == want:
+        report.add("aux.width", AUX_WIDTH_TITLE, PASS, f"{width} = {count} x {hidden}")
+        return
+    n = width // hidden if hidden and width % hidden == 0 else None
+    report.add(
+        "aux.width", AUX_WIDTH_TITLE, FAIL,
+        f"{fc_key} takes {width} inputs; the target feeds {count} x {hidden} = {want} "
+        "(a mismatch hangs or crashes the server after the target has loaded)",
+        (f"configure {n} aux layer ids the draft was trained on in eagle_config" if n else
+         f"retrain the draft on aux states of width {hidden} (the target's hidden_size)"),
+    )  # fmt: skip
 
 
 def _check_graph_order(report, tree, target_cfg: dict, positions: list) -> None:
@@ -494,42 +516,7 @@ def _check_vocab(
             "add the d2t tensor (draft id -> target id offsets) the draft was trained with"
         )
     if d2t_key is not None:
-        d2t_info = ckpt.tensors[d2t_key]
-        d2t = ckpt.read_ints(d2t_key)
-        if d2t_info.dtype not in INT_DTYPES or d2t is None:
-            problems.append(f"{d2t_key} is {d2t_info.dtype}, not an integer tensor")
-            fixes.append("store d2t as int64")
-        else:
-            if len(d2t) != draft_vocab:
-                problems.append(
-                    f"{d2t_key} has {len(d2t)} entries, draft_vocab_size is {draft_vocab}"
-                )
-                fixes.append("d2t needs one entry per draft token")
-            mapped = [d + i for i, d in enumerate(d2t)]
-            outside = [m for m in mapped if not 0 <= m < target_vocab]
-            if outside:
-                problems.append(
-                    f"{d2t_key}[i]+i leaves the target vocabulary ({len(outside)} entries, "
-                    f"e.g. {outside[0]})"
-                )
-                fixes.append("d2t holds target_id - draft_id per draft token")
-            elif len(set(mapped)) != len(mapped):
-                problems.append(f"{d2t_key} maps two draft tokens to one target token")
-                fixes.append("rebuild d2t from the draft vocabulary")
-            if t2d_key is not None and not outside:
-                t2d = ckpt.read_ints(t2d_key)
-                if t2d is None or len(t2d) != target_vocab:
-                    problems.append(
-                        f"{t2d_key} has {len(t2d) if t2d else '?'} entries, "
-                        f"target vocab is {target_vocab}"
-                    )
-                    fixes.append("t2d needs one boolean per target token")
-                elif sum(t2d) != len(mapped) or not all(t2d[m] for m in mapped):
-                    problems.append(
-                        f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted"
-                    )
-                    fixes.append("rebuild t2d from d2t (t2d[d2t[i]+i] = True)")
-            notes.append(f"d2t maps {len(d2t)} draft tokens into {target_vocab}")
+        _check_d2t(ckpt, d2t_key, t2d_key, draft_vocab, target_vocab, problems, fixes, notes)
     if draft_vocab == target_vocab and d2t_key is None:
         notes.append("draft and target share one vocabulary")
     status = FAIL if problems else PASS
@@ -537,6 +524,52 @@ def _check_vocab(
     report.add(
         "vocab", "draft and target vocabularies agree (d2t/t2d)", status, detail, "; ".join(fixes)
     )
+
+
+def _check_d2t(
+    ckpt: Checkpoint, d2t_key: str, t2d_key: str | None, draft_vocab, target_vocab: int,
+    problems: list[str], fixes: list[str], notes: list[str],
+) -> None:  # fmt: skip
+    """d2t (and t2d beside it) must map each draft token to its own target token; findings
+    go into ``problems``, ``fixes`` and ``notes``."""
+    d2t_info = ckpt.tensors[d2t_key]
+    d2t = ckpt.read_ints(d2t_key)
+    if d2t_info.dtype not in INT_DTYPES or d2t is None:
+        problems.append(f"{d2t_key} is {d2t_info.dtype}, not an integer tensor")
+        fixes.append("store d2t as int64")
+        return
+    if len(d2t) != draft_vocab:
+        problems.append(f"{d2t_key} has {len(d2t)} entries, draft_vocab_size is {draft_vocab}")
+        fixes.append("d2t needs one entry per draft token")
+    mapped = [d + i for i, d in enumerate(d2t)]
+    outside = [m for m in mapped if not 0 <= m < target_vocab]
+    if outside:
+        problems.append(
+            f"{d2t_key}[i]+i leaves the target vocabulary ({len(outside)} entries, "
+            f"e.g. {outside[0]})"
+        )
+        fixes.append("d2t holds target_id - draft_id per draft token")
+    elif len(set(mapped)) != len(mapped):
+        problems.append(f"{d2t_key} maps two draft tokens to one target token")
+        fixes.append("rebuild d2t from the draft vocabulary")
+    if t2d_key is not None and not outside:
+        _check_t2d(ckpt, t2d_key, d2t_key, mapped, target_vocab, problems, fixes)
+    notes.append(f"d2t maps {len(d2t)} draft tokens into {target_vocab}")
+
+
+def _check_t2d(
+    ckpt: Checkpoint, t2d_key: str, d2t_key: str, mapped: list[int], target_vocab: int,
+    problems: list[str], fixes: list[str],
+) -> None:  # fmt: skip
+    t2d = ckpt.read_ints(t2d_key)
+    if t2d is None or len(t2d) != target_vocab:
+        problems.append(
+            f"{t2d_key} has {len(t2d) if t2d else '?'} entries, target vocab is {target_vocab}"
+        )
+        fixes.append("t2d needs one boolean per target token")
+    elif sum(t2d) != len(mapped) or not all(t2d[m] for m in mapped):
+        problems.append(f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted")
+        fixes.append("rebuild t2d from d2t (t2d[d2t[i]+i] = True)")
 
 
 # ---- hidden, heads, rope, dtype, flags ----------------------------------------------------

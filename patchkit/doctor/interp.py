@@ -591,80 +591,87 @@ class Interpreter:
                     store.pop(target.attr, None)
 
     # ---- expressions ---------------------------------------------------------------------
-    def _eval(self, node: ast.expr, env: dict, func: Function | None) -> Any:  # noqa: C901
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            return self._lookup(node.id, env, func, node)
-        if isinstance(node, ast.Attribute):
-            return self._getattr(self._eval(node.value, env, func), node.attr, node, func)
-        if isinstance(node, ast.Subscript):
-            obj = self._eval(node.value, env, func)
-            key = self._eval(node.slice, env, func)
-            if obj is Opaque or key is Opaque:
-                return Opaque
-            if isinstance(obj, Config):
-                return obj.get(key)
+    def _eval(self, node: ast.expr, env: dict, func: Function | None) -> Any:
+        handler = _by_type(self._EXPRESSIONS, node)
+        if handler is None:
+            raise DerivationError(f"{self._where(node, func)}: cannot read a {type(node).__name__}")
+        return handler(self, node, env, func)
+
+    def _eval_constant(self, node: ast.Constant, env: dict, func: Function | None) -> Any:
+        return node.value
+
+    def _eval_name(self, node: ast.Name, env: dict, func: Function | None) -> Any:
+        return self._lookup(node.id, env, func, node)
+
+    def _eval_attribute(self, node: ast.Attribute, env: dict, func: Function | None) -> Any:
+        return self._getattr(self._eval(node.value, env, func), node.attr, node, func)
+
+    def _eval_subscript(self, node: ast.Subscript, env: dict, func: Function | None) -> Any:
+        obj = self._eval(node.value, env, func)
+        key = self._eval(node.slice, env, func)
+        if obj is Opaque or key is Opaque:
+            return Opaque
+        if isinstance(obj, Config):
+            return obj.get(key)
+        try:
+            return obj[key]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise DerivationError(f"{self._where(node, func)}: {exc!r}") from None
+
+    def _eval_slice(self, node: ast.Slice, env: dict, func: Function | None) -> Any:
+        parts = [
+            self._eval(p, env, func) if p else None for p in (node.lower, node.upper, node.step)
+        ]
+        return slice(*parts)
+
+    def _eval_binop(self, node: ast.BinOp, env: dict, func: Function | None) -> Any:
+        return self._binop(
+            node.op, self._eval(node.left, env, func), self._eval(node.right, env, func)
+        )
+
+    def _eval_unaryop(self, node: ast.UnaryOp, env: dict, func: Function | None) -> Any:
+        value = self._eval(node.operand, env, func)
+        if isinstance(node.op, ast.Not):
             try:
-                return obj[key]
-            except (KeyError, IndexError, TypeError) as exc:
-                raise DerivationError(f"{self._where(node, func)}: {exc!r}") from None
-        if isinstance(node, ast.Slice):
-            parts = [
-                self._eval(p, env, func) if p else None for p in (node.lower, node.upper, node.step)
-            ]
-            return slice(*parts)
-        if isinstance(node, ast.BinOp):
-            return self._binop(
-                node.op, self._eval(node.left, env, func), self._eval(node.right, env, func)
-            )
-        if isinstance(node, ast.UnaryOp):
-            value = self._eval(node.operand, env, func)
-            if isinstance(node.op, ast.Not):
-                try:
-                    return not self._truth(value, node, func)
-                except Undecidable:
-                    return Opaque
-            if value is Opaque:
-                return Opaque
-            return {ast.USub: operator.neg, ast.UAdd: operator.pos}[type(node.op)](value)
-        if isinstance(node, ast.BoolOp):
-            return self._boolop(node, env, func)
-        if isinstance(node, ast.Compare):
-            return self._compare(node, env, func)
-        if isinstance(node, ast.IfExp):
-            try:
-                chosen = self._truth(self._eval(node.test, env, func), node, func)
+                return not self._truth(value, node, func)
             except Undecidable:
                 return Opaque
-            return self._eval(node.body if chosen else node.orelse, env, func)
-        if isinstance(node, ast.Call):
-            return self._eval_call(node, env, func)
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            items = [self._eval(e, env, func) for e in node.elts]
-            return tuple(items) if isinstance(node, ast.Tuple) else items
-        if isinstance(node, ast.Dict):
-            return {
-                self._eval(k, env, func): self._eval(v, env, func)
-                for k, v in zip(node.keys, node.values, strict=False)
-            }
-        if isinstance(node, ast.ListComp):
-            return self._listcomp(node, env, func)
-        if isinstance(node, ast.JoinedStr):
-            parts = []
-            for value in node.values:
-                part = (
-                    self._eval(value.value, env, func)
-                    if isinstance(value, ast.FormattedValue)
-                    else value.value
-                )
-                if part is Opaque:
-                    return Opaque
-                parts.append(str(part))
-            return "".join(parts)
-        if isinstance(node, ast.Lambda):
+        if value is Opaque:
             return Opaque
-        raise DerivationError(f"{self._where(node, func)}: cannot read a {type(node).__name__}")
+        return {ast.USub: operator.neg, ast.UAdd: operator.pos}[type(node.op)](value)
+
+    def _eval_ifexp(self, node: ast.IfExp, env: dict, func: Function | None) -> Any:
+        try:
+            chosen = self._truth(self._eval(node.test, env, func), node, func)
+        except Undecidable:
+            return Opaque
+        return self._eval(node.body if chosen else node.orelse, env, func)
+
+    def _eval_sequence(self, node: ast.expr, env: dict, func: Function | None) -> Any:
+        items = [self._eval(e, env, func) for e in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+
+    def _eval_dict(self, node: ast.Dict, env: dict, func: Function | None) -> Any:
+        return {
+            self._eval(k, env, func): self._eval(v, env, func)
+            for k, v in zip(node.keys, node.values, strict=False)
+        }
+
+    def _eval_joinedstr(self, node: ast.JoinedStr, env: dict, func: Function | None) -> Any:
+        parts = []
+        for value in node.values:
+            part = (
+                self._eval(value.value, env, func)
+                if isinstance(value, ast.FormattedValue)
+                else value.value
+            )
+            if part is Opaque:
+                return Opaque
+            parts.append(str(part))
+        return "".join(parts)
+
+    def _eval_lambda(self, node: ast.Lambda, env: dict, func: Function | None) -> Any:
+        return Opaque
 
     def _lookup(self, name: str, env: dict, func: Function | None, node: ast.AST) -> Any:
         if name in env:
@@ -695,65 +702,75 @@ class Interpreter:
     def _getattr(self, obj: Any, name: str, node: ast.AST, func: Function | None) -> Any:
         if obj is Opaque:
             return Opaque
-        if isinstance(obj, External):
-            dotted = f"{obj.dotted}.{name}"
-            return self.tree.resolve(External(dotted))
-        if isinstance(obj, Config):
-            try:
-                return obj.get(name)
-            except AttributeError:
-                # transformers' configs raise AttributeError too: the real model fails here
-                raise ModelRaise(
-                    f"the {obj._name} has no {name!r}", self._where(node, func)
-                ) from None
-        if isinstance(obj, ModuleObj):
-            for store in (obj.children, obj.params, obj.attrs):
-                if name in store:
-                    value = store[name]
-                    return ParamRef(name, value) if isinstance(value, ParamSpec) else value
-            if isinstance(obj.cls, ClassInfo):
-                method = obj.cls.method(name)
-                if method is not None:
-                    return BoundMethod(method, obj)
-                if name == "named_parameters":
-                    return _NamedParameters(obj)
-                for cls in obj.cls.mro():
-                    for stmt in cls.node.body:
-                        if isinstance(stmt, ast.Assign) and any(
-                            isinstance(t, ast.Name) and t.id == name for t in stmt.targets
-                        ):
-                            return self._eval(
-                                stmt.value, {}, Function(ast.FunctionDef(), cls.module, cls)
-                            )
-            if name == "named_parameters":
-                return _NamedParameters(obj)
-            return Opaque  # attributes set by nn.Module or SGLang base classes we do not read
-        if isinstance(obj, SuperProxy):
-            for cls in obj.cls.mro()[1:]:
-                method = cls.method(name)
-                if method is not None and method.owner is not obj.cls:
-                    return BoundMethod(method, obj.obj)
-            return _Noop()
-        if isinstance(obj, TensorValue):
-            if name == "shape":
-                return obj.shape
-            if name == "dtype":
-                return obj.dtype
-            return Opaque
-        if isinstance(obj, ParamRef):
-            if name == "weight_loader":
-                return Loader(obj)
-            if name == "shape":
-                return obj.spec.shape
-            return Opaque
-        if isinstance(obj, ClassInfo):
-            method = obj.method(name)
-            if method is not None:
-                return method
-            return Opaque
+        handler = _by_type(self._ATTRIBUTES, obj)
+        if handler is not None:
+            return handler(self, obj, name, node, func)
         methods = next((m for t, m in _SAFE_METHODS.items() if isinstance(obj, t)), set())
         if name in methods:
             return getattr(obj, name)
+        return Opaque
+
+    def _attr_of_external(self, obj: External, name: str, node, func) -> Any:
+        dotted = f"{obj.dotted}.{name}"
+        return self.tree.resolve(External(dotted))
+
+    def _attr_of_config(self, obj: Config, name: str, node, func) -> Any:
+        try:
+            return obj.get(name)
+        except AttributeError:
+            # transformers' configs raise AttributeError too: the real model fails here
+            raise ModelRaise(f"the {obj._name} has no {name!r}", self._where(node, func)) from None
+
+    def _attr_of_module(self, obj: ModuleObj, name: str, node, func) -> Any:
+        for store in (obj.children, obj.params, obj.attrs):
+            if name in store:
+                value = store[name]
+                return ParamRef(name, value) if isinstance(value, ParamSpec) else value
+        cls = obj.cls if isinstance(obj.cls, ClassInfo) else None
+        method = cls.method(name) if cls is not None else None
+        if method is not None:
+            return BoundMethod(method, obj)
+        if name == "named_parameters":
+            return _NamedParameters(obj)
+        return self._class_attr(cls, name) if cls is not None else Opaque
+
+    def _class_attr(self, cls: ClassInfo, name: str) -> Any:
+        """A class-level assignment of ``name`` in ``cls`` or a base it inherits from."""
+        for owner in cls.mro():
+            for stmt in owner.node.body:
+                if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+                ):
+                    return self._eval(
+                        stmt.value, {}, Function(ast.FunctionDef(), owner.module, owner)
+                    )
+        return Opaque  # attributes set by nn.Module or SGLang base classes we do not read
+
+    def _attr_of_super(self, obj: SuperProxy, name: str, node, func) -> Any:
+        for cls in obj.cls.mro()[1:]:
+            method = cls.method(name)
+            if method is not None and method.owner is not obj.cls:
+                return BoundMethod(method, obj.obj)
+        return _Noop()
+
+    def _attr_of_tensor(self, obj: TensorValue, name: str, node, func) -> Any:
+        if name == "shape":
+            return obj.shape
+        if name == "dtype":
+            return obj.dtype
+        return Opaque
+
+    def _attr_of_param(self, obj: ParamRef, name: str, node, func) -> Any:
+        if name == "weight_loader":
+            return Loader(obj)
+        if name == "shape":
+            return obj.spec.shape
+        return Opaque
+
+    def _attr_of_class(self, obj: ClassInfo, name: str, node, func) -> Any:
+        method = obj.method(name)
+        if method is not None:
+            return method
         return Opaque
 
     def _eval_call(self, node: ast.Call, env: dict, func: Function | None) -> Any:
@@ -894,6 +911,21 @@ class Interpreter:
         path = func.module.path if func is not None else "<rule>"
         return f"{path}:{getattr(node, 'lineno', '?')}"
 
+    # ---- dispatch tables (here, below every handler they name) ---------------------------
+    _EXPRESSIONS: dict[type, Callable] = {
+        ast.Constant: _eval_constant, ast.Name: _eval_name, ast.Attribute: _eval_attribute,
+        ast.Subscript: _eval_subscript, ast.Slice: _eval_slice, ast.BinOp: _eval_binop,
+        ast.UnaryOp: _eval_unaryop, ast.BoolOp: _boolop, ast.Compare: _compare,
+        ast.IfExp: _eval_ifexp, ast.Call: _eval_call, ast.List: _eval_sequence,
+        ast.Tuple: _eval_sequence, ast.Set: _eval_sequence, ast.Dict: _eval_dict,
+        ast.ListComp: _listcomp, ast.JoinedStr: _eval_joinedstr, ast.Lambda: _eval_lambda,
+    }  # fmt: skip
+    _ATTRIBUTES: dict[type, Callable] = {
+        External: _attr_of_external, Config: _attr_of_config, ModuleObj: _attr_of_module,
+        SuperProxy: _attr_of_super, TensorValue: _attr_of_tensor, ParamRef: _attr_of_param,
+        ClassInfo: _attr_of_class,
+    }  # fmt: skip
+
 
 @dataclass(frozen=True)
 class SuppliedTensor:
@@ -947,6 +979,14 @@ class _Sentinel:
 
 _Missing = _Sentinel("missing")
 _Unknown = _Sentinel("unknown")
+
+
+def _by_type(table: dict[type, Callable], obj: Any) -> Callable | None:
+    """The entry for ``obj``'s class or its nearest base in ``table`` (as isinstance finds it)."""
+    for kind in type(obj).__mro__:
+        if kind in table:
+            return table[kind]
+    return None
 
 
 def _shard_key(text: str) -> Any:
