@@ -92,12 +92,6 @@ def sglang_wheels(shared_cache, workspace) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def sglang_0523_wheels(shared_cache, workspace) -> dict[str, Path]:
-    """The real pinned wheels of the sglang 0.5.23 line (the newest release)."""
-    return _release_wheels(workspace, shared_cache, "0.5.23")
-
-
-@pytest.fixture(scope="session")
 def sglang_0512_wheels(shared_cache, workspace) -> dict[str, Path]:
     """The real sglang 0.5.12 wheels: a pinned release no carried line is pinned to (its line
     is retired), the base the 0.5.9 line is rebased onto in the rebase and outlook tests."""

@@ -798,6 +798,7 @@ def sglang_0512post1(shared_cache, warm_mirrors, sglang_0512_wheels, workspace) 
     from patchkit.upstream import resolve_new_base
 
     target = workspace.targets.get("sglang", "0.5.9")
+    resolve_new_base(target, "0.5.12", cache=shared_cache)  # the release it is told from
     return resolve_new_base(target, "0.5.12.post1", cache=shared_cache)[0].commit
 
 
