@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from patchkit import gitops
+from patchkit import completion, gitops
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.export import SeriesRead
 from patchkit.import_.overlay import read_overlay
@@ -35,9 +35,16 @@ from patchkit.workspace import Workspace
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="A directory of replacement files laid out like the package (*.bak skipped).",
 )
-@click.option("--target", "target_spec", required=True, help="NAME or NAME@REF (default: its pin).")
+@click.option(
+    "--target",
+    "target_spec",
+    shell_complete=completion.target_names,
+    required=True,
+    help="NAME or NAME@REF (default: its pin).",
+)
 @click.option(
     "--line",
+    shell_complete=completion.line_names,
     default=None,
     help="The series line to import into (default: the line pinned to REF, else the default).",
 )

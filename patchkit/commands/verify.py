@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from patchkit import completion
 from patchkit.errors import VerifyInputError
 from patchkit.ui import Output, json_option
 
@@ -30,6 +31,7 @@ MAX_EVIDENCE = 8
 )
 @click.option(
     "--profile",
+    shell_complete=completion.profile_names,
     default=None,
     metavar="NAME",
     help="Profile name (the project's build/profiles/, then patchkit's own) or a path to one; "
