@@ -19,9 +19,6 @@ from itertools import compress, repeat
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
 STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE = 1, 2, 10
-# Visibility: DEFAULT 0 and PROTECTED 3 are exported; INTERNAL 1 / HIDDEN 2 are not.
-EXPORTED_VISIBILITY = (0, 3)
-VERSYM_HIDDEN = 0x8000
 
 _CXX11_MARKERS = (b"St7__cxx11", b"B5cxx11")
 # `Ss` is the mangled std::string of the pre-C++11 ABI; it follows a qualifier or a prefix.
@@ -260,15 +257,6 @@ def prefetch(buf, ranges) -> None:
                 advise(willneed, start, n)
     except (OSError, ValueError, OverflowError):
         return
-
-
-def is_elf(path: str) -> bool:
-    """True if the file starts with the ELF magic."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == ELF_MAGIC
-    except OSError:
-        return False
 
 
 def open_mapped(path: str) -> mmap.mmap:

@@ -32,9 +32,6 @@ from patchkit.abi.members import (
 )
 from patchkit.archives import MAX_METADATA_BYTES, archive_problem, claim_problem, open_regular
 
-SO_NAME = re.compile(r"\.so(\.\d+)*$")
-
-
 # Text files the checks read, relative to site-packages.
 TEXT_FILES = ("torch/version.py", "sgl_kernel/load_utils.py", "sgl_kernel/__init__.py")
 

@@ -17,8 +17,6 @@ from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
-EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
-
 
 @click.command("apply")
 @click.option(
