@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from patchkit import completion, gitops
-from patchkit.errors import PatchkitError, UsageError
+from patchkit.errors import FetchError, PatchkitError, UsageError
 from patchkit.export import SeriesRead
 from patchkit.import_.overlay import read_overlay
 from patchkit.import_.propose import (
@@ -27,6 +27,27 @@ from patchkit.targets import parse_target_spec
 from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
+
+# The releases after the base that a diff's index lines are compared with when no release
+# in the mirror has its every pre-image (each is downloaded and imported: a few MB).
+SCAN_RELEASES = 6
+
+
+def _releases_not_imported(target, base, mirror, progress):
+    """(version, commit) of up to SCAN_RELEASES releases after the base the mirror lacks,
+    nearest first (its post-releases), each imported from the index when reached."""
+    from patchkit.import_.release import imported_releases
+    from patchkit.upstream import resolve_new_base
+    from patchkit.upstream.releases import releases_after
+
+    have = {version for version, _ in imported_releases(mirror)}
+    after = base.release.version if base.release else target.pin
+    for version in [v for v in releases_after(target, after) if v not in have][:SCAN_RELEASES]:
+        progress(f"comparing the diff's index lines with {target.name} {version}")
+        try:
+            yield version, resolve_new_base(target, version, progress=progress)[0].commit
+        except FetchError:
+            continue
 
 
 @click.command("import")
@@ -96,6 +117,7 @@ def command(
         today=dt.datetime.now(dt.timezone.utc).date(),
         line=target.line,
         lines_at=lines_at(target),
+        more_releases=lambda: _releases_not_imported(target, base, mirror, output.progress),
     )
     if overlay is not None:
         paths = set(gitops.tree_paths(mirror, base.commit))

@@ -19,7 +19,7 @@ import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from packaging.version import Version
 
 from patchkit import gitops
 from patchkit.apply import ApplyOptions, build_series
-from patchkit.errors import ApplyError, PatchkitError, UsageError
+from patchkit.errors import ApplyError, FetchError, PatchkitError, UsageError
 from patchkit.export import ExportedPatch, SeriesRead, export_commits, slug, write_series
 from patchkit.import_.diagnose import applies_cleanly, failing_hunks, normalize_paths
 from patchkit.import_.diffparse import Message, ParsedInput, parse_input, render_file
@@ -178,6 +178,8 @@ class ImportOptions:
     today: dt.date | None = None
     line: str | None = None  # the line imported into (named in the commands a refusal offers)
     lines_at: dict[str, str] = field(default_factory=dict)  # release -> the line pinned there
+    # Releases the mirror lacks, to tell the diff's release by: (version, commit), nearest first
+    more_releases: Callable[[], Iterator[tuple[str, str]]] | None = None
 
 
 @dataclass
@@ -384,10 +386,12 @@ def _name_the_release(
     mine = base.release.version if base.release else None
     others = [m.label for m in made_against(mirror, blobs, imported_releases(mirror))]
     others = [v for v in others if v != mine]
+    if not others and options.more_releases is not None:
+        others = _scan_more_releases(mirror, blobs, options.more_releases, report)
     if not others:
         report.notes.append(
             f"its index lines name {release}'s blobs for {len(own.matching)} of {len(blobs)} "
-            f"file(s) and no imported release's for all (made against a tree of its own?); "
+            f"file(s) and no known release's for all (made against a tree of its own?); "
             f"differing: {', '.join(own.differing)}"
         )
         return False
@@ -399,6 +403,25 @@ def _name_the_release(
     )
     report.problems.append(f"{report.source}: {_import_there(report, version, options)}")
     return True
+
+
+def _scan_more_releases(
+    mirror: gitops.Repo, blobs: dict[str, str], more: Callable[[], Iterator[tuple[str, str]]],
+    report: ImportReport,
+) -> list[str]:  # fmt: skip
+    """The first release the mirror lacked whose files are the diff's every pre-image,
+    obtained one by one from the index, nearest first; what was compared goes to the notes."""
+    checked = []
+    try:
+        for version, commit in more():
+            checked.append(version)
+            if match_blobs(mirror, commit, blobs, version).whole:
+                return [version]
+    except FetchError as exc:
+        report.notes.append(f"releases on the index not compared: {exc.message}")
+    if checked:
+        report.notes.append(f"compared with the index's {', '.join(checked)} too: none matches")
+    return []
 
 
 def _nearest(versions: list[str], mine: str | None) -> str:
