@@ -187,6 +187,21 @@ def _decode_run(value) -> tuple[int, list[Finding]]:
 _ENV_KEYS = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PATH", "FLASHINFER_CUDA_ARCH_LIST")
 
 
+def _code_stamps() -> list[tuple[str, int, int]]:
+    """(name, size, mtime) of this package's code and data, its subpackages' included: the
+    checks live in ``checks/``, and a change there must not reuse old findings either."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = []
+    for folder in (here, os.path.join(here, "checks")):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith((".py", ".toml")):
+                st = os.stat(os.path.join(folder, name))
+                code.append(
+                    (os.path.relpath(os.path.join(folder, name), here), st.st_size, st.st_mtime_ns)
+                )
+    return code
+
+
 def _run_key(
     env: Tree | None,
     stamps: list | None,
@@ -215,12 +230,7 @@ def _run_key(
     except OSError:
         pass
     # The rules themselves: this package's files (a code change must not reuse old findings).
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = []
-    for name in sorted(os.listdir(here)):
-        if name.endswith((".py", ".toml")):
-            st = os.stat(os.path.join(here, name))
-            code.append((name, st.st_size, st.st_mtime_ns))
+    code = _code_stamps()
     env_part = None
     if env is not None:
         env_part = [

@@ -42,6 +42,13 @@ TORCH_PREFIXES = (
 )
 
 
+# torch's stable C interface: the AOTInductor shim (torch/csrc/inductor/aoti_torch/c/shim.h)
+# and the stable ABI's own (torch/csrc/stable/c/shim.h), plain C names exported by
+# libtorch_cpu.so and libtorch_cuda.so. An extension built against the stable ABI imports
+# these instead of mangled C++ names; it runs on the torch it was built for and later ones.
+TORCH_SHIM_PREFIXES = ("aoti_torch_", "torch_")
+
+
 CUDA_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
 
 

@@ -16,6 +16,7 @@ from patchkit.abi.checks.context import (
     MAX_SYMBOLS_PER_FILE,
     ONE_RUNTIME,
     TORCH_PREFIXES,
+    TORCH_SHIM_PREFIXES,
     TORCH_SONAMES,
     Context,
     owner_label,
@@ -24,10 +25,16 @@ from patchkit.abi.elf import name_set
 from patchkit.abi.loader import Closure, Loaded
 from patchkit.abi.scan import FileReport
 
+# torch's C++ names, and the C functions of its stable interface: both decided against the
+# exports of the torch checked (or the profile's).
+TORCH_BUCKETS = ("torch-abi", "torch-shim")
+
 
 def _bucket(name: str) -> str:
     if name.startswith(TORCH_PREFIXES):
         return "torch-abi"
+    if name.startswith(TORCH_SHIM_PREFIXES):
+        return "torch-shim"
     if name.startswith(("cu", "nvrtc", "nvJitLink")):
         return "cuda-lib"
     if name.startswith(("Py", "_Py")):
@@ -85,11 +92,12 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
                 if not _left_alone(rep.elf.symbol_library(n), b, cl, unread, torch_known)
             ]
         pending += [_Unresolved(rel, rep.origin, n, b, len(found)) for n, b in found]
-    names = demangle([p.name for p in pending])
+    names = demangle([p.name for p in pending if p.bucket != "torch-shim"])
     torch_items = [p for p in pending if p.bucket == "torch-abi"]
     api = _split_abi_flag(ctx, torch_items, extensions)
-    _emit_other(ctx, [p for p in pending if p.bucket != "torch-abi"], names)
+    _emit_other(ctx, [p for p in pending if p.bucket not in TORCH_BUCKETS], names)
     _emit_torch(ctx, api, extensions, names)
+    _emit_torch(ctx, [p for p in pending if p.bucket == "torch-shim"], extensions, names, shim=True)
     _emit_unchecked(ctx, unchecked, extensions)
 
 
@@ -120,7 +128,7 @@ def _left_alone(lib: str | None, bucket: str, cl: Closure, unread: set, torch_kn
         return True  # the interpreter defines these
     if bucket == "cuda-lib" and ({"libcuda.so.1", "libcuda.so"} & cl.exempt or cl.elsewhere):
         return True  # libcuda.so.1 comes with the driver; others from wheels not here
-    if bucket == "torch-abi" and not torch_known:
+    if bucket in TORCH_BUCKETS and not torch_known:
         return True  # torch-missing already says these cannot be checked
     # an unversioned name a host library may define: not decidable here
     return bucket in ("libstdc++", "other") and lib is None and bool(unread)
@@ -142,9 +150,9 @@ def _decidable(
         lib = elf.symbol_library(name)
         if bucket == "python-abi" or (lib is not None and lib in unread):
             continue
-        if bucket == "torch-abi" and not torch_known:
+        if bucket in TORCH_BUCKETS and not torch_known:
             continue  # torch-missing says so
-        if bucket == "torch-abi" and exports is not None:
+        if bucket in TORCH_BUCKETS and exports is not None:
             if name not in exports:
                 keep.append((name, bucket))
             continue
@@ -198,10 +206,20 @@ def _emit_other(ctx: Context, items: list[_Unresolved], names: dict[str, str]) -
 
 
 def _emit_torch(
-    ctx: Context, items: list[_Unresolved], extensions: dict[str, FileReport], names: dict
+    ctx: Context,
+    items: list[_Unresolved],
+    extensions: dict[str, FileReport],
+    names: dict,
+    shim: bool = False,
 ) -> None:
     """Torch names no mangling of which torch exports: one finding per package (a build
-    against another torch's API), the names as evidence."""
+    against another torch's API), the names as evidence; with ``shim``, functions of torch's
+    stable C interface that torch does not export (a build against a newer torch's stable
+    ABI)."""
+    if shim:
+        check = "undefined-symbol-shim"
+    else:
+        check = "undefined-symbol" if ctx.torch.present else "undefined-symbol-profile"
     by_owner: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for item in items:
         by_owner[owner_label(ctx, item.rel, extensions[item.rel])].append((item.origin, item.name))
@@ -211,15 +229,29 @@ def _emit_torch(
         first = symbols[0]
         more = f"; {len(symbols)} torch symbols undefined in {len(files)} object(s)"
         ctx.emit(
-            "undefined-symbol" if ctx.torch.present else "undefined-symbol-profile",
+            check,
             files[0] if len(files) == 1 else label,
-            evidence=tuple(f"{o}: {n} ({names.get(n, n)})" for o, n in sorted(found)),
+            evidence=tuple(f"{o}: {_shown(n, names)}" for o, n in sorted(found)),
             mangled=first,
             demangled=names.get(first, first),
             more=more if len(found) > 1 else "",
             torch_ver=ctx.torch.version or ctx.profile.torch_version,
             source=ctx.profile_torch_source or "",
+            where=_torch_named(ctx),
         )
+
+
+def _shown(name: str, names: dict[str, str]) -> str:
+    """A name, and what it demangles to where that differs (not a C function's)."""
+    plain = names.get(name, name)
+    return name if plain == name else f"{name} ({plain})"
+
+
+def _torch_named(ctx: Context) -> str:
+    """The torch the names were looked up in, as a finding names it."""
+    if ctx.torch.present:
+        return f"torch {ctx.torch.version}"
+    return f"the profile's torch {ctx.profile.torch_version} ({ctx.profile_torch_source or ''})"
 
 
 def _emit_unchecked(
@@ -275,7 +307,8 @@ def _split_abi_flag(
     the ABI's spelling, the one holding ``cxx11`` where the other does not, the object built
     with another ABI than torch's (as far as either is known). Return the others: names no
     torch library exports in any mangling, an API change."""
-    twins = _abi_twins(ctx, sorted({i.name for i in items if _ABI_DEPENDENT.search(i.name)}))
+    mangled = {i.name for i in items if i.name.startswith("_Z")}  # not THP's C names
+    twins = _abi_twins(ctx, sorted(n for n in mangled if _ABI_DEPENDENT.search(n)))
     y = ctx.torch.cxx11_abi
     api = []
     for item in items:
