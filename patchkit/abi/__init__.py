@@ -17,7 +17,13 @@ from patchkit.abi import torchsyms
 from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache, run_key
 from patchkit.abi.checks import Context, Finding, detect_driver, predict, run_checks
-from patchkit.abi.profiles import Profile, ProfileChoice, choose_profile, load_profile
+from patchkit.abi.profiles import (
+    MAX_PROFILE_BYTES,
+    Profile,
+    ProfileChoice,
+    choose_profile,
+    load_profile,
+)
 from patchkit.abi.scan import FileReport, analyze_file, analyze_tree, no_collector
 from patchkit.abi.sources import (
     Tree,
@@ -27,6 +33,7 @@ from patchkit.abi.sources import (
     read_wheelhouse,
     wheel_stamps,
 )
+from patchkit.archives import read_regular
 
 __all__ = ["CC", "Finding", "VerifyReport", "analyze_file", "predict", "verify", "load_profile"]
 
@@ -225,9 +232,8 @@ def _run_key(
         except OSError:
             prof_bytes.append(repr(prof))
     try:
-        with open(prof.path, "rb") as fh:
-            prof_bytes.append(fh.read())
-    except OSError:
+        prof_bytes.append(read_regular(prof.path, MAX_PROFILE_BYTES))
+    except (OSError, ValueError):
         pass
     # The rules themselves: this package's files (a code change must not reuse old findings).
     code = _code_stamps()
@@ -238,6 +244,7 @@ def _run_key(
             sorted((m.relpath, m.size, m.mtime) for m in env.members.values()),
             sorted(env.candidates),
             sorted(env.texts.items()),
+            sorted(env.unread),
             sorted((d.name, d.version, d.wheel, tuple(d.requires)) for d in env.dists.values()),
         ]
     return run_key(

@@ -16,6 +16,7 @@ from patchkit.abi.loader import Closure, Loader, read_ld_cache
 from patchkit.abi.profiles import CheckSpec, Profile, ProfileChoice, load_catalogue
 from patchkit.abi.scan import FileReport
 from patchkit.abi.sources import Tree
+from patchkit.archives import read_regular
 
 TORCH_SONAMES = {
     "libc10.so",
@@ -165,11 +166,11 @@ def detect_driver(
 ) -> DriverInfo:
     """The driver version from /proc, else from libcuda.so.1's real file name."""
     try:
-        with open(proc, encoding="utf-8", errors="replace") as fh:
-            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", fh.read())
-            if m:
-                return DriverInfo(m.group(1), proc)
-    except OSError:
+        text = read_regular(proc, 1 << 16).decode("utf-8", "replace")
+        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+        if m:
+            return DriverInfo(m.group(1), proc)
+    except (OSError, ValueError):
         pass
     cache = read_ld_cache() if ld_cache is None else ld_cache
     path = cache.get("libcuda.so.1")
