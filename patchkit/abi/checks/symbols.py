@@ -71,10 +71,24 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     _split_abi_flag), other buckets per file; an object whose NEEDED closure misses a library
     has its torch names checked against every torch library present and the rest named as
     not checked (_emit_unchecked)."""
+    pending, unchecked = _find_unresolved(ctx, extensions)
+    names = demangle([p.name for p in pending if p.bucket != "torch-shim"])
+    torch_items = [p for p in pending if p.bucket == "torch-abi"]
+    api = _split_abi_flag(ctx, torch_items, extensions)
+    _emit_other(ctx, [p for p in pending if p.bucket not in TORCH_BUCKETS], names)
+    _emit_torch(ctx, api, extensions, names)
+    _emit_torch(ctx, [p for p in pending if p.bucket == "torch-shim"], extensions, names, shim=True)
+    _emit_unchecked(ctx, unchecked, extensions)
+
+
+def _find_unresolved(
+    ctx: Context, extensions: dict[str, FileReport]
+) -> tuple[list[_Unresolved], list[tuple[str, str, list[str], int]]]:
+    """The names to report, and per object whose closure misses a library (rel, origin, the
+    missing libraries, how many names were left unchecked)."""
     global_sets = [name_set(o.report.elf.defined) for o in ctx.loader.global_scope if o.report.elf]
-    torch_known = ctx.torch.present or bool(ctx.profile_torch)
     pending: list[_Unresolved] = []
-    unchecked: list[tuple[str, str, list[str], int]] = []  # (rel, origin, libraries, names)
+    unchecked: list[tuple[str, str, list[str], int]] = []
     for rel, rep in extensions.items():
         cl = ctx.closures.get(rel)
         if rep.elf is None or cl is None:
@@ -85,20 +99,23 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
             if skipped:
                 unchecked.append((rel, rep.origin, sorted({n for n, _ in cl.missing}), skipped))
         else:
-            unread = _unread(cl)
-            found = [
-                (n, b)
-                for n, b in unresolved
-                if not _left_alone(rep.elf.symbol_library(n), b, cl, unread, torch_known)
-            ]
+            found = _undecided_left_alone(ctx, rep.elf, cl, unresolved)
         pending += [_Unresolved(rel, rep.origin, n, b, len(found)) for n, b in found]
-    names = demangle([p.name for p in pending if p.bucket != "torch-shim"])
-    torch_items = [p for p in pending if p.bucket == "torch-abi"]
-    api = _split_abi_flag(ctx, torch_items, extensions)
-    _emit_other(ctx, [p for p in pending if p.bucket not in TORCH_BUCKETS], names)
-    _emit_torch(ctx, api, extensions, names)
-    _emit_torch(ctx, [p for p in pending if p.bucket == "torch-shim"], extensions, names, shim=True)
-    _emit_unchecked(ctx, unchecked, extensions)
+    return pending, unchecked
+
+
+def _undecided_left_alone(
+    ctx: Context, elf, cl: Closure, unresolved: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Of an object whose closure is complete, the unresolved names no unread library may
+    define (_left_alone)."""
+    unread = _unread(cl)
+    torch_known = ctx.torch.present or bool(ctx.profile_torch)
+    return [
+        (n, b)
+        for n, b in unresolved
+        if not _left_alone(elf.symbol_library(n), b, cl, unread, torch_known)
+    ]
 
 
 def _unresolved(rep: FileReport, cl: Closure, global_sets: list) -> list[tuple[str, str]]:
@@ -403,53 +420,64 @@ def _vtuple(text: str) -> tuple[int, ...]:
 def check_symbol_versions(ctx: Context) -> None:
     """Versioned references: against the verdefs of the library the loader picks in the tree,
     or, for the target host's libraries, against the versions the profile says it provides."""
-    seen = set()
-    host = {k: _vtuple(v) for k, v in ctx.profile.host_versions.items()}
+    seen: set[tuple[str, str, str]] = set()  # (library, version, object): one finding each
     for cl in ctx.closures.values():
-        by_soname = {}
-        for obj in cl.objects:
-            if obj.report.elf and obj.report.elf.soname:
-                by_soname[obj.report.elf.soname] = obj
-        for obj in cl.objects:
-            elf = obj.report.elf
-            if elf is None:
-                continue
-            for lib, versions in elf.verneed.items():
-                target = by_soname.get(lib)
-                if target is None or target.report.elf is None or not target.report.elf.verdef:
-                    continue
-                provided = set(target.report.elf.verdef)
-                for v in versions:
-                    if v not in provided and (lib, v, elf.path) not in seen:
-                        seen.add((lib, v, elf.path))
-                        ctx.emit("symbol-version", elf.path, lib=lib, v=v, so=elf.path)
+        _check_closure_versions(ctx, cl, seen)
     # Every object, loaded by an extension or not: what it needs from the host's runtime.
+    host = {k: _vtuple(v) for k, v in ctx.profile.host_versions.items()}
     if host:
         for _rel, rep in sorted(ctx.reports.items()):
-            elf = rep.elf
-            if elf is None:
-                continue
-            for lib, versions in sorted(elf.verneed.items()):
-                if not ctx.profile.host_provides(lib) or lib in _tree_sonames(ctx):
-                    continue
-                for v in versions:
-                    m = _VERSION.match(v)
-                    if not m or m.group(1) not in host or (lib, v, elf.path) in seen:
-                        continue
-                    if _vtuple(m.group(2)) > host[m.group(1)]:
-                        seen.add((lib, v, elf.path))
-                        sym = elf.example(lib, v)
-                        ctx.emit(
-                            "host-version",
-                            rep.origin,
-                            lib=lib,
-                            v=v,
-                            so=os.path.basename(rep.relpath),
-                            sym=f" ({sym})" if sym else "",
-                            family=m.group(1),
-                            have=ctx.profile.host_versions[m.group(1)],
-                        )
+            if rep.elf is not None:
+                _check_host_versions(ctx, rep, host, seen)
     _check_glibc_tags(ctx)
+
+
+def _check_closure_versions(ctx: Context, cl: Closure, seen: set) -> None:
+    """Each object of a closure: the versions it needs from a library of the closure that
+    defines versions, against those definitions."""
+    by_soname = {}
+    for obj in cl.objects:
+        if obj.report.elf and obj.report.elf.soname:
+            by_soname[obj.report.elf.soname] = obj
+    for obj in cl.objects:
+        elf = obj.report.elf
+        if elf is None:
+            continue
+        for lib, versions in elf.verneed.items():
+            target = by_soname.get(lib)
+            if target is None or target.report.elf is None or not target.report.elf.verdef:
+                continue
+            provided = set(target.report.elf.verdef)
+            for v in versions:
+                if v not in provided and (lib, v, elf.path) not in seen:
+                    seen.add((lib, v, elf.path))
+                    ctx.emit("symbol-version", elf.path, lib=lib, v=v, so=elf.path)
+
+
+def _check_host_versions(ctx: Context, rep: FileReport, host: dict, seen: set) -> None:
+    """One object's needs from the host's runtime libraries (those no checked file provides)
+    against the newest version of each family the profile's host has."""
+    elf = rep.elf
+    for lib, versions in sorted(elf.verneed.items()):
+        if not ctx.profile.host_provides(lib) or lib in _tree_sonames(ctx):
+            continue
+        for v in versions:
+            m = _VERSION.match(v)
+            if not m or m.group(1) not in host or (lib, v, elf.path) in seen:
+                continue
+            if _vtuple(m.group(2)) > host[m.group(1)]:
+                seen.add((lib, v, elf.path))
+                sym = elf.example(lib, v)
+                ctx.emit(
+                    "host-version",
+                    rep.origin,
+                    lib=lib,
+                    v=v,
+                    so=os.path.basename(rep.relpath),
+                    sym=f" ({sym})" if sym else "",
+                    family=m.group(1),
+                    have=ctx.profile.host_versions[m.group(1)],
+                )
 
 
 def _tree_sonames(ctx: Context) -> set[str]:
