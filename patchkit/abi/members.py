@@ -9,11 +9,14 @@ import bz2
 import importlib
 import lzma
 import os
+import stat
 import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from patchkit.archives import SpecialFileError, file_kind, open_regular
 
 
 @dataclass
@@ -83,7 +86,7 @@ def central_directory(path: str) -> list[Entry]:
 
 
 def _fast_directory(path: str) -> list[Entry] | None:
-    with open(path, "rb") as fp:
+    with open_regular(path) as fp:  # a FIFO swapped in since listing: refused, not waited on
         end = zipfile._EndRecData(fp)
         if end is None or end[zipfile._ECD_SIGNATURE] != zipfile.stringEndArchive:
             return None
@@ -165,8 +168,11 @@ def _fd(path: str) -> tuple[int, int]:
         for old in _FDS.values():
             os.close(old[0])
         _FDS.clear()
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # pread only: never blocks on a file
     st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SpecialFileError(f"{path} is {file_kind(st.st_mode)}, not a regular file")
     _FDS[path] = (fd, st.st_size, _identity(st))
     return fd, st.st_size
 

@@ -325,7 +325,8 @@ def _kinds_of_files(files: list[tuple[str, str]], group: int = 256) -> list[str 
         try:
             for path, _ in files[i : i + group]:
                 try:
-                    fd = os.open(path, os.O_RDONLY)
+                    # O_NONBLOCK: a FIFO swapped in since the walk fails its pread, not waits
+                    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
                 except OSError:
                     fds.append(None)
                     continue
