@@ -195,3 +195,25 @@ def test_real_torch_wheel_beside_an_extension_for_another_torch(tmp_path, cache_
     assert shim.hint.startswith("torch 2.11.0+cu130 does not export it")
     (note,) = [f for f in found["undefined-symbol-unchecked"] if f.file == obj]
     assert note.message.startswith("1 undefined symbol(s) not checked: libpk_other.so.1")
+
+
+def test_shim_function_torch_exports_outside_the_objects_scope(tmp_path):
+    """An extension calling aoti_torch_abi_version, which libtorch_cpu.so exports, while it
+    NEEDs libc10.so only: ld.so does not find it (libtorch_cpu.so is loaded RTLD_LOCAL by
+    torch/_C), but torch does export it — the finding says the library is not in the object's
+    NEEDED closure, not that it was built for another torch."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    ext = builders.shim_caller_without_libtorch()
+    assert "aoti_torch_abi_version" in _nm(["--undefined-only"], ext)
+    assert "aoti_torch_abi_version" in _profile_exports("cu130-sm120")
+    house = tmp_path / "house"
+    house.mkdir()
+    name = "narrow_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"narrow_ext/_C.so": open(ext, "rb").read()})
+    found = _checks(verify(wheelhouse=str(house), profile="cu130-sm120", cache_dir=str(tmp_path)))
+    assert "undefined-symbol-shim" not in found
+    (other,) = found["undefined-symbol-other"]
+    assert other.file == f"{name}!narrow_ext/_C.so"
+    assert other.message.startswith("undefined symbol: aoti_torch_abi_version")
+    assert "(torch-shim) is not in this object's NEEDED closure" in other.hint

@@ -208,6 +208,14 @@ def torch_214_extension() -> str:
     return _gxx("torch-214-ext", TORCH_214_SOURCE, ["-D_GLIBCXX_USE_CXX11_ABI=1"], libs)
 
 
+def shim_caller_without_libtorch() -> str:
+    """An extension calling torch's shim (aoti_torch_abi_version, in libtorch_cpu.so) that
+    NEEDs libc10.so only: the function is torch's, but not in the object's scope."""
+    source = 'extern "C" long aoti_torch_abi_version(void);\n'
+    source += 'extern "C" long ext_entry(void) { return aoti_torch_abi_version(); }\n'
+    return _gxx("shim-no-libtorch", source, [], [stub_library("libc10.so")])
+
+
 def fake_c10(abi: int = 1) -> str:
     """FAKE_C10_SOURCE as ``libc10.so`` (SONAME too), built with _GLIBCXX_USE_CXX11_ABI=``abi``."""
     flags = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-Wl,-soname,libc10.so"]
