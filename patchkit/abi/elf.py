@@ -16,6 +16,8 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 
+from patchkit.archives import open_regular
+
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
 STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE = 1, 2, 10
@@ -261,7 +263,7 @@ def prefetch(buf, ranges) -> None:
 
 def open_mapped(path: str) -> mmap.mmap:
     """Map a file read-only; an empty file cannot be mapped and is malformed."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO swapped in since listing: refused, not waited on
         size = os.fstat(fh.fileno()).st_size
         if size < 64:
             raise MalformedElf(f"file is {size} bytes, too short for an ELF header")
