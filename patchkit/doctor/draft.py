@@ -208,15 +208,17 @@ def _stem(old: str, new: str) -> tuple[str, str]:
 
 
 def _check_keys(report, ckpt, exp: DraftExpectation, fixed: DraftExpectation, rename) -> None:
-    unfilled = exp.unfilled()
-    skipped = sorted(k for k, o in exp.outcomes.items() if o.skipped)
-    ignored_on_purpose = sorted(
-        k for k, o in exp.outcomes.items() if o.skipped_by_rule and not (o.loads or o.consumed_as)
-    )
     fix_words = ""
     if rename and not fixed.unfilled():
         who = "the speculators" if ckpt.convention == "speculators" else "another"
         fix_words = f"names follow {who} convention; --fix OUT renames {_summarise_rename(rename)}"
+    _check_expected_keys(report, exp, fixed, fix_words)
+    _check_leftover_keys(report, exp, rename, fix_words)
+
+
+def _check_expected_keys(report, exp: DraftExpectation, fixed: DraftExpectation, fix_words: str):
+    """Every parameter the model builds is loaded from the checkpoint or supplied at runtime."""
+    unfilled = exp.unfilled()
     if unfilled:
         report.add(
             "keys.expected", "every parameter SGLang builds is loaded", FAIL,
@@ -225,41 +227,38 @@ def _check_keys(report, ckpt, exp: DraftExpectation, fixed: DraftExpectation, re
             fix_words or f"the checkpoint lacks {_few(fixed.unfilled() or unfilled)}; "
             "retrain or export them",
         )  # fmt: skip
-    else:
-        supplied = ", ".join(f"{p} ({w})" for p, w in exp.supplied.items()) or "none"
-        report.add(
-            "keys.expected", "every parameter SGLang builds is loaded", PASS,
-            f"{len(exp.params)} parameters filled; supplied at runtime: {supplied}",
-        )  # fmt: skip
-    if skipped:
-        left = [k for k in skipped if k not in rename]
-        fix = (
-            fix_words
-            if rename and not left
-            else (f"{fix_words}; " if fix_words else "")
-            + (
-                f"drop or rename {_few(left)}: {exp.architecture} has no such parameter"
-                if left
-                else ""
-            )
+        return
+    supplied = ", ".join(f"{p} ({w})" for p, w in exp.supplied.items()) or "none"
+    report.add(
+        "keys.expected", "every parameter SGLang builds is loaded", PASS,
+        f"{len(exp.params)} parameters filled; supplied at runtime: {supplied}",
+    )  # fmt: skip
+
+
+def _check_leftover_keys(report, exp: DraftExpectation, rename, fix_words: str) -> None:
+    """No tensor is dropped without a word (names load_weights skips by its own rule are
+    listed, not failed)."""
+    skipped = sorted(k for k, o in exp.outcomes.items() if o.skipped)
+    if not skipped:
+        by_rule = sorted(
+            k
+            for k, o in exp.outcomes.items()
+            if o.skipped_by_rule and not (o.loads or o.consumed_as)
         )
+        extra = f" ({', '.join(by_rule)} skipped by load_weights' own rule)" if by_rule else ""
         report.add(
-            "keys.leftover", "no tensor is silently skipped", FAIL,
-            f"SGLang's load_weights skips {len(skipped)} tensor(s) without a word: {_few(skipped)}",
-            fix,
-        )  # fmt: skip
-    else:
-        extra = (
-            f" ({', '.join(ignored_on_purpose)} skipped by load_weights' own rule)"
-            if ignored_on_purpose
-            else ""
-        )
-        report.add(
-            "keys.leftover",
-            "no tensor is silently skipped",
-            PASS,
+            "keys.leftover", "no tensor is silently skipped", PASS,
             f"all {len(exp.outcomes)} tensors are used{extra}",
-        )
+        )  # fmt: skip
+        return
+    left = [k for k in skipped if k not in rename]
+    drop = f"drop or rename {_few(left)}: {exp.architecture} has no such parameter" if left else ""
+    fix = "; ".join(part for part in (fix_words, drop) if part)  # fix_words: only with a rename
+    report.add(
+        "keys.leftover", "no tensor is silently skipped", FAIL,
+        f"SGLang's load_weights skips {len(skipped)} tensor(s) without a word: {_few(skipped)}",
+        fix,
+    )  # fmt: skip
 
 
 def _few(names: list[str], n: int = 4) -> str:
