@@ -501,6 +501,19 @@ def test_0_5_17_midlayer_names_still_load(tmp_path, target, line0517):
     assert graphs.detail.startswith("scheduler.py init_model_worker: the runner's layers set")
 
 
+@pytest.mark.slow
+def test_0_5_23_builds_its_mlp_with_kernel_dispatchers(tmp_path, target, sglang_0523_wheels,
+                                                      doctor_cache):  # fmt: skip
+    """0.5.23's LlamaMLP holds DualGemm and DenseSiluAndMulQuant, plain objects without
+    parameters (layers.toml lists them): the draft is checked, not refused as unreadable."""
+    line0523 = sources.from_wheel(sglang_0523_wheels["cp311"], patched=False, cache=doctor_cache)
+
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, line0523)
+
+    assert report.ok, [(c.id, c.detail) for c in report.problems]
+    assert "11 parameters filled" in by_id(report)["keys.expected"].detail
+
+
 def _line_patches(line: str) -> list[str]:
     from patchkit.series import load_series
 
