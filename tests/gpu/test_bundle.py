@@ -143,6 +143,20 @@ def test_the_default_line_and_the_retired_lines_stages_stay_as_they_were():
     assert "check_requirements" not in retired["bundle"]
 
 
+def test_the_project_files_carried_collect_the_gpu_tier(tmp_path):
+    """The H200 runs the tier from the bundle's copy of the project (``repo/``): pytest must
+    import its conftest (and what that imports) and the tier's modules from that copy alone."""
+    bundle._copy_project(tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-m", "gpu", "tests/gpu/test_spec_threshold_gpu.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "test_draft_steps_follow_the_policy[eagle3-v2+threshold]" in run.stdout
+
+
 def test_split_parts_join_to_the_whole_only_in_order(tmp_path):
     whole = tmp_path / "big.whl"
     whole.write_bytes(os.urandom(300_001))
