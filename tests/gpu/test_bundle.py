@@ -157,6 +157,25 @@ def test_the_project_files_carried_collect_the_gpu_tier(tmp_path):
     assert "test_draft_steps_follow_the_policy[eagle3-v2+threshold]" in run.stdout
 
 
+def test_the_device_calls_in_the_docs_are_steps_of_h200_sh():
+    """Each `run:` line of docs/gpu.md names a step gpu/h200.sh has, carrying what exists in
+    a bundle (stages, install.sh, repo); the 0.5.17 plan fits the 10-minute call."""
+    script = (ROOT / "gpu" / "h200.sh").read_text()
+    steps = set(re.findall(r"^(\w+)\)$", script, re.M))
+    calls = re.findall(r"run: sh \.gpu-stage/repo/gpu/h200\.sh (\w+)[^\n]*?carry ([^(\n]+)",
+                       (ROOT / "docs" / "gpu.md").read_text())  # fmt: skip
+    assert {"prep", "tier", "bench", "stage"} <= {step for step, _ in calls} <= steps
+    for _, carry in calls:
+        for path in (c.strip() for c in carry.split(",")):
+            assert re.fullmatch(r"\.gpu-stage/(stage\d|install\.sh|repo)", path), path
+    tier = script[script.index("\ntier)") :]
+    tier = tier[: tier.index(";;")]
+    limit = int(re.search(r"timeout (\d+) python3 gpu/session.py", tier).group(1))
+    assert limit + 30 <= 600  # the stage install and the stop of a first tier's servers
+    assert int(re.search(r"--budget-s (\d+)", tier).group(1)) < limit
+    assert "--bench-concurrency 16,32,64,128" in tier
+
+
 def test_split_parts_join_to_the_whole_only_in_order(tmp_path):
     whole = tmp_path / "big.whl"
     whole.write_bytes(os.urandom(300_001))
