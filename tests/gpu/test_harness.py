@@ -222,3 +222,63 @@ def test_a_differing_output_is_reported_with_position_and_phase():
     assert "output token 3" in report and "phase C=1" in report
     assert not tier._mismatches(reference, reference, lang)
     assert engines.THRESHOLD == 8 and engines.REENABLE == 6  # the log lines above
+
+
+class _FakeServer:
+    """What run_ramp uses of engines.Server, answering at once; ``broken`` fails requests."""
+
+    def __init__(self, label, log_dir, broken=False):
+        self.config, self.broken = engines.CONFIGS[label], broken
+        self.log = log_dir / f"{label}.log"
+
+    def generate(self, prompt, n, rid=None, timeout=None):
+        if self.broken:
+            raise OSError("connection refused")
+        return {"output_ids": list(range(n)), "meta_info": {}}
+
+    def loads(self):
+        return {"num_used_tokens": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}
+
+    def healthy(self):
+        return True
+
+    def set_probe(self, on):
+        pass
+
+    def probe_flush(self, wait=1.0):
+        pass
+
+    def probe_events(self):
+        return []
+
+    def serving_text(self):
+        return ""
+
+    def tail(self):
+        return ""
+
+
+def test_ramps_run_for_every_server_at_once_and_fail_only_their_own_label(tmp_path, monkeypatch):
+    monkeypatch.setattr(engines, "installed_line", lambda version=None: "0.5.17")
+    started = []
+    real = tier.run_ramp
+
+    def run_ramp(server, language):
+        started.append(server.config.label)
+        return real(server, language)
+
+    monkeypatch.setattr(tier, "run_ramp", run_ramp)
+    servers = {
+        "baseline": _FakeServer("baseline", tmp_path),
+        THRESHOLD: _FakeServer(THRESHOLD, tmp_path, broken=True),
+        "eagle3-v1": _FakeServer("eagle3-v1", tmp_path),  # of the other line: never ramped
+    }
+    get = tier.ramps.__wrapped__(servers, ChainLanguage.make(0))
+    ramp = get("baseline")
+    assert sorted(started) == ["baseline", THRESHOLD]  # both at the first use
+    assert len(ramp.outputs) == 2 * sum(tier.RAMP) and ramp.line == "0.5.17"
+    with pytest.raises(OSError, match="connection refused"):
+        get(THRESHOLD)
+    assert get("baseline") is ramp and sorted(started) == ["baseline", THRESHOLD]
+    with pytest.raises(pytest.skip.Exception, match="not a configuration of"):
+        get("eagle3-v1")

@@ -240,9 +240,19 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
 
 @pytest.fixture(scope="session")
 def ramps(servers, language):
-    cache: dict[str, Ramp] = {}
-
+    """The ramp of each server, run on first use for every server of the line at once (each
+    server its own ramp: the checks read each server's own steps, whatever the GPU's other
+    load; serially with PATCHKIT_GPU_SERIAL_RAMPS=1). A ramp that failed fails the tests of
+    its label only."""
+    cache: dict[str, Ramp | BaseException] = {}
     line = engines.installed_line()
+    serial = os.environ.get("PATCHKIT_GPU_SERIAL_RAMPS") == "1"
+
+    def run(labels: list[str]) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(labels))) as pool:
+            futures = {la: pool.submit(run_ramp, servers[la], language) for la in labels}
+        for label, future in futures.items():
+            cache[label] = future.exception() or future.result()
 
     def get(label: str) -> Ramp:
         if label not in engines.LINE_LABELS[line]:
@@ -250,7 +260,10 @@ def ramps(servers, language):
         if label not in servers:
             pytest.skip(f"{label}: no server (the installed sglang lacks the threshold patch)")
         if label not in cache:
-            cache[label] = run_ramp(servers[label], language)
+            line_servers = [la for la in servers if la in engines.LINE_LABELS[line]]
+            run([label] if serial else [la for la in line_servers if la not in cache])
+        if isinstance(cache[label], BaseException):
+            raise cache[label]
         return cache[label]
 
     return get
