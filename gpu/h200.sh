@@ -45,6 +45,7 @@ collect() {  # collect SESSION_DIR PREFIX: at most 7 files (8 come back from a c
 }
 install_carried() {  # every stage this call carries that is not installed yet
     for d in $B/stage[0-9]*; do
+        [ -d "$d" ] || continue  # none carried (a second tier): the glob stays unexpanded
         n=${d##*/stage}
         install_stage "$n" >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
     done
