@@ -56,6 +56,7 @@ PROJECT_FILES = [
     "tests/gpu/test_spec_threshold_gpu.py",
     "tests/conftest.py",
     "tests/helpers.py",
+    "tests/timing.py",  # tests/conftest.py imports its hooks
     "bench/spec_threshold.py",
     "pyproject.toml",
 ]

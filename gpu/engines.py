@@ -37,16 +37,27 @@ CUDA_GRAPH_MAX_BS = 128
 # one capture list for every configuration (fewer sizes than SGLang's defaults: faster start)
 CUDA_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128]
 MAX_RUNNING = 128
-SPEC_FLAGS = [
-    "--speculative-algorithm", "EAGLE3",
-    "--speculative-num-steps", "2",
-    "--speculative-eagle-topk", "1",
-    "--speculative-num-draft-tokens", "3",
-]  # fmt: skip
+STEPS = 2  # EAGLE-3: 2 steps, topk 1, 3 draft tokens
+
+
+def spec_flags(steps: int = STEPS) -> list[str]:
+    return [
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-num-steps", str(steps),
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", str(steps + 1),
+    ]  # fmt: skip
+
+
 # Upstream's --speculative-adaptive (0.5.14+, spec v2, topk 1) picks the step count per decode
-# batch: the batch size is padded to a CUDA-graph size and mapped to the largest key <= it. The
-# threshold written as such a config: 2 steps up to THRESHOLD, none from the graph size that
-# THRESHOLD + 1 pads to (no hysteresis: the batch size alone decides).
+# batch: the batch size is padded to a CUDA-graph size and mapped to the largest key <= it.
+# Its default config (0.5.17 adaptive_spec_params.DEFAULT_ADAPTIVE_CONFIG), candidate steps
+# per slot; --speculative-num-steps must be in their union or 0.5.17 refuses to start, so
+# the configurations on it run 3, what upstream picks when the flag is left out.
+ADAPTIVE_DEFAULT_CONFIG = {1: [1, 3, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}
+ADAPTIVE_STEPS = 3
+# The threshold written as such a config (`threshold_adaptive_config`): 2 steps up to
+# THRESHOLD, none from the graph size that THRESHOLD + 1 pads to (no hysteresis).
 SKIP_ZERO_STEP_ENV = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
 DISABLED_RE = r"Speculative decoding disabled: decode batch size (\d+) > (\d+)"
 REENABLED_RE = r"Speculative decoding re-enabled: decode batch size (\d+) <= (\d+)"
@@ -74,6 +85,23 @@ class EngineConfig:
     adaptive: bool = False  # upstream's --speculative-adaptive (0.5.14+)
     adaptive_config: dict | None = field(default=None, hash=False)  # None: upstream's default
     extra_env: tuple[tuple[str, str], ...] = ()
+    steps: int = STEPS  # --speculative-num-steps (draft tokens: steps + 1, topk 1)
+
+    def slot_config(self) -> dict[int, list[int]] | None:
+        """Upstream adaptive mode's candidate steps per batch-size slot; None without it."""
+        if not self.adaptive:
+            return None
+        if self.adaptive_config is None:
+            return ADAPTIVE_DEFAULT_CONFIG
+        return {int(k): v["candidate_steps"] for k, v in self.adaptive_config.items()}
+
+    def hysteresis(self) -> tuple[int, int] | None:
+        """(N, M) of --speculative-disable-batch-threshold: no drafts above N, drafts again
+        at <= M; None without the flag."""
+        return None if self.threshold is None else (self.threshold, REENABLE)
+
+    def skips_extend_without_drafts(self) -> bool:
+        return dict(self.extra_env).get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND") == "1"
 
     def args(self, models: Path, attention_backend: str) -> list[str]:
         renamed = graph_flags_renamed()
@@ -104,7 +132,8 @@ class EngineConfig:
         elif _piecewise_by_default():
             args.append("--disable-piecewise-cuda-graph")
         if self.spec:
-            args += SPEC_FLAGS + ["--speculative-draft-model-path", str(models / "draft")]
+            args += spec_flags(self.steps)
+            args += ["--speculative-draft-model-path", str(models / "draft")]
             args += ["--speculative-draft-attention-backend", attention_backend]
         if self.threshold is not None:
             args += ["--speculative-disable-batch-threshold", str(self.threshold)]
@@ -133,13 +162,16 @@ CONFIGS = {
         EngineConfig("eagle3-v1+threshold", spec=True, threshold=THRESHOLD),
         EngineConfig("eagle3-v2+threshold", spec=True, spec_v2=True, threshold=THRESHOLD),
         # the 0.5.17 line: spec v2 only, upstream's adaptive step counts beside the threshold
-        EngineConfig("eagle3-v2+adaptive", spec=True, spec_v2=True, adaptive=True),
+        EngineConfig(
+            "eagle3-v2+adaptive", spec=True, spec_v2=True, adaptive=True, steps=ADAPTIVE_STEPS
+        ),
         EngineConfig(
             "eagle3-v2+adaptive-skip",
             spec=True,
             spec_v2=True,
             adaptive=True,
             extra_env=tuple(SKIP_ZERO_STEP_ENV.items()),
+            steps=ADAPTIVE_STEPS,
         ),  # fmt: skip
         EngineConfig(
             "eagle3-v2+threshold-config",
@@ -150,15 +182,23 @@ CONFIGS = {
         ),  # fmt: skip
     )
 }
-# The configurations each line runs (`line_labels`): 0.5.12 carries the threshold patch;
-# 0.5.15+ has no spec-v1 worker and upstream's adaptive mode with steps 0.
+# The configurations each line runs (`line_labels`): 0.5.12 carries the threshold patch on
+# its own path; 0.5.15+ has no spec-v1 worker, upstream's adaptive mode with steps 0, and the
+# 0.5.17 line carries the threshold as a policy over that mode's runtime states.
 LINE_LABELS = {
     "0.5.12": ["baseline", "eagle3-v1", "eagle3-v2", "eagle3-v1+threshold", "eagle3-v2+threshold"],
     "0.5.17": [
-        "baseline", "eagle3-v2", "eagle3-v2+adaptive", "eagle3-v2+adaptive-skip",
-        "eagle3-v2+threshold-config",
+        "baseline", "eagle3-v2", "eagle3-v2+threshold", "eagle3-v2+adaptive",
+        "eagle3-v2+adaptive-skip", "eagle3-v2+threshold-config",
     ],
 }  # fmt: skip
+# What a step without drafts is on each line (docs/gpu.md): its target forward mode, and
+# whether the scheduler books it into the acceptance metrics. 0.5.12's own path runs a plain
+# DECODE forward and books nothing; 0.5.17's zero-step state runs a one-token TARGET_VERIFY
+# and process_batch_result_decode books every decode batch of a speculative server (bs rows,
+# 0 correct drafts; per request, spec_verify_ct counts it too).
+NODRAFT_MODE = {"0.5.12": "DECODE", "0.5.17": "TARGET_VERIFY"}
+BOOKS_STEPS_WITHOUT_DRAFTS = {"0.5.12": False, "0.5.17": True}
 
 
 def sglang_version() -> tuple[int, ...] | None:
@@ -170,10 +210,15 @@ def sglang_version() -> tuple[int, ...] | None:
     return tuple(int(x) for x in version.split("+")[0].split(".")[:3] if x.isdigit())
 
 
+def installed_line(version: tuple[int, ...] | None = None) -> str:
+    """The GPU tier's line of the installed sglang (0.5.12's without sglang)."""
+    version = sglang_version() if version is None else version
+    return "0.5.17" if version and version >= (0, 5, 15) else "0.5.12"
+
+
 def line_labels(version: tuple[int, ...] | None = None) -> list[str]:
     """The configurations of the installed sglang's line (0.5.12's without sglang)."""
-    version = sglang_version() if version is None else version
-    return LINE_LABELS["0.5.17" if version and version >= (0, 5, 15) else "0.5.12"]
+    return LINE_LABELS[installed_line(version)]
 
 
 def graph_flags_renamed() -> bool:
@@ -220,6 +265,26 @@ def http_post(url: str, payload: dict, timeout: float) -> dict:
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
+
+
+def parse_probe_line(line: str) -> tuple | None:
+    """One probe record: ('F', draft, mode, bs, graph, tokens per request or None),
+    ('D', bs, steps), ('E', bs) or ('S', bs, correct drafts, draft tokens or None); None
+    for anything else. Records of the 0.5.12 runs (F without tokens, S without the draft
+    tokens) parse with None there."""
+    parts = line.split()
+    kind, n = (parts[0], len(parts)) if parts else ("", 0)
+    if kind == "F" and n in (5, 6):
+        tokens = int(parts[5]) if n == 6 and int(parts[5]) > 0 else None
+        return ("F", parts[1] == "1", parts[2], int(parts[3]), parts[4] == "1", tokens)
+    if kind == "S" and n in (3, 4):
+        stride = int(parts[3]) if n == 4 and int(parts[3]) > 0 else None
+        return ("S", int(parts[1]), int(parts[2]), stride)
+    if kind == "D" and n == 3:
+        return ("D", int(parts[1]), int(parts[2]))
+    if kind == "E" and n == 2:
+        return ("E", int(parts[1]))
+    return None
 
 
 @dataclass
@@ -322,17 +387,15 @@ class Server:
         return json.loads(text) if status == 200 else {}
 
     def probe_events(self) -> list[tuple]:
-        """All probe records so far: ('F', draft, mode, bs, graph) and ('S', bs, correct)."""
+        """All probe records so far, parsed (``parse_probe_line``; gpu/steps.py reads them)."""
         if self.probe is None:
             return []
         events = []
         for path in sorted(self.probe.glob("*.rec")):
             for line in path.read_text().splitlines():
-                parts = line.split()
-                if parts and parts[0] == "F" and len(parts) == 5:
-                    events.append(("F", parts[1] == "1", parts[2], int(parts[3]), parts[4] == "1"))
-                elif parts and parts[0] == "S" and len(parts) == 3:
-                    events.append(("S", int(parts[1]), int(parts[2])))
+                event = parse_probe_line(line)
+                if event is not None:
+                    events.append(event)
         return events
 
     def probe_flush(self, wait: float = 1.0) -> None:

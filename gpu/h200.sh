@@ -4,6 +4,11 @@
 # $OUT.
 #   stage N install bundle stage N into /tmp/site (what one call carries is limited);
 #           stage1 is stage 1
+#   prep    (the 0.5.17 line, call 1 of 3) install stage 1, train the tiny models into
+#           $S/models with the image's torch and transformers (the proven training path)
+#   tier    (the 0.5.17 line, call 3 of 3, after `stage 2`) install the stages carried and
+#           not yet installed, start the line's six configurations, run the GPU tests, then
+#           the benchmark at C = 16, 32, 64, 128 (2 runs); servers left running for `bench`
 #   measure (the 0.5.17 line) install the stages carried and not yet installed, train, start
 #           the line's configurations (gpu/engines.py LINE_LABELS), benchmark them side by
 #           side, profile at batch 128; servers left running for `bench`
@@ -27,30 +32,66 @@ install_stage() {  # install_stage N: once per machine
     [ -f "$SITE/.stage$1" ] && { echo "h200.sh: stage $1 already installed"; return 0; }
     sh $B/install.sh $B/stage$1 $SITE && touch "$SITE/.stage$1"
 }
-collect() {  # collect SESSION_DIR PREFIX
+collect() {  # collect SESSION_DIR PREFIX: at most 7 files (8 come back from a call)
     for f in session.log pytest.log bench.md bench.json; do
         [ -f "$1/$f" ] && cp "$1/$f" "$OUT/$2$f"
     done
-    for f in "$1"/profile-*.txt; do  # '+' is not carried back in file names
-        [ -f "$f" ] && cp "$f" "$OUT/$2$(basename "$f" | tr + _)"
-    done
-    tar czf "$OUT/${2}logs.tgz" --exclude='target/model.safetensors' -C "$1" logs models 2>/dev/null
+    # the profiles in one file, each under a "==> profile-LABEL.txt <==" line, and in logs.tgz
+    profiles=$(cd "$1" && ls profile-*.txt 2>/dev/null)
+    for f in $profiles; do echo "==> $f <=="; cat "$1/$f"; echo; done > "$OUT/${2}profiles.txt"
+    [ -n "$profiles" ] || rm -f "$OUT/${2}profiles.txt"
+    tar czf "$OUT/${2}logs.tgz" --exclude='target/model.safetensors' -C "$1" logs models \
+        $profiles 2>/dev/null
 }
-PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold
+install_carried() {  # every stage this call carries that is not installed yet
+    for d in $B/stage[0-9]*; do
+        [ -d "$d" ] || continue  # none carried (a second tier): the glob stays unexpanded
+        n=${d##*/stage}
+        install_stage "$n" >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
+    done
+}
+# the labels of either line (session.py profiles those it started)
+PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold,eagle3-v2+adaptive,eagle3-v2+threshold-config
 case ${1:-} in
 stage1)
     install_stage 1 ;;
 stage)
     install_stage "${2:?usage: h200.sh stage N}" ;;
+prep)
+    install_stage 1 > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
+    mkdir -p $S
+    (cd $B/repo && timeout 400 python3 gpu/train_models.py --out $S/models) > "$OUT/train.log" 2>&1
+    rc=$?
+    cp $S/models/training.json "$OUT/" 2>/dev/null
+    tail -3 "$OUT/train.log"
+    exit $rc ;;
+tier)
+    test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run prep first"; exit 8; }
+    install_carried
+    if [ -f $S/servers.json ]; then  # a second tier: stop the first one's servers, keep its results apart
+        python3 -c "import json, os, sys
+for s in json.load(open(sys.argv[1])).values():
+    try: os.killpg(s['pid'], 9)
+    except ProcessLookupError: pass" $S/servers.json
+        sleep 5
+        mkdir -p $S/previous
+        for f in servers.json bench.json bench.md pytest.log; do
+            [ -f $S/$f ] && mv $S/$f $S/previous/
+        done
+    fi
+    (cd $B/repo && timeout 550 python3 gpu/session.py --out $S --keep-servers --budget-s 535 \
+        --bench-runs 2 --bench-concurrency 16,32,64,128)
+    rc=$?
+    collect $S ""
+    tail -60 "$S/pytest.log" 2>/dev/null
+    cat "$S/bench.md" 2>/dev/null
+    exit $rc ;;
 measure)
     test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage 1 first"; exit 8; }
-    for d in $B/stage[0-9]*; do
-        n=${d##*/stage}
-        install_stage "$n" >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
-    done
+    install_carried
     (cd $B/repo && timeout 570 python3 gpu/session.py --out $S --no-tests --keep-servers \
         --budget-s 555 --bench-runs 2 --bench-concurrency 1,4,8,16,32,64,128 \
-        --profile baseline,eagle3-v2,eagle3-v2+adaptive,eagle3-v2+threshold-config)
+        --profile baseline,eagle3-v2,eagle3-v2+threshold,eagle3-v2+adaptive)
     rc=$?
     collect $S ""
     cat "$S/bench.md" 2>/dev/null
@@ -103,6 +144,6 @@ deep)
     cat "$S-deep/bench.md" 2>/dev/null
     exit $rc ;;
 *)
-    echo "usage: h200.sh stage1|stage N|measure|tests|bench|large|profile|deep" >&2
+    echo "usage: h200.sh stage1|stage N|prep|tier|measure|tests|bench|large|profile|deep" >&2
     exit 2 ;;
 esac

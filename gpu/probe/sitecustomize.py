@@ -4,10 +4,18 @@ Active only when ``PATCHKIT_GPU_PROBE`` names a directory (the GPU tier puts thi
 on the server's ``PYTHONPATH``). Once SGLang's modules are imported it wraps, without changing
 arguments or results:
 
-- ``ModelRunner.forward``: one line ``F <draft 0|1> <forward mode> <batch size> <graph 0|1>``
-  per model forward (graph: the forward replayed a CUDA graph, ``can_run_graph``);
-- ``SchedulerMetricsMixin.update_spec_metrics``: ``S <batch size> <accepted drafts>``, the
-  scheduler's booking of a speculative step into the acceptance metrics.
+- ``ModelRunner.forward``: one line ``F <draft 0|1> <forward mode> <batch size> <graph 0|1>
+  <tokens>`` per model forward (graph: the forward replayed a CUDA graph, ``can_run_graph``;
+  tokens: per request, the verify tree's ``draft_token_num`` for TARGET_VERIFY, 1 for
+  DECODE, 0 otherwise). On 0.5.17 a step without drafts is a TARGET_VERIFY of 1 token;
+- the v2 draft worker's ``EagleDraftWorker.draft``: ``D <batch size> <steps>`` (drafting, in
+  CUDA graphs or not, which ``ModelRunner.forward`` does not see when replayed) and
+  ``_draft_extend_for_decode``: ``E <batch size>`` (the draft extend after a decode verify);
+- ``update_spec_metrics`` (0.5.9 / 0.5.12: ``SchedulerMetricsMixin``, 0.5.17:
+  ``SchedulerMetricsReporter``): ``S <batch size> <accepted drafts> <draft tokens>``, the
+  scheduler's booking of a decode step into the acceptance metrics; draft tokens: those of the
+  booked step per request, read from the result the scheduler resolved just before
+  (``_resolve_spec_v2_tokens``, 0.5.12: ``_resolve_spec_overlap_tokens``), 0 when unseen.
 
 Lines go to ``<dir>/<pid>.rec``, written every 0.2 s by a daemon thread; while
 ``<dir>/off`` exists nothing is recorded (the benchmark runs with the probe off).
@@ -34,7 +42,7 @@ import time
 _DIR = os.environ.get("PATCHKIT_GPU_PROBE")
 _lines = []
 _lock = threading.Lock()
-_state = {"on": True, "profile": 0, "min_bs": 1, "runs_models": False}
+_state = {"on": True, "profile": 0, "min_bs": 1, "runs_models": False, "stride": 0}
 _profile = {"phase": "idle", "left": 0, "n": 0, "stamps": [], "bs": [], "prof": None}
 TRACE_STEPS = 20
 
@@ -81,11 +89,65 @@ def _wrap_model_runner(module):
         out = original(self, forward_batch, *args, **kwargs)
         _record(
             f"F {int(bool(self.is_draft_worker))} {forward_batch.forward_mode.name} "
-            f"{forward_batch.batch_size} {int(bool(getattr(out, 'can_run_graph', False)))}\n"
+            f"{forward_batch.batch_size} {int(bool(getattr(out, 'can_run_graph', False)))} "
+            f"{_tokens_per_request(forward_batch)}\n"
         )
         return out
 
     cls.forward = forward
+
+
+def _tokens_per_request(forward_batch):
+    """Tokens per request of a decode-class forward, from host-side fields only (no GPU
+    sync): the verify tree's width for TARGET_VERIFY, 1 for DECODE; 0 for the rest."""
+    mode = forward_batch.forward_mode.name
+    if mode == "TARGET_VERIFY":
+        return int(getattr(forward_batch.spec_info, "draft_token_num", 0) or 0)
+    return 1 if mode == "DECODE" else 0
+
+
+def _batch_size(batch):
+    seq_lens = getattr(batch, "seq_lens", None)
+    return 0 if seq_lens is None else len(seq_lens)
+
+
+def _wrap_draft_worker(module):
+    cls = getattr(module, "EagleDraftWorker", None)
+    if cls is None:
+        return
+    draft, extend = cls.draft, cls._draft_extend_for_decode
+
+    def draft_(self, batch, *args, **kwargs):
+        _record(f"D {_batch_size(batch)} {int(self.speculative_num_steps)}\n")
+        return draft(self, batch, *args, **kwargs)
+
+    def draft_extend_for_decode(self, batch, *args, **kwargs):
+        _record(f"E {_batch_size(batch)}\n")
+        return extend(self, batch, *args, **kwargs)
+
+    cls.draft, cls._draft_extend_for_decode = draft_, draft_extend_for_decode
+
+
+def _wrap_result_processor(module):
+    """Remember the draft tokens of the decode result being resolved; the scheduler books
+    it into the acceptance metrics right after, in the same thread."""
+    for cls_name, name in (
+        ("SchedulerBatchResultProcessor", "_resolve_spec_v2_tokens"),  # 0.5.17
+        ("SchedulerOutputProcessorMixin", "_resolve_spec_overlap_tokens"),  # 0.5.12
+    ):
+        cls = getattr(module, cls_name, None)
+        if cls is not None and hasattr(cls, name):
+            _wrap_resolve(cls, name)
+
+
+def _wrap_resolve(cls, name):
+    original = getattr(cls, name)
+
+    def resolve(self, result, *args, **kwargs):
+        _state["stride"] = int(getattr(result, "speculative_num_draft_tokens", 0) or 0)
+        return original(self, result, *args, **kwargs)
+
+    setattr(cls, name, resolve)
 
 
 def _profile_step(batch_size):
@@ -178,11 +240,12 @@ def _trace_report(trace, steps):
 
 
 def _wrap_metrics(module):
-    cls = module.SchedulerMetricsMixin
+    cls = getattr(module, "SchedulerMetricsMixin", None) or module.SchedulerMetricsReporter
     original = cls.update_spec_metrics
 
     def update_spec_metrics(self, bs, num_correct_drafts, *args, **kwargs):
-        _record(f"S {int(bs)} {int(num_correct_drafts)}\n")
+        stride, _state["stride"] = _state["stride"], 0
+        _record(f"S {int(bs)} {int(num_correct_drafts)} {stride}\n")
         return original(self, bs, num_correct_drafts, *args, **kwargs)
 
     cls.update_spec_metrics = update_spec_metrics
@@ -190,8 +253,12 @@ def _wrap_metrics(module):
 
 _WRAPPERS = {
     "sglang.srt.model_executor.model_runner": _wrap_model_runner,
+    "sglang.srt.managers.scheduler_components.metrics_reporter": _wrap_metrics,  # 0.5.17
     "sglang.srt.observability.scheduler_metrics_mixin": _wrap_metrics,  # 0.5.12
     "sglang.srt.managers.scheduler_metrics_mixin": _wrap_metrics,  # 0.5.9
+    "sglang.srt.managers.scheduler_components.batch_result_processor": _wrap_result_processor,
+    "sglang.srt.managers.scheduler_output_processor_mixin": _wrap_result_processor,  # 0.5.12
+    "sglang.srt.speculative.eagle_worker_v2": _wrap_draft_worker,
 }
 
 

@@ -133,12 +133,47 @@ def test_the_manifest_pins_each_wheel_once_by_name_version_and_sha256(line):
 def test_the_default_line_and_the_retired_lines_stages_stay_as_they_were():
     # The default is the 0.5.17 line (0.5.12 is retired; its bundle still builds the unpatched
     # 0.5.12 wheel for the records made with it).
-    assert bundle.MANIFEST == bundle.manifest_path("0.5.17") == bundle.manifest_path(
-        bundle.DEFAULT_LINE
+    assert (
+        bundle.MANIFEST
+        == bundle.manifest_path("0.5.17")
+        == bundle.manifest_path(bundle.DEFAULT_LINE)
     )
     retired = bundle.load_manifest(bundle.manifest_path("0.5.12"))
     assert {p.stage for p in bundle.pins(retired, ())} == {1, 2}
     assert "check_requirements" not in retired["bundle"]
+
+
+def test_the_project_files_carried_collect_the_gpu_tier(tmp_path):
+    """The H200 runs the tier from the bundle's copy of the project (``repo/``): pytest must
+    import its conftest (and what that imports) and the tier's modules from that copy alone."""
+    bundle._copy_project(tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-m", "gpu", "tests/gpu/test_spec_threshold_gpu.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "test_draft_steps_follow_the_policy[eagle3-v2+threshold]" in run.stdout
+
+
+def test_the_device_calls_in_the_docs_are_steps_of_h200_sh():
+    """Each `run:` line of docs/gpu.md names a step gpu/h200.sh has, carrying what exists in
+    a bundle (stages, install.sh, repo); the 0.5.17 plan fits the 10-minute call."""
+    script = (ROOT / "gpu" / "h200.sh").read_text()
+    steps = set(re.findall(r"^(\w+)\)$", script, re.M))
+    calls = re.findall(r"run: sh \.gpu-stage/repo/gpu/h200\.sh (\w+)[^\n]*?carry ([^(\n]+)",
+                       (ROOT / "docs" / "gpu.md").read_text())  # fmt: skip
+    assert {"prep", "tier", "bench", "stage"} <= {step for step, _ in calls} <= steps
+    for _, carry in calls:
+        for path in (c.strip() for c in carry.split(",")):
+            assert re.fullmatch(r"\.gpu-stage/(stage\d|install\.sh|repo)", path), path
+    tier = script[script.index("\ntier)") :]
+    tier = tier[: tier.index(";;")]
+    limit = int(re.search(r"timeout (\d+) python3 gpu/session.py", tier).group(1))
+    assert limit + 30 <= 600  # the stage install and the stop of a first tier's servers
+    assert int(re.search(r"--budget-s (\d+)", tier).group(1)) < limit
+    assert "--bench-concurrency 16,32,64,128" in tier
 
 
 def test_split_parts_join_to_the_whole_only_in_order(tmp_path):
@@ -331,22 +366,57 @@ def _server_args_flags(wheel: Path) -> set[str]:
     return flags
 
 
+def _patched_fields(line: str) -> set[str]:
+    """The ServerArgs fields the line's patches add, as flags (annotated fields added to
+    server_args.py)."""
+    flags = set()
+    for patch in sorted((ROOT / "patches" / "sglang" / line).glob("*.patch")):
+        in_server_args = False
+        for text in patch.read_text().splitlines():
+            if text.startswith("+++ "):
+                in_server_args = text.endswith("/srt/server_args.py")
+            elif in_server_args and (m := re.match(r"\+    (\w+): A\[", text)):
+                flags.add("--" + m.group(1).replace("_", "-"))
+    return flags
+
+
+def _default_adaptive_config(wheel: Path) -> dict[int, list[int]]:
+    with zipfile.ZipFile(wheel) as z:
+        tree = ast.parse(z.read("sglang/srt/speculative/adaptive_spec_params.py"))
+    node = next(n for n in tree.body if isinstance(n, ast.AnnAssign)
+                and getattr(n.target, "id", "") == "DEFAULT_ADAPTIVE_CONFIG")  # fmt: skip
+    config = ast.literal_eval(node.value)
+    return {int(k): v["candidate_steps"] for k, v in config.items()}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("label", engines.LINE_LABELS["0.5.17"])
-def test_0_5_17_engine_flags_are_fields_of_its_server_args(label, monkeypatch, tmp_path):
-    manifest = bundle.load_manifest(bundle.manifest_path("0.5.17"))
-    pin = next(p for p in bundle.pins(manifest) if p.name == "sglang")
-    wheel = bundle.fetch(pin, bundle.DEFAULT_CACHE, manifest["bundle"]["download_platforms"],
-                         manifest["bundle"]["python"])  # fmt: skip
+def test_0_5_17_engine_flags_are_fields_of_its_server_args(label, monkeypatch, tmp_path,
+                                                           sglang_wheels):  # fmt: skip
+    """Every flag a configuration passes is a field of 0.5.17's ServerArgs or one the
+    line's patches add; an adaptive configuration's steps are among its config's candidate
+    steps (0.5.17 refuses to start otherwise), upstream's default config as in the wheel."""
+    wheel = sglang_wheels["cp312"]
     monkeypatch.setattr(engines, "sglang_version", lambda: (0, 5, 17))
     config = engines.CONFIGS[label]
     args = config.args(tmp_path, "triton")
     flags = _server_args_flags(wheel)
+    patched = _patched_fields("0.5.17")
+    assert patched == {
+        "--speculative-disable-batch-threshold", "--speculative-reenable-batch-threshold",
+    }  # fmt: skip
     used = [a for a in args if a.startswith("--")]
-    assert [f for f in used if f not in flags] == []
+    assert [f for f in used if f not in flags | patched] == []
+    assert ("--speculative-disable-batch-threshold" in used) == (config.threshold is not None)
     assert "--cuda-graph-max-bs-decode" in used and "--cuda-graph-backend-prefill" in used
     assert "--cuda-graph-max-bs" not in used and "--disable-piecewise-cuda-graph" not in used
     assert "SGLANG_ENABLE_SPEC_V2" not in config.env()  # 0.5.17 warns that it was removed
+    assert engines.ADAPTIVE_DEFAULT_CONFIG == _default_adaptive_config(wheel)
+    if config.spec:
+        steps = int(args[args.index("--speculative-num-steps") + 1])
+        assert int(args[args.index("--speculative-num-draft-tokens") + 1]) == steps + 1
+        if config.adaptive:
+            assert steps in {s for c in config.slot_config().values() for s in c}
     if config.adaptive_config is not None:
         path = Path(args[args.index("--speculative-adaptive-config") + 1])
         assert json.loads(path.read_text()) == {
@@ -357,13 +427,24 @@ def test_0_5_17_engine_flags_are_fields_of_its_server_args(label, monkeypatch, t
 def test_engine_settings_per_line():
     assert engines.line_labels((0, 5, 12)) == engines.LINE_LABELS["0.5.12"]
     assert engines.line_labels((0, 5, 17)) == engines.LINE_LABELS["0.5.17"]
+    assert engines.installed_line((0, 5, 23)) == "0.5.17"
     assert all(label in engines.CONFIGS for labels in engines.LINE_LABELS.values()
                for label in labels)  # fmt: skip
     # the batch sizes the threshold configuration switches at: 8 pads to 8, 9 to 12
     assert engines.graph_size_above(8) == 12 and engines.graph_size_above(7) == 8
     skip = engines.CONFIGS["eagle3-v2+adaptive-skip"]
     assert dict(skip.extra_env) == {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
+    assert skip.skips_extend_without_drafts()
+    assert not engines.CONFIGS["eagle3-v2+adaptive"].skips_extend_without_drafts()
     assert engines.CONFIGS["eagle3-v2+adaptive"].adaptive_config is None  # upstream's default
     assert [c.threshold for c in map(engines.CONFIGS.get, engines.LINE_LABELS["0.5.17"])] == [
-        None
-    ] * 5
+        None, None, 8, None, None, None,
+    ]  # fmt: skip
+    # --speculative-num-steps must be a candidate of the adaptive config (0.5.17 refuses to
+    # start otherwise): 3 for upstream's default ([0, 1, 3, 7]), 2 for the threshold config
+    for label in engines.LINE_LABELS["0.5.17"]:
+        config = engines.CONFIGS[label]
+        if config.adaptive:
+            assert config.steps in {s for c in config.slot_config().values() for s in c}, label
+    assert engines.CONFIGS["eagle3-v2+threshold"].hysteresis() == (8, 6)
+    assert engines.CONFIGS["eagle3-v2"].steps == engines.CONFIGS["eagle3-v2+threshold"].steps == 2

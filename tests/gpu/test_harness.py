@@ -1,11 +1,12 @@
 """CPU checks that the GPU tier's assertions can fail: planted mistakes in probe records.
 
 The checks of ``test_spec_threshold_gpu.py`` read what the probe recorded in a real server
-(``gpu/probe/sitecustomize.py``). Here they get a recorded-looking sequence of a correct
-threshold run, which must pass, and the same sequence with one mistake planted, which must
-fail: a verify step run eagerly after speculation resumes, a step without drafts booked into
-the acceptance metrics, a transition logged twice, a step without drafts below the re-enable
-threshold, a decode step without a CUDA graph, a mismatching output.
+(``gpu/probe/sitecustomize.py``, classified by ``gpu/steps.py``). Here they get
+recorded-looking sequences of correct runs, which must pass, and the same sequences with one
+mistake planted, which must fail. Sequences are written per line as the line's code runs
+them: on 0.5.12 a step without drafts is a DECODE forward the metrics do not book; on 0.5.17
+it is a one-token TARGET_VERIFY (upstream's zero-step state) with a draft extend after it and
+no draft call, booked with no accepted drafts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1].parent
 sys.path.insert(0, str(ROOT / "gpu"))
 
 import engines  # noqa: E402
+import steps as decode  # noqa: E402
 from language import ChainLanguage  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
@@ -29,63 +31,182 @@ tier = importlib.util.module_from_spec(_spec)
 sys.modules["gpu_tier_checks"] = tier
 _spec.loader.exec_module(tier)
 
-LABEL = "eagle3-v2+threshold"
+THRESHOLD = "eagle3-v2+threshold"
+CONFIG = "eagle3-v2+threshold-config"
 DISABLED = "Speculative decoding disabled: decode batch size {} > 8 (x).\n"
 ENABLED = "Speculative decoding re-enabled: decode batch size {} <= 6 (x).\n"
+# (speculative sizes, sizes without drafts, sizes after resuming) twice over, as the ramp runs
+# them: our flag resumes at <= 6 (hysteresis: 7 stays without drafts), the config at <= 8
+SEQUENCES = {
+    THRESHOLD: ((1, 1, 8), ((48, (48, 40, 20, 7), (6, 3)), (96, (96, 50, 12), (5, 3)))),
+    CONFIG: ((1, 1, 8), ((48, (48, 40, 20, 9), (8, 3)), (96, (96, 50, 12), (5, 3)))),
+}
 
 
-def _run(planted: str | None = None) -> tier.Ramp:
+def _run(label: str, line: str, planted: str | None = None) -> tier.Ramp:
     events, log = [], ""
+    zero_step = line == "0.5.17"
 
-    def forward(mode, bs, graph=True):
-        events.append(("F", False, mode, bs, graph))
+    def speculative(bs, graph=True):
+        events.append(("D", bs, 2))
+        if planted == "drafts-twice" and bs == 3:
+            events.append(("D", bs, 2))
+        events.append(("F", False, "TARGET_VERIFY", bs, graph, 3))
+        events.append(("F", True, "DRAFT_EXTEND_V2", bs, True, 0))  # the draft: not a target step
+        events.append(("E", bs))
+        events.append(("S", bs, 2 * bs, 3))
 
-    def spec(bs):
-        forward("TARGET_VERIFY", bs, not (planted == "eager-verify" and bs == 5))
-        events.append(("F", True, "DECODE", bs, True))  # the draft: not a target step
-        events.append(("S", bs, 2 * bs))
+    def nodraft(bs, graph=True):
+        if planted == "drafted-without-drafts" and bs == 20:
+            events.append(("D", bs, 2))
+        mode = "TARGET_VERIFY" if zero_step and planted != "nodraft-as-decode" else "DECODE"
+        events.append(("F", False, mode, bs, graph, 1))
+        if not (planted == "missing-extend" and bs == 40):
+            events.append(("E", bs))
+        booked = zero_step != (planted == "unbooked-nodraft")
+        if planted == "booked-no-draft" and bs == 20:
+            booked = True
+        if booked:
+            correct = bs if planted == "booked-no-draft" and bs == 20 else 0
+            events.append(("S", bs, correct, 1))
 
-    for bs in (1, 1, 8):
-        spec(bs)
-    for up, sizes, down in ((48, (48, 40, 20, 7), 6), (96, (96, 50, 12), 5)):
-        forward("EXTEND", up, False)
+    start, crossings = SEQUENCES[label]
+    for bs in start:
+        speculative(bs)
+    for up, sizes, resumed in crossings:
+        events.append(("F", False, "EXTEND", up, False, 0))
         log += DISABLED.format(up)
         for bs in sizes:
-            forward("DECODE", bs, not (planted == "eager-decode" and bs == 40))
-            if planted == "booked-no-draft" and bs == 20:
-                events.append(("S", bs, 0))
-        if planted == "no-draft-below-reenable":
-            forward("DECODE", 4)
-        log += ENABLED.format(down)
-        spec(down)
-        spec(3)
+            nodraft(bs, not (planted == "eager-nodraft" and bs == 40))
+        if planted == "nodraft-below-reenable":
+            nodraft(4)
+        if planted == "early-resume":
+            speculative(7)
+        if planted == "nodraft-at-threshold" and up == 48:
+            speculative(3)
+            nodraft(8)
+        log += ENABLED.format(resumed[0])
+        for bs in resumed:
+            speculative(bs, not (planted == "eager-verify" and bs == 5))
     if planted == "double-log":
         log += DISABLED.format(50)
-    return tier.Ramp(LABEL, events=events, log=log)
+    return tier.Ramp(label, line, events=events, log=log)
 
 
 def _ramps(run):
     return lambda label: run
 
 
+C = tier
 CHECKS = {
-    "eager-verify": tier.test_verify_graphs_replayed_after_speculation_resumes,
-    "eager-decode": tier.test_decode_steps_replay_cuda_graphs,
-    "booked-no-draft": tier.test_acceptance_metrics_count_speculative_steps_only,
-    "double-log": tier.test_one_info_line_per_transition,
-    "no-draft-below-reenable": tier.test_verify_graphs_replayed_after_speculation_resumes,
-}
+    "eager-verify": (C.test_verify_graphs_replayed_after_speculation_resumes,
+                     C.test_decode_steps_replay_cuda_graphs),
+    "eager-nodraft": (C.test_decode_steps_replay_cuda_graphs,),
+    "booked-no-draft": (C.test_acceptance_metrics_book_what_the_line_books,),
+    "unbooked-nodraft": (C.test_acceptance_metrics_book_what_the_line_books,),
+    "double-log": (C.test_one_info_line_per_transition,),
+    "nodraft-below-reenable": (C.test_draft_steps_follow_the_policy,),
+    "early-resume": (C.test_draft_steps_follow_the_policy,),
+    "nodraft-at-threshold": (C.test_draft_steps_follow_the_policy,),
+    "drafted-without-drafts": (C.test_draft_work_matches_each_step,),
+    "drafts-twice": (C.test_draft_work_matches_each_step,),
+    "missing-extend": (C.test_draft_work_matches_each_step,),
+    "nodraft-as-decode": (C.test_decode_steps_replay_cuda_graphs,),
+}  # fmt: skip
+ALL_CHECKS = sorted({c for cs in CHECKS.values() for c in cs}, key=lambda f: f.__name__)
+# which planted mistakes each (label, line) can show: the 0.5.12 line's own path has no
+# zero-step state (its steps without drafts are DECODE, unbooked); the config has no log
+CASES = [
+    (THRESHOLD, "0.5.17", sorted(CHECKS)),
+    (CONFIG, "0.5.17", sorted(set(CHECKS) - {"double-log", "early-resume"})),
+    (THRESHOLD, "0.5.12", ["eager-verify", "eager-nodraft", "booked-no-draft", "double-log",
+                           "nodraft-below-reenable", "early-resume", "nodraft-at-threshold",
+                           "drafted-without-drafts", "missing-extend"]),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("check", sorted(set(CHECKS.values()), key=lambda f: f.__name__))
-def test_a_correct_run_passes(check):
-    check(_ramps(_run()), LABEL)
+def _applies(check, label: str) -> bool:
+    name = check.__name__
+    return not (name == "test_one_info_line_per_transition" and label == CONFIG)
 
 
-@pytest.mark.parametrize("planted", sorted(CHECKS))
-def test_each_planted_mistake_fails_its_check(planted):
-    with pytest.raises(AssertionError):
-        CHECKS[planted](_ramps(_run(planted)), LABEL)
+@pytest.mark.parametrize("label,line", [(label, line) for label, line, _ in CASES])
+@pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda f: f.__name__)
+def test_a_correct_run_passes(check, label, line):
+    if _applies(check, label):
+        check(_ramps(_run(label, line)), label)
+
+
+@pytest.mark.parametrize(
+    "label,line,planted",
+    [(label, line, p) for label, line, planted in CASES for p in planted],
+)
+def test_each_planted_mistake_fails_its_check(label, line, planted):
+    for check in CHECKS[planted]:
+        with pytest.raises(AssertionError):
+            check(_ramps(_run(label, line, planted)), label)
+
+
+def test_the_labels_of_each_line_meet_their_checks():
+    """Our flag is a configuration of the 0.5.17 line beside upstream's modes, and each
+    check runs on the configurations it is about."""
+    line = engines.LINE_LABELS["0.5.17"]
+    assert {"eagle3-v2+threshold", "eagle3-v2+adaptive", "eagle3-v2+adaptive-skip", CONFIG} < set(
+        line
+    )
+    assert tier.THRESHOLD_LABELS == ["eagle3-v1+threshold", "eagle3-v2+threshold"]
+    assert set(tier.POLICY_LABELS) == {
+        "eagle3-v1+threshold", "eagle3-v2+threshold", "eagle3-v2+adaptive",
+        "eagle3-v2+adaptive-skip", CONFIG,
+    }  # fmt: skip
+    assert "eagle3-v1" not in tier.V2_LABELS and CONFIG in tier.V2_LABELS
+    assert set(tier.ALL_LABELS) == set(engines.CONFIGS)
+
+
+def test_upstream_adaptive_runs_what_its_slots_allow():
+    """Upstream's adaptive modes: a step's draft steps among its slot's candidates, steps
+    without drafts where the slot has 0 (above 48 requests for the default config)."""
+    label = "eagle3-v2+adaptive"
+    events = []
+    for bs, tokens in ((1, 4), (3, 8), (8, 2), (30, 2), (60, 1), (100, 1), (40, 2), (2, 2)):
+        events += [("F", False, "TARGET_VERIFY", bs, True, tokens), ("E", bs)]
+        events.append(("S", bs, 0, tokens))
+    run = tier.Ramp(label, "0.5.17", events=events)
+    tier.test_draft_steps_follow_the_policy(_ramps(run), label)
+    bad = list(events)
+    bad[bad.index(("F", False, "TARGET_VERIFY", 60, True, 1))] = (
+        "F", False, "TARGET_VERIFY", 60, True, 2,
+    )  # fmt: skip
+    with pytest.raises(AssertionError, match="batch size 60: 1 draft steps"):
+        tier.test_draft_steps_follow_the_policy(_ramps(tier.Ramp(label, events=bad)), label)
+
+
+def test_slots_are_routed_as_upstream_routes_them():
+    sizes = engines.CUDA_GRAPH_BS
+    default = engines.ADAPTIVE_DEFAULT_CONFIG
+    assert decode.slot_steps(3, default, sizes) == [1, 3, 7]  # pads to 4: slot 1
+    assert decode.slot_steps(5, default, sizes) == [0, 1, 3]  # pads to 8
+    assert decode.slot_steps(25, default, sizes) == [0, 1]  # pads to 32
+    assert decode.slot_steps(49, default, sizes) == [0]  # pads to 64
+    assert decode.slot_steps(200, default, sizes) == [0]  # above every graph size
+    config = engines.CONFIGS[CONFIG].slot_config()
+    assert config == {1: [2], 12: [0]}
+    assert [decode.slot_steps(bs, config, sizes) for bs in (8, 9, 12, 13)] == [[2], [0], [0], [0]]
+
+
+def test_probe_lines_parse_on_either_line():
+    parse = engines.parse_probe_line
+    assert parse("F 0 TARGET_VERIFY 12 1 1") == ("F", False, "TARGET_VERIFY", 12, True, 1)
+    assert parse("F 0 DECODE 12 1") == ("F", False, "DECODE", 12, True, None)  # 0.5.12 records
+    assert parse("F 1 EXTEND 3 0 0") == ("F", True, "EXTEND", 3, False, None)
+    assert parse("S 12 0 1") == ("S", 12, 0, 1)
+    assert parse("S 12 20") == ("S", 12, 20, None)
+    assert parse("S 12 20 0") == ("S", 12, 20, None)
+    assert parse("D 4 2") == ("D", 4, 2) and parse("E 4") == ("E", 4)
+    assert parse("") is None and parse("X 1") is None and parse("F 0 DECODE") is None
+    # records without token counts: a verify is taken to carry the configured drafts
+    (step,) = decode.decode_steps([parse("F 0 TARGET_VERIFY 4 1")], draft_tokens=3)
+    assert step.drafts == 2 and step.speculative
 
 
 def test_a_differing_output_is_reported_with_position_and_phase():
@@ -95,9 +216,69 @@ def test_a_differing_output_is_reported_with_position_and_phase():
     reference = tier.Ramp("baseline", outputs={"p0-w0-r0": want}, phase_of={"p0-w0-r0": 0})
     reference.phases = [tier.Phase(1, events=(0, 0))]
     got = want[:3] + [want[3] + 1] + want[4:]
-    ramp = tier.Ramp(LABEL, outputs={"p0-w0-r0": got}, phase_of={"p0-w0-r0": 0})
+    ramp = tier.Ramp(THRESHOLD, outputs={"p0-w0-r0": got}, phase_of={"p0-w0-r0": 0})
     ramp.phases = [tier.Phase(1, events=(0, 0))]
     (report,) = tier._mismatches(ramp, reference, lang)
     assert "output token 3" in report and "phase C=1" in report
     assert not tier._mismatches(reference, reference, lang)
     assert engines.THRESHOLD == 8 and engines.REENABLE == 6  # the log lines above
+
+
+class _FakeServer:
+    """What run_ramp uses of engines.Server, answering at once; ``broken`` fails requests."""
+
+    def __init__(self, label, log_dir, broken=False):
+        self.config, self.broken = engines.CONFIGS[label], broken
+        self.log = log_dir / f"{label}.log"
+
+    def generate(self, prompt, n, rid=None, timeout=None):
+        if self.broken:
+            raise OSError("connection refused")
+        return {"output_ids": list(range(n)), "meta_info": {}}
+
+    def loads(self):
+        return {"num_used_tokens": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}
+
+    def healthy(self):
+        return True
+
+    def set_probe(self, on):
+        pass
+
+    def probe_flush(self, wait=1.0):
+        pass
+
+    def probe_events(self):
+        return []
+
+    def serving_text(self):
+        return ""
+
+    def tail(self):
+        return ""
+
+
+def test_ramps_run_for_every_server_at_once_and_fail_only_their_own_label(tmp_path, monkeypatch):
+    monkeypatch.setattr(engines, "installed_line", lambda version=None: "0.5.17")
+    started = []
+    real = tier.run_ramp
+
+    def run_ramp(server, language):
+        started.append(server.config.label)
+        return real(server, language)
+
+    monkeypatch.setattr(tier, "run_ramp", run_ramp)
+    servers = {
+        "baseline": _FakeServer("baseline", tmp_path),
+        THRESHOLD: _FakeServer(THRESHOLD, tmp_path, broken=True),
+        "eagle3-v1": _FakeServer("eagle3-v1", tmp_path),  # of the other line: never ramped
+    }
+    get = tier.ramps.__wrapped__(servers, ChainLanguage.make(0))
+    ramp = get("baseline")
+    assert sorted(started) == ["baseline", THRESHOLD]  # both at the first use
+    assert len(ramp.outputs) == 2 * sum(tier.RAMP) and ramp.line == "0.5.17"
+    with pytest.raises(OSError, match="connection refused"):
+        get(THRESHOLD)
+    assert get("baseline") is ramp and sorted(started) == ["baseline", THRESHOLD]
+    with pytest.raises(pytest.skip.Exception, match="not a configuration of"):
+        get("eagle3-v1")

@@ -1,19 +1,26 @@
 """GPU tier of EAGLE-3 and ``--speculative-disable-batch-threshold``: real SGLang servers.
 
-Needs an NVIDIA GPU and the 0.5.12 line's stack (on the lent H200: ``make gpu-bundle`` and
-``gpu/session.py``, docs/gpu.md); skips cleanly otherwise. One server per configuration, CUDA
-graphs on (``gpu/engines.py``): baseline (no speculation), EAGLE-3 spec v1, EAGLE-3 spec v2
-(``SGLANG_ENABLE_SPEC_V2=True``, topk 1), and both EAGLE-3 modes with
-``--speculative-disable-batch-threshold 8`` (re-enabled at <= 6). The models are the tiny
-trained ones of ``gpu/train_models.py`` (a DeepseekV3 MLA + MoE target and an EAGLE-3 draft on
-its aux layers), so greedy decoding has large margins and the draft is accepted.
+Needs an NVIDIA GPU and a line's stack (on the lent H200: ``make gpu-bundle`` and
+``gpu/session.py``, docs/gpu.md); skips cleanly otherwise. One server per configuration of the
+installed sglang's line, CUDA graphs on (``gpu/engines.py`` LINE_LABELS; a configuration of
+another line is skipped with its reason). 0.5.12: baseline, EAGLE-3 spec v1 and v2, both with
+``--speculative-disable-batch-threshold 8`` (re-enabled at <= 6). 0.5.17: baseline, EAGLE-3
+(v2), the threshold (carried by upstream's adaptive runtime states), upstream's
+``--speculative-adaptive`` with and without the zero-step draft extend, and the threshold as
+an adaptive config. The models are the tiny trained ones of ``gpu/train_models.py`` (a
+DeepseekV3 MLA + MoE target and an EAGLE-3 draft on its aux layers), so greedy decoding has
+large margins and the draft is accepted.
 
 Each server gets the same concurrency ramp, 1 -> 8 -> 48 -> 96 -> 8 -> 1 closed-loop workers
 of two requests each with staggered lengths, so a phase of 48 or 96 crosses the threshold up
 and back down. Checked per configuration: no crash and no hang (timeouts); greedy outputs
 equal the baseline's token for token; the KV pool is back to its initial size after every
-phase; target verify steps are CUDA-graph replayed, also after speculation resumes; the
-acceptance metrics book speculative steps only; one INFO line per switch.
+phase; every target decode-class step is CUDA-graph replayed, also after speculation resumes;
+each step's draft steps are what the configuration's policy decides for its batch size
+(``gpu/steps.py``: the threshold's hysteresis, an adaptive config's slots), with the draft
+work that kind of step runs; the acceptance metrics book what the line books (0.5.12:
+speculative steps only; 0.5.17: steps without drafts too, with no accepted drafts); one INFO
+line per switch.
 
 Environment: ``PATCHKIT_GPU_MODELS`` (trained models; else trained here), ``PATCHKIT_GPU_LOGS``
 (server logs and probe records; else a temporary folder), ``PATCHKIT_GPU_SERVERS``
@@ -41,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gpu"))
 
 import engines  # noqa: E402
+import steps as decode  # noqa: E402
 from language import ChainLanguage  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -49,10 +57,17 @@ RAMP = (1, 8, 48, 96, 8, 1)
 REQUESTS_PER_WORKER = 2
 PHASE_TIMEOUT = 150.0  # per phase; each request also times out at REQUEST_TIMEOUT
 REQUEST_TIMEOUT = 120.0
-SPEC_LABELS = ["eagle3-v1", "eagle3-v2", "eagle3-v1+threshold", "eagle3-v2+threshold"]
-THRESHOLD_LABELS = [label for label in SPEC_LABELS if "threshold" in label]
-ALL_LABELS = ["baseline", *SPEC_LABELS]
-DECODE_MODES = {"DECODE", "TARGET_VERIFY"}
+# every line's configurations; those not on the installed line are skipped (`ramps`)
+ALL_LABELS = list(dict.fromkeys(la for labels in engines.LINE_LABELS.values() for la in labels))
+SPEC_LABELS = [la for la in ALL_LABELS if engines.CONFIGS[la].spec]
+# configurations that run steps without drafts: our flag, upstream's adaptive modes
+POLICY_LABELS = [
+    la for la in SPEC_LABELS
+    if engines.CONFIGS[la].hysteresis() or engines.CONFIGS[la].slot_config()
+]  # fmt: skip
+# our flag: the configurations a sglang without the patch cannot start
+THRESHOLD_LABELS = [la for la in SPEC_LABELS if engines.CONFIGS[la].threshold is not None]
+V2_LABELS = [la for la in SPEC_LABELS if engines.CONFIGS[la].spec_v2]
 
 
 def _gpu_present() -> bool:
@@ -121,7 +136,9 @@ def servers(models, logs, threshold_supported):
     if attached:
         yield engines.attach(attached, logs)
         return
-    labels = [la for la in ALL_LABELS if threshold_supported or la not in THRESHOLD_LABELS]
+    labels = engines.line_labels()
+    if not threshold_supported:
+        labels = [la for la in labels if la not in THRESHOLD_LABELS]
     started = engines.launch_all(
         labels,
         models,
@@ -147,6 +164,7 @@ class Phase:
 @dataclass
 class Ramp:
     label: str
+    line: str = "0.5.17"  # the installed sglang's line (engines.installed_line)
     outputs: dict[str, list[int]] = field(default_factory=dict)
     meta: dict[str, dict] = field(default_factory=dict)
     phase_of: dict[str, int] = field(default_factory=dict)
@@ -181,7 +199,7 @@ def _idle_usage(server: engines.Server, timeout: float = 60.0) -> tuple[int, int
 
 
 def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
-    ramp = Ramp(server.config.label)
+    ramp = Ramp(server.config.label, engines.installed_line())
     tag = f"{server.config.label}-{time.time_ns()}"
     server.set_probe(True)
     # warm-up outside the phases: every request shape once
@@ -222,32 +240,47 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
 
 @pytest.fixture(scope="session")
 def ramps(servers, language):
-    cache: dict[str, Ramp] = {}
+    """The ramp of each server, run on first use for every server of the line at once (each
+    server its own ramp: the checks read each server's own steps, whatever the GPU's other
+    load; serially with PATCHKIT_GPU_SERIAL_RAMPS=1). A ramp that failed fails the tests of
+    its label only."""
+    cache: dict[str, Ramp | BaseException] = {}
+    line = engines.installed_line()
+    serial = os.environ.get("PATCHKIT_GPU_SERIAL_RAMPS") == "1"
+
+    def run(labels: list[str]) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(labels))) as pool:
+            futures = {la: pool.submit(run_ramp, servers[la], language) for la in labels}
+        for label, future in futures.items():
+            cache[label] = future.exception() or future.result()
 
     def get(label: str) -> Ramp:
+        if label not in engines.LINE_LABELS[line]:
+            pytest.skip(f"{label}: not a configuration of the installed sglang's line {line}")
         if label not in servers:
             pytest.skip(f"{label}: no server (the installed sglang lacks the threshold patch)")
         if label not in cache:
-            cache[label] = run_ramp(servers[label], language)
+            line_servers = [la for la in servers if la in engines.LINE_LABELS[line]]
+            run([label] if serial else [la for la in line_servers if la not in cache])
+        if isinstance(cache[label], BaseException):
+            raise cache[label]
         return cache[label]
 
     return get
 
 
-def _target_steps(events, lo: int = 0, hi: int | None = None) -> list[tuple]:
-    """Target decode-class forwards: (mode, batch size, graph replayed)."""
-    return [
-        (e[2], e[3], e[4])
-        for e in events[lo:hi]
-        if e[0] == "F" and not e[1] and e[2] in DECODE_MODES
-    ]
+def _steps(ramp: Ramp, lo: int = 0, hi: int | None = None) -> list[decode.Step]:
+    """The target decode-class steps the probe saw (gpu/steps.py), of events [lo, hi)."""
+    config = engines.CONFIGS.get(ramp.label)
+    draft_tokens = config.steps + 1 if config else engines.STEPS + 1
+    return decode.decode_steps(ramp.events[lo:hi], draft_tokens)
 
 
 def _describe(ramp: Ramp, key: str, step: int) -> str:
     phase = ramp.phases[ramp.phase_of[key]]
-    steps = _target_steps(ramp.events, *phase.events)
-    sizes = [bs for _, bs, _ in steps]
-    nodraft = sum(1 for mode, _, _ in steps if mode == "DECODE")
+    steps = _steps(ramp, *phase.events)
+    sizes = [s.bs for s in steps]
+    nodraft = sum(1 for s in steps if not s.speculative)
     return (
         f"{key}: first difference at output token {step}, phase C={phase.concurrency} "
         f"(target decode batch sizes {min(sizes, default=0)}..{max(sizes, default=0)}, "
@@ -324,54 +357,100 @@ def test_kv_pool_back_to_initial_after_each_phase(ramps, label):
 
 @pytest.mark.parametrize("label", ALL_LABELS)
 def test_decode_steps_replay_cuda_graphs(ramps, label):
-    """Every target decode / verify step up to --cuda-graph-max-bs replays a CUDA graph."""
+    """Every target decode / verify step up to --cuda-graph-max-bs replays a CUDA graph, steps
+    without drafts included (0.5.12: DECODE graphs of its own; 0.5.17: the zero-step state's
+    one-token TARGET_VERIFY graphs), in the forward modes of its line."""
     ramp = ramps(label)
-    steps = _target_steps(ramp.events)
+    steps = _steps(ramp)
     assert steps, f"{label}: the probe saw no target decode steps"
-    eager = [(m, bs) for m, bs, graph in steps if not graph and bs <= engines.CUDA_GRAPH_MAX_BS]
+    eager = [(s.mode, s.bs) for s in steps if not s.graph and s.bs <= engines.CUDA_GRAPH_MAX_BS]
     assert not eager, (
         f"{label}: {len(eager)} of {len(steps)} target steps ran eagerly: {eager[:10]}"
     )
-    modes = {m for m, _, _ in steps}
+    modes = {s.mode for s in steps}
     want = {"DECODE"} if label == "baseline" else {"TARGET_VERIFY"}
-    if "threshold" in label:
-        want = {"DECODE", "TARGET_VERIFY"}
+    if label in POLICY_LABELS:
+        want |= {engines.NODRAFT_MODE[ramp.line]}
     assert modes == want, f"{label}: target decode modes {sorted(modes)}"
 
 
-@pytest.mark.parametrize("label", THRESHOLD_LABELS)
+@pytest.mark.parametrize("label", POLICY_LABELS)
 def test_verify_graphs_replayed_after_speculation_resumes(ramps, label):
     ramp = ramps(label)
-    steps = _target_steps(ramp.events)
-    first_nodraft = next((i for i, s in enumerate(steps) if s[0] == "DECODE"), None)
+    steps = _steps(ramp)
+    first_nodraft = next((i for i, s in enumerate(steps) if not s.speculative), None)
     assert first_nodraft is not None, f"{label}: no step ran without drafts (threshold never fired)"
-    after = [s for s in steps[first_nodraft:] if s[0] == "TARGET_VERIFY"]
+    after = [s for s in steps[first_nodraft:] if s.speculative]
     assert after, f"{label}: speculation never resumed after the first step without drafts"
-    assert all(graph for _, _, graph in after), f"{label}: verify steps ran eagerly after resuming"
-    sizes = [bs for m, bs, _ in steps if m == "DECODE"]
-    assert min(sizes) > engines.REENABLE, f"{label}: a no-draft step at batch size {min(sizes)}"
-    spec_sizes = [bs for m, bs, _ in steps if m == "TARGET_VERIFY"]
-    assert max(spec_sizes) <= engines.THRESHOLD, f"{label}: speculated at {max(spec_sizes)}"
+    assert all(s.graph for s in after), f"{label}: verify steps ran eagerly after resuming"
 
 
 @pytest.mark.parametrize("label", SPEC_LABELS)
-def test_acceptance_metrics_count_speculative_steps_only(ramps, label):
-    """The scheduler books exactly the verify steps' requests, and the draft is accepted."""
+def test_draft_steps_follow_the_policy(ramps, label):
+    """Each step's draft steps are what the configuration decides for its batch size: the
+    configured steps always without a policy; our flag: none above N until a batch of <= M
+    (hysteresis, on the batch's own size); an adaptive config: one of the candidates of the
+    slot the batch size pads to (exact for the threshold config, whose slots have one each)."""
     ramp = ramps(label)
-    verify_rows = sum(bs for m, bs, _ in _target_steps(ramp.events) if m == "TARGET_VERIFY")
-    booked = [e for e in ramp.events if e[0] == "S"]
-    booked_rows = sum(e[1] for e in booked)
-    accepted = sum(e[2] for e in booked)
-    assert booked_rows == verify_rows, (
-        f"{label}: acceptance metrics booked {booked_rows} request-steps, "
-        f"the target verified {verify_rows}"
+    config = engines.CONFIGS[label]
+    steps = _steps(ramp)
+    assert steps, f"{label}: the probe saw no target decode steps"
+    if config.hysteresis():
+        bad = decode.hysteresis_mismatches(steps, *config.hysteresis())
+    elif config.slot_config():
+        bad = decode.slot_mismatches(steps, config.slot_config(), engines.CUDA_GRAPH_BS)
+    else:
+        bad = [f"step {i} at batch size {s.bs}: {s.drafts} draft steps"
+               for i, s in enumerate(steps) if s.drafts != config.steps]  # fmt: skip
+    assert not bad, f"{label}: {len(bad)} of {len(steps)} steps off the policy: {bad[:10]}"
+
+
+@pytest.mark.parametrize("label", V2_LABELS)
+def test_draft_work_matches_each_step(ramps, label):
+    """Around a step with drafts the v2 worker drafts once and extends the draft once; a step
+    without drafts drafts nothing and extends the draft (its KV and top-k stay current)
+    unless SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND told upstream to skip that."""
+    ramp = ramps(label)
+    steps = _steps(ramp)
+    if not any(e[0] in ("D", "E") for e in ramp.events):
+        pytest.skip(f"{label}: no draft calls recorded (a probe older than its D/E records)")
+    config = engines.CONFIGS[label]
+    bad = decode.draft_work_mismatches(steps, not config.skips_extend_without_drafts())
+    assert not bad, f"{label}: {len(bad)} of {len(steps)} steps: {bad[:10]}"
+
+
+@pytest.mark.parametrize("label", SPEC_LABELS)
+def test_acceptance_metrics_book_what_the_line_books(ramps, label):
+    """0.5.12 books the verify steps' requests only; 0.5.17 books every decode step of a
+    speculative server, a step without drafts as its rows with no accepted draft (the
+    reported accept length falls while speculation is off). The draft is accepted."""
+    ramp = ramps(label)
+    steps = _steps(ramp)
+    books_nodraft = engines.BOOKS_STEPS_WITHOUT_DRAFTS[ramp.line]
+    want_rows = sum(s.bs for s in steps if s.speculative or books_nodraft)
+    booked = decode.bookings(ramp.events)
+    booked_rows = sum(bs for bs, _, _ in booked)
+    assert booked_rows == want_rows, (
+        f"{label}: acceptance metrics booked {booked_rows} request-steps, the target ran "
+        f"{want_rows} ({'all decode steps' if books_nodraft else 'verify steps with drafts'})"
     )
-    accept_length = (accepted + booked_rows) / max(booked_rows, 1)
-    # 3 draft tokens per verify: 1.0 means nothing accepted; the trained draft reaches ~3
+    if books_nodraft:
+        nodraft = [(bs, correct) for bs, correct, stride in booked if stride == 1]
+        assert sum(bs for bs, _ in nodraft) == sum(s.bs for s in steps if not s.speculative), (
+            f"{label}: bookings of one draft token differ from the steps without drafts"
+        )
+        accepted = [(bs, correct) for bs, correct in nodraft if correct]
+        assert not accepted, (
+            f"{label}: steps without drafts booked accepted drafts (rows, drafts): {accepted[:10]}"
+        )
+    spec = [(bs, correct) for bs, correct, stride in booked if stride != 1]
+    rows = sum(bs for bs, _ in spec)
+    accept_length = (sum(correct for _, correct in spec) + rows) / max(rows, 1)
+    # 1.0 means nothing accepted; the trained draft reaches ~3 with 2 steps
     assert accept_length >= 1.5, f"{label}: accept length {accept_length:.2f}"
     meta_verify = sum(m.get("spec_verify_ct", 0) for m in ramp.meta.values())
-    assert meta_verify <= verify_rows, (
-        f"{label}: per-request spec_verify_ct {meta_verify} > {verify_rows}"
+    assert meta_verify <= booked_rows, (
+        f"{label}: per-request spec_verify_ct {meta_verify} > {booked_rows}"
     )
 
 
@@ -383,23 +462,20 @@ def test_aux_layers_selected_before_graph_capture(ramps, label):
     captured with the draft's aux layers (upstream 0.5.12 selects them before capture).
     """
     ramp = ramps(label)
-    steps = [s for s in _target_steps(ramp.events) if s[0] == "TARGET_VERIFY"]
-    assert steps and all(graph for _, _, graph in steps)
-    booked = [e for e in ramp.events if e[0] == "S"]
-    rows = sum(e[1] for e in booked)
-    accept_length = (sum(e[2] for e in booked) + rows) / max(rows, 1)
+    steps = [s for s in _steps(ramp) if s.speculative]
+    assert steps and all(s.graph for s in steps)
+    booked = decode.bookings(ramp.events)
+    rows = sum(bs for bs, _, _ in booked)
+    accept_length = (sum(correct for _, correct, _ in booked) + rows) / max(rows, 1)
     assert accept_length >= 1.5, f"{label}: accept length {accept_length:.2f} in graph replays"
 
 
 @pytest.mark.parametrize("label", THRESHOLD_LABELS)
 def test_one_info_line_per_transition(ramps, label):
     ramp = ramps(label)
-    kinds = [m for m, _, _ in _target_steps(ramp.events)]
-    switches = [(a, b) for a, b in zip(kinds, kinds[1:], strict=False) if a != b]
+    offs, ons = decode.switches(_steps(ramp))
     disabled = re.findall(engines.DISABLED_RE, ramp.log)
     enabled = re.findall(engines.REENABLED_RE, ramp.log)
-    offs = sum(1 for a, b in switches if b == "DECODE")
-    ons = sum(1 for a, b in switches if b == "TARGET_VERIFY")
     assert offs >= 2 and ons >= 2, (
         f"{label}: the ramp crossed the threshold {offs}x up, {ons}x down"
     )
