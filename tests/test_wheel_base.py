@@ -737,7 +737,9 @@ def test_the_index_pip_is_configured_with_is_used_with_its_credentials(toy, tmp_
     finally:
         server.shutdown()
     if how == "none":
-        assert r.returncode == 2 and "HTTP 401" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 2 and "HTTP 401" in r.stderr and "Traceback" not in r.stderr, (
+            r.stderr
+        )
     else:
         assert r.returncode == 0, r.stdout + r.stderr
     assert "s3cret" not in r.stdout + r.stderr
