@@ -87,6 +87,10 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     if cont and abort:
         raise UsageError("--continue and --abort exclude each other: pass one")
     ws = Workspace.load()
+    for flag, given in (("--write", write), ("--conflict-tree", conflict_tree),
+                        ("--continue", cont), ("--abort", abort)):  # fmt: skip
+        if given:
+            ws.project.refuse_unnamed(f"rebase {flag}")
     if new_line is not None and not write:
         raise UsageError("--new-line starts a line in patches/: it needs --write")
     if cont or abort:
