@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from reliability_support import ROOT, GitFaults, cli, git, one_or_two_lines, record
+from reliability_support import ROOT, GitFaults, cli, git, one_or_two_lines, record, tally_kill
 from sampling import rotating
 from test_reliability_conflict_tree import ARGS, toy_with_conflicting_release
 
@@ -110,6 +110,7 @@ def test_continue_write_killed_at_every_point(tmp_path):
             faults.arm(at, "KILL")
             killed = cli(*CONTINUE, env={**toy.env, **faults.env()})
         else:
+            tally_kill()
             killed = subprocess.run(
                 [sys.executable, "-c", KILL_IN_REMOVAL, *CONTINUE], cwd=ROOT,
                 env={**os.environ, **toy.env, "PK_AT": str(at)},

@@ -34,6 +34,7 @@ from reliability_support import (
     make_project,
     one_or_two_lines,
     record,
+    tally_kill,
 )
 from sampling import exhaustive, rotating
 
@@ -152,6 +153,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 def planted_run(args, env, at: int, sig: str) -> subprocess.CompletedProcess:
+    tally_kill()
     return subprocess.run(
         [sys.executable, "-c", PLANTED, *args],
         cwd=ROOT,
