@@ -39,8 +39,11 @@ def root() -> str:
             return entry[0]
         sweep_dead()
         path = tempfile.mkdtemp(prefix=PREFIX)
-        fd = os.open(os.path.join(path, "held"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        # Locked under another name, then named `held`: a sweep never finds an unlocked
+        # `held` in a folder being made (it took such a folder for a dead run's).
+        fd = os.open(os.path.join(path, "making"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(os.path.join(path, "making"), os.path.join(path, "held"))
         os.mkdir(os.path.join(path, "cwd"))
         _SCRATCH[pid] = (path, fd)
         atexit.register(_remove, pid)

@@ -75,3 +75,28 @@ def test_a_killed_apply_leaves_nothing_in_tmpdir_but_its_swept_scratch(toy, tmp_
     assert (tmp_path / "wt" / ".git").is_dir()
     record(SECTION, "apply SIGKILLed while its patches were in their temporary folder: only "
            "its scratch folder in TMPDIR, swept by the next run, which applied")  # fmt: skip
+
+
+def test_a_scratch_folder_being_made_is_never_swept(tmp_path, monkeypatch):
+    """Another run's sweep that lands between the making of a scratch folder's `held` file
+    and its flock finds nothing to take (it took the folder being made: its `held` was there
+    and not yet locked, as a dead run's is)."""
+    from patchkit import scratch
+
+    monkeypatch.setattr(scratch, "_SCRATCH", {})
+    monkeypatch.setattr(scratch.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(scratch.atexit, "register", lambda *a: None)
+    real = scratch.fcntl.flock
+    swept = []
+
+    def flock(fd, op):
+        if not swept:  # the first flock: the one that takes the new folder's `held`
+            swept.append(True)
+            monkeypatch.setattr(scratch.fcntl, "flock", real)
+            scratch.sweep_dead()  # another run's sweep, in the window
+        return real(fd, op)
+
+    monkeypatch.setattr(scratch.fcntl, "flock", flock)
+    made = scratch.root()
+    assert swept and os.path.isdir(os.path.join(made, "cwd")), os.listdir(tmp_path)
+    assert os.path.exists(os.path.join(made, "held"))
