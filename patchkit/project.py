@@ -19,10 +19,11 @@ class Project:
     # install was made from.  Verbs read it (with a note); none writes into it.
     installed: bool = field(default=False, compare=False)
 
-    def refuse_unnamed(self, what: str) -> None:
-        """Refuse `what` (a verb writing into this project) in a project the user did not name:
-        one found only as the checkout patchkit was installed from."""
-        if self.installed:
+    def refuse_unnamed(self, what: str, *, when: bool = True) -> None:
+        """Refuse `what` (a verb writing into this project; `when`: it writes this time) in a
+        project the user did not name: one found only as the checkout patchkit was installed
+        from."""
+        if self.installed and when:
             raise ConfigError(
                 f"{what} would write into {self.root}, the checkout patchkit was installed from: "
                 f"no project (patches/targets.toml) in {Path.cwd()} or above; nothing was written",

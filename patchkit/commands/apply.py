@@ -60,8 +60,7 @@ def command(targets, into, line, upstream, fuzz, threeway, allow_unpinned, as_js
 def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> int:
     as_json = out.json_mode
     ws = Workspace.load()
-    if into is None:  # the checkouts go to the project's work/
-        ws.project.refuse_unnamed("apply without --into")
+    ws.project.refuse_unnamed("apply without --into", when=into is None)  # into work/
     specs = ws.expand(targets)
     if len(specs) > 1 and upstream:
         raise UsageError("--upstream names one repository; use it with a single --target")

@@ -87,10 +87,7 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     if cont and abort:
         raise UsageError("--continue and --abort exclude each other: pass one")
     ws = Workspace.load()
-    for flag, given in (("--write", write), ("--conflict-tree", conflict_tree),
-                        ("--continue", cont), ("--abort", abort)):  # fmt: skip
-        if given:
-            ws.project.refuse_unnamed(f"rebase {flag}")
+    _refuse_unnamed(ws, write=write, conflict_tree=conflict_tree, cont=cont, abort=abort)
     if new_line is not None and not write:
         raise UsageError("--new-line starts a line in patches/: it needs --write")
     if cont or abort:
@@ -207,6 +204,14 @@ def _write(
         new_line=new_line,
         read=read,
     )
+
+
+def _refuse_unnamed(ws, **flags: bool) -> None:
+    """Each option that writes into the project (patches/, targets.toml, work/rebase/) is
+    refused in a project the user did not name."""
+    for name, given in flags.items():
+        option = "--continue" if name == "cont" else "--" + name.replace("_", "-")
+        ws.project.refuse_unnamed(f"rebase {option}", when=given)
 
 
 def _stopped_target(ws, name: str, dest, line):
