@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 PREFIX = "patchkit-run-"  # in $TMPDIR: one folder per running patchkit process
-MARK = "PATCHKIT_RUN"  # in a contained child's environment: the scratch folder of its run
+MARK = "_PATCHKIT_RUN"  # set, never read, in a contained child: the scratch folder of its run
 _SCRATCH: dict[int, tuple[str, int]] = {}  # pid -> (its scratch folder, the fd holding it)
 _MADE = threading.Lock()
 
