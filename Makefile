@@ -152,6 +152,7 @@ review: $(BVENV)/.stamp
 lint: $(VENV)/.stamp-core
 	$(VENV)/bin/patchkit lint
 	$(VENV)/bin/ruff check patchkit tests bench gpu
+	$(VENV)/bin/vulture --min-confidence 60 patchkit tests/vulture_allow.py
 
 bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/apply.py

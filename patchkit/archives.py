@@ -83,6 +83,17 @@ def open_regular(path: os.PathLike | str) -> BinaryIO:
         raise
 
 
+def read_regular(path: os.PathLike | str, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them: a FIFO or device is refused
+    (SpecialFileError), never waited on or read without end; a longer file is refused
+    (ValueError) after ``limit + 1`` bytes, whatever it claims."""
+    with open_regular(path) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
+
+
 def special_file_problem(path: os.PathLike | str) -> str | None:
     """Why `path` (followed if a symlink) is not a regular file, or None (also when absent)."""
     try:

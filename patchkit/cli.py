@@ -54,7 +54,7 @@ SHORT_HELP = {
 ENVIRONMENT = (
     ("PATCHKIT_PROJECT", "the project root (default: nearest parent with patches/targets.toml)"),
     ("PATCHKIT_CACHE", "mirrors and downloads (default: $XDG_CACHE_HOME/patchkit or ~/.cache)"),
-    ("PATCHKIT_INDEX_URL", "the package index for sdists and wheels (default: PyPI)"),
+    ("PATCHKIT_INDEX_URL", "the package index (default: pip's, from pip.conf; else PyPI)"),
     ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
     (
         "PATCHKIT_PROFILE",

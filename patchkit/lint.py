@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -299,63 +299,103 @@ def _check_added_lines(target: str, name: str, raw: bytes, add) -> None:
 
 
 def _check_metadata(target: str, patch: Patch, add, today: dt.date) -> None:
-    def bad(message: str) -> None:
-        add(Finding("metadata-malformed", target, patch.name, message))
+    for check in _METADATA_CHECKS:
+        for kind, message in check(patch, today):
+            add(Finding(kind, target, patch.name, message))
 
+
+# A metadata check yields (finding kind, message) for each problem it finds in a patch.
+_MetadataCheck = Callable[[Patch, dt.date], Iterator[tuple[str, str]]]
+_MALFORMED = "metadata-malformed"
+
+
+def _description_missing(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
     description = patch.body
     for key, value in patch.trailers:
         description = description.replace(f"{key}: {value}", "")
     if not description.strip():
-        add(
-            Finding(
-                "description-missing",
-                target,
-                patch.name,
-                "the message has no description: say why the patch exists and when it can go",
-            )
+        yield (
+            "description-missing",
+            "the message has no description: say why the patch exists and when it can go",
         )
+
+
+def _required_missing(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
     for key in REQUIRED:
         if patch.trailer(key) is None:
-            add(Finding("metadata-missing", target, patch.name, f"no {key}: trailer"))
+            yield "metadata-missing", f"no {key}: trailer"
+
+
+def _origin_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
     origin = patch.trailer("Origin")
-    if origin is not None:
-        match = ORIGIN_RE.match(origin)
-        if match is None:
-            bad(f"Origin: '{origin}' is not 'upstream|backport|vendor|other[, <where>]'")
-        elif match.group(1) in ("upstream", "backport") and not (
-            match.group(2) and URL_OR_COMMIT_RE.match(match.group(2))
-        ):
-            bad(f"Origin: {match.group(1)} needs a URL or commit:<sha> after the comma")
+    if origin is None:
+        return
+    match = ORIGIN_RE.match(origin)
+    if match is None:
+        yield _MALFORMED, f"Origin: '{origin}' is not 'upstream|backport|vendor|other[, <where>]'"
+    elif match.group(1) in ("upstream", "backport") and not (
+        match.group(2) and URL_OR_COMMIT_RE.match(match.group(2))
+    ):
+        yield _MALFORMED, f"Origin: {match.group(1)} needs a URL or commit:<sha> after the comma"
+
+
+def _forwarded_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
     forwarded = patch.trailer("Forwarded")
     if forwarded is not None and not FORWARDED_RE.match(forwarded):
-        bad(f"Forwarded: '{forwarded}' is not a URL, 'no' or 'not-needed'")
+        yield _MALFORMED, f"Forwarded: '{forwarded}' is not a URL, 'no' or 'not-needed'"
+
+
+def _links_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
     for key in ("Bug", "Applied-Upstream"):
         value = patch.trailer(key)
         if value is not None and not value.strip():
-            bad(f"{key}: is empty")
+            yield _MALFORMED, f"{key}: is empty"
     bug = patch.trailer("Bug")
     if bug and not bug.startswith(("http://", "https://")):
-        bad(f"Bug: '{bug}' is not a URL")
+        yield _MALFORMED, f"Bug: '{bug}' is not a URL"
+
+
+def _last_update_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
     updated = patch.trailer("Last-Update")
-    if updated is not None:
-        try:
-            if not DATE_RE.match(updated):
-                raise ValueError
-            when = dt.date.fromisoformat(updated)
-        except ValueError:
-            bad(f"Last-Update: '{updated}' is not a YYYY-MM-DD date")
-        else:
-            if when > today:
-                bad(f"Last-Update: {updated} is in the future")
+    if updated is None:
+        return
+    try:
+        if not DATE_RE.match(updated):
+            raise ValueError
+        when = dt.date.fromisoformat(updated)
+    except ValueError:
+        yield _MALFORMED, f"Last-Update: '{updated}' is not a YYYY-MM-DD date"
+        return
+    if when > today:
+        yield _MALFORMED, f"Last-Update: {updated} is in the future"
+
+
+def _tests_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
     for test in patch.tests:
         if "/" not in test and "::" not in test:
-            bad(f"Patchkit-Tests: '{test}' is not a test path or node id")
+            yield _MALFORMED, f"Patchkit-Tests: '{test}' is not a test path or node id"
+
+
+def _parts_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
+    files = [f.path for f in patch.files]
     for key, value in patch.trailers:
-        files = [f.path for f in patch.files]
         if key.lower() == PART_TRAILER.lower() and (
             claimed_version(value) is None or not claimed_paths(value, files)
         ):
-            bad(f"{PART_TRAILER}: '{value}' names no release and file of the patch")
+            yield _MALFORMED, f"{PART_TRAILER}: '{value}' names no release and file of the patch"
+
+
+# The metadata checks, in the order their findings are reported.
+_METADATA_CHECKS: tuple[_MetadataCheck, ...] = (
+    _description_missing,
+    _required_missing,
+    _origin_malformed,
+    _forwarded_malformed,
+    _links_malformed,
+    _last_update_malformed,
+    _tests_malformed,
+    _parts_malformed,
+)
 
 
 def _check_overlaps(target: str, patches: list[Patch], add) -> None:

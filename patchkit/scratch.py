@@ -2,7 +2,9 @@
 a bare repository, scratch indexes, verify's extracted members, every temporary folder
 (`temporary_folder`) and, while `children_contained` holds, the temp files of this process and
 of its children (pip, the build backend).  Whatever a run leaves there goes with the folder:
-removed at exit, and by the next run after a SIGKILL."""
+removed at exit, and by the next run after a SIGKILL.  A folder that must lie beside its target
+instead (to be renamed onto it, on its file system) is recorded there (`folder_beside`) and goes
+with it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import atexit
 import contextlib
 import fcntl
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 
 PREFIX = "patchkit-run-"  # in $TMPDIR: one folder per running patchkit process
 MARK = "_PATCHKIT_RUN"  # set, never read, in a contained child: the scratch folder of its run
+BESIDE = "beside"  # in a scratch folder: a link to each folder_beside() its process made
 _SCRATCH: dict[int, tuple[str, int]] = {}  # pid -> (its scratch folder, the fd holding it)
 _MADE = threading.Lock()
 
@@ -83,6 +87,49 @@ def new_path(prefix: str) -> str:
 def new_folder(prefix: str) -> str:
     """A new, empty folder in the scratch folder (the caller removes it when done)."""
     return tempfile.mkdtemp(dir=root(), prefix=prefix)
+
+
+def folder_beside(target: str | os.PathLike, tag: str) -> str:
+    """A new, empty folder ``.<name>.<tag>-<random>`` beside ``target``, on its file system (a
+    tree renamed onto ``target`` when complete).  It is recorded in this process's scratch
+    folder before it is made, so it goes with that folder: removed at exit, and by the next
+    patchkit run after a SIGKILL (`sweep_dead`).  The caller renames or removes it when done."""
+    parent, name = os.path.split(os.path.abspath(target))
+    records = os.path.join(root(), BESIDE)
+    os.makedirs(records, exist_ok=True)
+    while True:
+        path = os.path.join(parent, f".{name}.{tag}-{secrets.token_hex(6)}")
+        record = os.path.join(records, os.path.basename(path))
+        try:
+            os.symlink(path, record)  # first: a kill before the mkdir leaves nothing to sweep
+        except FileExistsError:
+            continue
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            os.unlink(record)
+            continue
+        return path
+
+
+def _remove_beside(scratch: str) -> None:
+    """Remove the folders recorded in ``scratch`` by `folder_beside` that are still there
+    (renamed onto their target, they are gone): only a real folder of this user whose name
+    is a `folder_beside` name."""
+    records = os.path.join(scratch, BESIDE)
+    try:
+        names = os.listdir(records)
+    except OSError:
+        return
+    for name in names:
+        try:
+            path = os.readlink(os.path.join(records, name))
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if os.path.basename(path) == name and name.startswith(".") and st.st_uid == os.getuid():
+            if not os.path.islink(path) and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -210,6 +257,7 @@ def sweep_dead() -> None:
             continue  # its process is alive
         try:
             if not os.path.islink(path) and os.stat(path).st_uid == os.getuid():
+                _remove_beside(path)
                 shutil.rmtree(path, ignore_errors=True)
         finally:
             os.close(fd)
@@ -218,5 +266,6 @@ def sweep_dead() -> None:
 def _remove(pid: int) -> None:
     if os.getpid() == pid and pid in _SCRATCH:
         path, fd = _SCRATCH.pop(pid)
+        _remove_beside(path)
         shutil.rmtree(path, ignore_errors=True)
         os.close(fd)

@@ -16,7 +16,6 @@ from patchkit.archives import special_file_problem
 from patchkit.errors import ConfigError, PatchFormatError
 from patchkit.files import within
 
-FROM_LINE_RE = re.compile(rb"^From [0-9a-f]{40} ", re.M)
 TRAILER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): ?(.*)$")
 PLAIN_DIFF_HINT = "turn it into a series with `patchkit import {file} --target T`"
 # In a series the file must leave it first: import reads the series it adds to.
@@ -25,7 +24,6 @@ LISTED_DIFF_HINT = (
     "`patchkit import {file} --target {target} --into-series`"
 )
 PATCH_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch\Z")
-DEP3_KEYS = ("Origin", "Forwarded", "Applied-Upstream", "Bug", "Last-Update", "Patchkit-Tests")
 PATCH_FILE_TRAILER = "Patchkit-Patch"
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import gitops
-from patchkit.apply import BASE_REF, ApplyOptions, build_series
+from patchkit.apply import BASE_REF, ApplyOptions, PatchResult, build_series
 from patchkit.errors import ApplyError, UsageError
 from patchkit.series import PATCH_FILE_TRAILER, Series
 from patchkit.targets import Target
@@ -100,47 +100,75 @@ def status(directory: Path, target: Target, series: Series, series_version: str)
     report = StatusReport(
         target.name, directory, base, stands_for, upstream, series_version, series.hash(), head
     )
-    by_name: dict[str, str] = {}
-    for commit, trailers in gitops.trailers_in_range(directory, base, head or base):
-        name = trailers.get(PATCH_FILE_TRAILER)
-        if name:
-            by_name[name] = commit
-        else:
-            report.extra_commits.append(commit)
-    try:
-        expected, results = build_series(directory, base, series, ApplyOptions())
-    except ApplyError as exc:
-        report.error = f"the series no longer applies to this base: {exc.message}"
-        results = getattr(exc, "results", [])
-        expected = None
+    by_name = _commits_by_patch(directory, base, head or base, report)
+    expected, results = _series_result(directory, base, series, report)
     report.expected = expected
     drift = set(gitops.changed_paths(directory, expected)) if expected else set()
-    touched_by = {
-        r.name: {f.path for f in series.by_name(r.name).files}
-        | {f.source for f in series.by_name(r.name).files if f.source}
-        for r in results
-    }
-    # A path that differs from the series result is the last touching patch's drift, not that
-    # of every earlier patch that also edits the file (they are intact).
-    owner = {path: name for name, paths in touched_by.items() for path in paths}
+    owned = _owned_paths(series, results)
     for result in results:
-        touched = {path for path in touched_by[result.name] if owner.get(path) == result.name}
         commit = by_name.get(result.name)
-        if result.status == "already-applied":
-            state = "already-applied"
-        elif commit is None:
-            state = "missing"
-        elif result.commit and _same_change(directory, commit, result.commit):
-            state = "applied"
-        else:
-            state = "modified"
-        changed = sorted(touched & drift)
+        state = _state_of(directory, result, commit)
+        changed = sorted(owned[result.name] & drift)
         if state == "applied" and changed:
             state = "modified"
         report.patches.append(PatchState(result.name, state, commit, changed))
     for name in series.names[len(results) :]:
         report.patches.append(PatchState(name, "missing"))
     return report
+
+
+def _commits_by_patch(
+    directory: Path, base: str, head: str, report: StatusReport
+) -> dict[str, str]:
+    """patch file -> the commit of base..head its trailer names; commits without the trailer
+    are the report's extra commits."""
+    by_name: dict[str, str] = {}
+    for commit, trailers in gitops.trailers_in_range(directory, base, head):
+        name = trailers.get(PATCH_FILE_TRAILER)
+        if name:
+            by_name[name] = commit
+        else:
+            report.extra_commits.append(commit)
+    return by_name
+
+
+def _series_result(
+    directory: Path, base: str, series: Series, report: StatusReport
+) -> tuple[str | None, list[PatchResult]]:
+    """The series built on the base: (its commit, the patches' results), the commit None and
+    the results of the patches reached when it no longer applies (said in `report.error`)."""
+    try:
+        return build_series(directory, base, series, ApplyOptions())
+    except ApplyError as exc:
+        report.error = f"the series no longer applies to this base: {exc.message}"
+        return None, getattr(exc, "results", [])
+
+
+def _owned_paths(series: Series, results: list[PatchResult]) -> dict[str, set[str]]:
+    """Each patch's paths that no later patch touches. A path that differs from the series
+    result is the last touching patch's drift, not that of every earlier patch that also
+    edits the file (they are intact)."""
+    touched_by = {
+        r.name: {f.path for f in series.by_name(r.name).files}
+        | {f.source for f in series.by_name(r.name).files if f.source}
+        for r in results
+    }
+    owner = {path: name for name, paths in touched_by.items() for path in paths}
+    return {
+        name: {path for path in paths if owner.get(path) == name}
+        for name, paths in touched_by.items()
+    }
+
+
+def _state_of(directory: Path, result: PatchResult, commit: str | None) -> str:
+    """What the work tree did with a patch, before drift is looked at."""
+    if result.status == "already-applied":
+        return "already-applied"
+    if commit is None:
+        return "missing"
+    if result.commit and _same_change(directory, commit, result.commit):
+        return "applied"
+    return "modified"
 
 
 def _same_change(repo: Path, a: str, b: str) -> bool:

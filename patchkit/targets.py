@@ -377,38 +377,55 @@ def _load_lines(path: Path, name: str, table: dict) -> tuple[tuple[Line, ...], s
         )
     lines = []
     for line_name, entry in raw.items():
-        where = f'targets.{name}.lines."{line_name}"'
-        if not NAME_RE.match(line_name):
-            raise ConfigError(
-                f"{path}: line name {line_name!r} of {name} must be letters, digits and . _ + -"
-            )
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{path}: [{where}] must be a table")
-        if "retired" in entry:
-            continue  # _load_retired
-        pin = _str(path, where, entry, "pin", required=True) or ""
-        series = _str(path, where, entry, "series") or f"{name}/{line_name}"
-        parts = PurePosixPath(series).parts
-        if not parts or series.startswith("/") or any(p in (".", "..") for p in parts):
-            raise ConfigError(f"{path}: [{where}] series {series!r} must stay inside patches/")
-        lines.append(Line(line_name, pin, "/".join(parts), _companions(path, where, entry)))
+        line = _load_line(path, name, line_name, entry)
+        if line is not None:
+            lines.append(line)
+    _check_carried_lines(path, name, lines)
+    default = _default_line(path, name, table, lines)
+    if "pin" in table:
+        raise ConfigError(
+            f"{path}: [targets.{name}] has both 'pin' and 'lines': each line has its own pin"
+        )
+    return tuple(lines), default
+
+
+def _load_line(path: Path, name: str, line_name: str, entry: object) -> Line | None:
+    """One `[targets.T.lines."X"]` table; None for a retired line (see _load_retired)."""
+    where = f'targets.{name}.lines."{line_name}"'
+    if not NAME_RE.match(line_name):
+        raise ConfigError(
+            f"{path}: line name {line_name!r} of {name} must be letters, digits and . _ + -"
+        )
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path}: [{where}] must be a table")
+    if "retired" in entry:
+        return None
+    pin = _str(path, where, entry, "pin", required=True) or ""
+    series = _str(path, where, entry, "series") or f"{name}/{line_name}"
+    parts = PurePosixPath(series).parts
+    if not parts or series.startswith("/") or any(p in (".", "..") for p in parts):
+        raise ConfigError(f"{path}: [{where}] series {series!r} must stay inside patches/")
+    return Line(line_name, pin, "/".join(parts), _companions(path, where, entry))
+
+
+def _check_carried_lines(path: Path, name: str, lines: list[Line]) -> None:
+    """At least one line is carried, and no two carried lines share a series folder."""
     if not lines:
         raise ConfigError(f"{path}: [targets.{name}] has no line that is not retired")
     folders = [ln.series for ln in lines]
     for folder in folders:
         if folders.count(folder) > 1:
             raise ConfigError(f"{path}: [targets.{name}] two lines share the series {folder}")
+
+
+def _default_line(path: Path, name: str, table: dict, lines: list[Line]) -> str:
     default = _str(path, f"targets.{name}", table, "default_line") or lines[0].name
     if default not in {ln.name for ln in lines}:
         raise ConfigError(
             f"{path}: [targets.{name}] default_line {default!r} is not one of its lines "
             f"({', '.join(ln.name for ln in lines)})"
         )
-    if "pin" in table:
-        raise ConfigError(
-            f"{path}: [targets.{name}] has both 'pin' and 'lines': each line has its own pin"
-        )
-    return tuple(lines), default
+    return default
 
 
 def _companions(path: Path, where: str, entry: dict) -> tuple[tuple[str, str], ...]:

@@ -233,6 +233,32 @@ def test_wrong_aux_width(tmp_path, target, line059):
     assert "shapes" in failing(report)  # SGLang builds fc for 3 aux states and would refuse it
 
 
+@pytest.mark.parametrize(
+    ("n_aux", "target_hidden", "causes"),
+    [
+        (6, HIDDEN, [f"configure 6 aux layer ids the draft was trained on in eagle_config "
+                     f"(6 x {HIDDEN} = {6 * HIDDEN})",
+                     f"trained on a target of hidden size {2 * HIDDEN} (3 x {2 * HIDDEN} = "
+                     f"{6 * HIDDEN})"]),
+        (3, 96, ["trained on a target of hidden size 96 (3 x 96 = 288)"]),
+        (2, HIDDEN, ["configure 2 aux layer ids"]),
+    ],
+    ids=["layers-or-target", "another-target", "layers"],
+)  # fmt: skip
+def test_the_aux_width_fix_names_each_cause_the_sizes_allow(
+    tmp_path, target, line059, n_aux, target_hidden, causes
+):
+    draft = sglang_draft(tmp_path / "draft", n_aux=n_aux, target_hidden=target_hidden)
+
+    width = by_id(check_draft(draft, target, line059))["aux.width"]
+
+    assert width.status == "fail"
+    for cause in causes:
+        assert cause in width.fix, width.fix
+    assert ("the sizes fit two causes" in width.fix) == (len(causes) == 2)
+    assert "retrain the draft on aux states of width" not in width.fix
+
+
 def test_aux_width_of_a_different_target_hidden(tmp_path, line059):
     target = target_config(tmp_path / "target", hidden=2 * HIDDEN)
     report = check_draft(sglang_draft(tmp_path / "draft"), target, line059)
@@ -303,7 +329,7 @@ def test_vocab_mismatch(tmp_path, line059):
     assert f"set vocab_size {2 * VOCAB}" in vocab.fix
 
 
-def test_d2t_and_t2d_disagree(tmp_path, target, line059):
+def _disagreeing_t2d_draft(folder: Path) -> Path:
     from doctor_fixtures import sglang_tensors, write_draft
 
     tensors = sglang_tensors(dtype=np.float16)
@@ -311,10 +337,76 @@ def test_d2t_and_t2d_disagree(tmp_path, target, line059):
     t2d[1] = True
     t2d[0] = False
     tensors["t2d"] = t2d
-    draft = write_draft(tmp_path / "draft", sglang_config(torch_dtype="float16"), tensors)
+    return write_draft(folder, sglang_config(torch_dtype="float16"), tensors)
 
-    vocab = by_id(check_draft(draft, target, line059))["vocab"]
-    assert vocab.status == "fail" and "t2d and d2t disagree" in vocab.detail
+
+def test_a_t2d_the_line_never_reads_is_a_warning(tmp_path, target, doctor_cache):
+    """A good draft whose t2d disagrees with d2t: SGLang's load_weights skips t2d, so the
+    server is unaffected; a warning that says so, exit 0."""
+    draft = _disagreeing_t2d_draft(tmp_path / "draft")
+    env = {"PATCHKIT_CACHE": str(doctor_cache)}
+
+    done = patchkit("doctor", "draft", "--draft", str(draft), "--target-config", str(target),
+                    "--json", env=env)  # fmt: skip
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    checks = {c["id"]: c for c in result_of(done.stdout)["checks"]}
+    t2d = checks["vocab.t2d"]
+    assert t2d["status"] == "warn"
+    assert "t2d and d2t disagree on which target tokens are drafted" in t2d["detail"]
+    assert "load_weights never reads t2d, so SGLang is unaffected" in t2d["detail"]
+    assert "rebuild t2d from d2t" in t2d["fix"]
+    assert checks["vocab"]["status"] == "pass"
+
+
+def test_a_t2d_the_line_reads_must_agree(tmp_path, target, line059):
+    """The same draft against model code that keeps t2d: the disagreement is a failure."""
+    tree = _copy_tree(line059, tmp_path / "tree")
+    eagle3 = tree / "sglang/srt/models/llama_eagle3.py"
+    skip = 'if "t2d" in name:\n                continue'
+    assert skip in eagle3.read_text()
+    keep = (
+        'if "t2d" in name:\n                self.t2d_map = loaded_weight\n                continue'
+    )
+    eagle3.write_text(eagle3.read_text().replace(skip, keep))
+    draft = _disagreeing_t2d_draft(tmp_path / "draft")
+
+    reads = by_id(check_draft(draft, target, sources.from_path(tree)))["vocab.t2d"]
+    ignores = by_id(check_draft(draft, target, line059))["vocab.t2d"]
+
+    assert (
+        reads.status == "fail" and "disagree" in reads.detail and "never reads" not in reads.detail
+    )
+    assert ignores.status == "warn"
+
+
+def test_every_vocabulary_problem_is_named(tmp_path, target, line059):
+    """A vocab_size mismatch, a d2t entry out of range, two draft tokens on one target token
+    and a t2d that disagrees, all at once: each is named with its fix."""
+    from doctor_fixtures import sglang_tensors, write_draft
+
+    tensors = sglang_tensors(dtype=np.float16)
+    d2t, t2d = vocab_maps()  # draft token i -> target token 2i
+    d2t[0] = 10**6  # outside the target vocabulary
+    d2t[3] = 4 - 3  # draft token 3 -> target token 4, as draft token 2
+    t2d[0] = False
+    t2d[1] = True
+    tensors["d2t"], tensors["t2d"] = d2t, t2d
+    draft = write_draft(
+        tmp_path / "draft", sglang_config(torch_dtype="float16", vocab=300), tensors
+    )
+
+    checks = by_id(check_draft(draft, target, line059))
+
+    vocab = checks["vocab"]
+    assert vocab.status == "fail"
+    for problem, fix in [
+        (f"draft vocab_size 300 != target vocab_size {VOCAB}", f"set vocab_size {VOCAB}"),
+        ("d2t[i]+i leaves the target vocabulary (1 entries, e.g. 1000000)", "target_id - draft_id"),
+        ("d2t maps two draft tokens to one target token", "rebuild d2t from the draft vocabulary"),
+    ]:
+        assert problem in vocab.detail and fix in vocab.fix, (problem, vocab.detail)
+    assert "disagree" in checks["vocab.t2d"].detail and checks["vocab.t2d"].status == "warn"
 
 
 def test_norm_before_residual_claim_is_checked_against_the_code(tmp_path, target, line059):
@@ -407,6 +499,19 @@ def test_0_5_17_midlayer_names_still_load(tmp_path, target, line0517):
     graphs = by_id(report)["aux.graphs"]
     assert graphs.status == "pass", graphs.detail
     assert graphs.detail.startswith("scheduler.py init_model_worker: the runner's layers set")
+
+
+@pytest.mark.slow
+def test_0_5_23_builds_its_mlp_with_kernel_dispatchers(tmp_path, target, sglang_0523_wheels,
+                                                      doctor_cache):  # fmt: skip
+    """0.5.23's LlamaMLP holds DualGemm and DenseSiluAndMulQuant, plain objects without
+    parameters (layers.toml lists them): the draft is checked, not refused as unreadable."""
+    line0523 = sources.from_wheel(sglang_0523_wheels["cp311"], patched=False, cache=doctor_cache)
+
+    report = check_draft(sglang_draft(tmp_path / "draft"), target, line0523)
+
+    assert report.ok, [(c.id, c.detail) for c in report.problems]
+    assert "11 parameters filled" in by_id(report)["keys.expected"].detail
 
 
 def _line_patches(line: str) -> list[str]:

@@ -806,13 +806,15 @@ GATE_FILE = "python/sglang/srt/layers/communicator.py"  # differs between 0.5.12
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("in_mirror", [True, False], ids=["imported", "from-the-index"])
 def test_a_diff_made_against_a_post_release_is_named_by_its_index_lines(
-    sglang_0512post1, cache, project, tmp_path
+    sglang_0512post1, cache, project, tmp_path, in_mirror
 ):
     """The motivating case: a git diff made against 0.5.12.post1 applies to 0.5.12 (its hunk is
     where the two agree), but its index lines name the post-release's blob: the import onto the
     0.5.12 line is refused, naming 0.5.12.post1, the file that differs and the commands that
-    start a line there; the same edit made against 0.5.12 is imported, saying so."""
+    start a line there; the same edit made against 0.5.12 is imported, saying so. A mirror that
+    never imported 0.5.12.post1 gets it from the index's releases after the base."""
     from import_fixtures import edit_function
 
     targets = project / "patches" / "targets.toml"
@@ -836,7 +838,11 @@ def test_a_diff_made_against_a_post_release_is_named_by_its_index_lines(
         diffs[name] = tmp_path / f"{name}.patch"
         diffs[name].write_text(git(work, "diff"))
 
+    post1_ref = "refs/patchkit/wheel/0.5.12.post1"
+    if not in_mirror:
+        git(mirror, "update-ref", "-d", post1_ref)
     post1 = patchkit("import", str(diffs["post1"]), "--target", "sglang@0.5.12", "--dry-run")
+    assert gitops.resolve(mirror, post1_ref, bare=True) == sglang_0512post1
     plain = patchkit("import", str(diffs["plain"]), "--target", "sglang@0.5.12", "--dry-run")
 
     assert post1.returncode == 1, post1.stdout + post1.stderr

@@ -694,3 +694,50 @@ def test_a_pep503_html_index_page_lists_the_same_entries_as_the_json_api():
             "hashes": {},
         },
     ]
+
+
+class _PrivateIndex(_Index):
+    """An index that answers only requests carrying its one Basic credential."""
+
+    expected = "Basic " + base64.b64encode(b"deploy:s3cret+pass").decode()
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.headers.get("Authorization") != self.expected:
+            self.send_error(401)
+            return
+        super().do_GET()
+
+
+@pytest.mark.parametrize("how", ["netrc", "url", "none"])
+def test_the_index_pip_is_configured_with_is_used_with_its_credentials(toy, tmp_path, how):
+    """pip.conf's index-url (no PATCHKIT_INDEX_URL, no PIP_INDEX_URL) and its credentials, from
+    netrc or the URL itself, as `pip download` would use them; none gives a one-line refusal
+    that shows no password."""
+    served = tmp_path / "served"
+    served.mkdir()
+    new = make_wheel(served, "3.0", toy_sources("3.0"))
+    _PrivateIndex.files = {new.name: new.read_bytes()}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PrivateIndex)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    userinfo = "deploy:s3cret%2Bpass@" if how == "url" else ""
+    (tmp_path / "pip.conf").write_text(f"[global]\nindex-url = http://{userinfo}{host}/simple\n")
+    (tmp_path / "netrc").write_text(
+        "machine 127.0.0.1 login deploy password s3cret+pass\n" if how == "netrc" else ""
+    )
+    (tmp_path / "netrc").chmod(0o600)
+    env = {
+        "PATCHKIT_INDEX_URL": "",
+        "PIP_INDEX_URL": "",
+        "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"),
+        "NETRC": str(tmp_path / "netrc"),
+    }
+    try:
+        r = patchkit("rebase", "--target", "toy@3.0", "--write", "--new-line", env=env)
+    finally:
+        server.shutdown()
+    if how == "none":
+        assert r.returncode == 2 and "HTTP 401" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert "s3cret" not in r.stdout + r.stderr

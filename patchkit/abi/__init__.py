@@ -16,8 +16,14 @@ from patchkit import scratch as scratch_folder
 from patchkit.abi import torchsyms
 from patchkit.abi.archs import CC
 from patchkit.abi.cache import ResultCache, run_key
-from patchkit.abi.checks import Context, Finding, detect_driver, predict, run_checks
-from patchkit.abi.profiles import Profile, ProfileChoice, choose_profile, load_profile
+from patchkit.abi.checks import Context, DriverInfo, Finding, detect_driver, predict, run_checks
+from patchkit.abi.profiles import (
+    MAX_PROFILE_BYTES,
+    Profile,
+    ProfileChoice,
+    choose_profile,
+    load_profile,
+)
 from patchkit.abi.scan import FileReport, analyze_file, analyze_tree, no_collector
 from patchkit.abi.sources import (
     Tree,
@@ -27,6 +33,7 @@ from patchkit.abi.sources import (
     read_wheelhouse,
     wheel_stamps,
 )
+from patchkit.archives import read_regular
 
 __all__ = ["CC", "Finding", "VerifyReport", "analyze_file", "predict", "verify", "load_profile"]
 
@@ -101,79 +108,100 @@ def verify(
     # members read through files go to the process's scratch folder, swept after a SIGKILL
     scratch = scratch_folder.new_folder("verify-") if wheelhouse else None
     try:
-        env_tree: Tree | None = read_env(env) if env else None
-        if env_tree is None and not wheelhouse:
-            env_tree = read_env(default_site_packages())
-        # A wheel is known by its (path, size, mtime): an unchanged wheelhouse is not opened.
-        stamps = wheel_stamps(wheelhouse) if wheelhouse else None
-        prof, choice = choose_profile(
-            profile,
-            environ.get("PATCHKIT_PROFILE") or None,
-            dist_versions("sglang", env_tree, stamps),
-            wanted,
-        )
-        targets = wanted or list(prof.targets)
-        if host_checks is None:
-            host_checks = wheelhouse is None
-        driver = detect_driver() if host_checks else None
-        source = os.path.abspath(wheelhouse if wheelhouse else (env or default_site_packages()))
-        key = _run_key(env_tree, stamps, source, prof, choice, targets, environ, driver)
-        hit = cache.load("run:" + source, 0, key, _decode_run)
+        run = _plan(env, wheelhouse, profile, wanted, environ, host_checks)
+        hit = cache.load("run:" + run.source, 0, run.key, _decode_run)
         if hit is not None:
-            return VerifyReport(
-                profile=prof.name,
-                targets=[str(t) for t in targets],
-                source=source,
-                files=hit[0],
-                findings=hit[1],
-                seconds=time.perf_counter() - started,
-                cached=True,
-                choice=choice,
-            )
-        wh = read_wheelhouse(wheelhouse, scratch, cache) if wheelhouse else None
-        tree = env_tree.overlay(wh) if env_tree and wh else (wh or env_tree)
-        assert tree is not None
-        meanwhile = None
-        if prof.torch_symbols and "torch/version.py" not in tree.texts:
-            # checks.load_profile_torch will need it: read while the workers read the files
-            meanwhile = functools.partial(torchsyms.preload, prof.data_file(prof.torch_symbols))
-        writes: list = []  # cache writes still under way while the checks run
-        try:
-            reports = analyze_tree(tree, cache, jobs=jobs, meanwhile=meanwhile, writes=writes)
-            ctx = Context(
-                tree=tree,
-                reports=reports,
-                profile=prof,
-                targets=targets,
-                cache=cache,
-                driver=driver,
-                environ=environ,
-                choice=choice,
-            )
-            with no_collector():  # no cycles; a full collection over the reports is 0.09 s
-                findings = run_checks(ctx)
-        finally:
-            for thread in writes:
-                thread.join()
-        cache.store(
-            "run:" + source,
-            0,
-            key,
-            {"files": len(reports), "findings": [f.to_dict() for f in findings]},
-        )
+            return run.report(hit[0], hit[1], started, cached=True)
+        reports, findings = _check(run, wheelhouse, scratch, cache, jobs)
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    return VerifyReport(
-        profile=prof.name,
-        targets=[str(t) for t in targets],
-        source=source,
-        files=len(reports),
-        findings=findings,
-        seconds=time.perf_counter() - started,
-        reports=reports,
-        choice=choice,
+    return run.report(len(reports), findings, started, reports=reports)
+
+
+@dataclass
+class _Run:
+    """What one verify run checks, against what, and the key its result is cached under."""
+
+    env_tree: Tree | None
+    prof: Profile
+    choice: ProfileChoice
+    targets: list[CC]
+    driver: DriverInfo | None  # None: no host checks (a wheelhouse)
+    environ: dict[str, str]
+    source: str
+    key: str
+
+    def report(self, files: int, findings, started: float, **extra) -> VerifyReport:
+        return VerifyReport(
+            profile=self.prof.name,
+            targets=[str(t) for t in self.targets],
+            source=self.source,
+            files=files,
+            findings=findings,
+            seconds=time.perf_counter() - started,
+            choice=self.choice,
+            **extra,
+        )
+
+
+def _plan(env, wheelhouse, profile, wanted, environ, host_checks) -> _Run:
+    """Read the environment (not the wheels), choose the profile, name the run."""
+    env_tree: Tree | None = read_env(env) if env else None
+    if env_tree is None and not wheelhouse:
+        env_tree = read_env(default_site_packages())
+    # A wheel is known by its (path, size, mtime): an unchanged wheelhouse is not opened.
+    stamps = wheel_stamps(wheelhouse) if wheelhouse else None
+    prof, choice = choose_profile(
+        profile,
+        environ.get("PATCHKIT_PROFILE") or None,
+        dist_versions("sglang", env_tree, stamps),
+        wanted,
     )
+    targets = wanted or list(prof.targets)
+    if host_checks is None:
+        host_checks = wheelhouse is None
+    driver = detect_driver() if host_checks else None
+    source = os.path.abspath(wheelhouse if wheelhouse else (env or default_site_packages()))
+    key = _run_key(env_tree, stamps, source, prof, choice, targets, environ, driver)
+    return _Run(env_tree, prof, choice, targets, driver, environ, source, key)
+
+
+def _check(
+    run: _Run, wheelhouse: str | None, scratch: str | None, cache: ResultCache, jobs
+) -> tuple[dict[str, FileReport], list[Finding]]:
+    """Read the files (the wheels laid over the environment), run the checks, store the
+    result under the run's key."""
+    wh = read_wheelhouse(wheelhouse, scratch, cache) if wheelhouse else None
+    env_tree = run.env_tree
+    tree = env_tree.overlay(wh) if env_tree and wh else (wh or env_tree)
+    assert tree is not None
+    prof = run.prof
+    meanwhile = None
+    if prof.torch_symbols and "torch/version.py" not in tree.texts:
+        # checks.load_profile_torch will need it: read while the workers read the files
+        meanwhile = functools.partial(torchsyms.preload, prof.data_file(prof.torch_symbols))
+    writes: list = []  # cache writes still under way while the checks run
+    try:
+        reports = analyze_tree(tree, cache, jobs=jobs, meanwhile=meanwhile, writes=writes)
+        ctx = Context(
+            tree=tree,
+            reports=reports,
+            profile=prof,
+            targets=run.targets,
+            cache=cache,
+            driver=run.driver,
+            environ=run.environ,
+            choice=run.choice,
+        )
+        with no_collector():  # no cycles; a full collection over the reports is 0.09 s
+            findings = run_checks(ctx)
+    finally:
+        for thread in writes:
+            thread.join()
+    value = {"files": len(reports), "findings": [f.to_dict() for f in findings]}
+    cache.store("run:" + run.source, 0, run.key, value)
+    return reports, findings
 
 
 def _decode_run(value) -> tuple[int, list[Finding]]:
@@ -185,6 +213,21 @@ def _decode_run(value) -> tuple[int, list[Finding]]:
 
 # Environment variables some check reads.
 _ENV_KEYS = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PATH", "FLASHINFER_CUDA_ARCH_LIST")
+
+
+def _code_stamps() -> list[tuple[str, int, int]]:
+    """(name, size, mtime) of this package's code and data, its subpackages' included: the
+    checks live in ``checks/``, and a change there must not reuse old findings either."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = []
+    for folder in (here, os.path.join(here, "checks")):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith((".py", ".toml")):
+                st = os.stat(os.path.join(folder, name))
+                code.append(
+                    (os.path.relpath(os.path.join(folder, name), here), st.st_size, st.st_mtime_ns)
+                )
+    return code
 
 
 def _run_key(
@@ -210,17 +253,11 @@ def _run_key(
         except OSError:
             prof_bytes.append(repr(prof))
     try:
-        with open(prof.path, "rb") as fh:
-            prof_bytes.append(fh.read())
-    except OSError:
+        prof_bytes.append(read_regular(prof.path, MAX_PROFILE_BYTES))
+    except (OSError, ValueError):
         pass
     # The rules themselves: this package's files (a code change must not reuse old findings).
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = []
-    for name in sorted(os.listdir(here)):
-        if name.endswith((".py", ".toml")):
-            st = os.stat(os.path.join(here, name))
-            code.append((name, st.st_size, st.st_mtime_ns))
+    code = _code_stamps()
     env_part = None
     if env is not None:
         env_part = [
@@ -228,6 +265,7 @@ def _run_key(
             sorted((m.relpath, m.size, m.mtime) for m in env.members.values()),
             sorted(env.candidates),
             sorted(env.texts.items()),
+            sorted(env.unread),
             sorted((d.name, d.version, d.wheel, tuple(d.requires)) for d in env.dists.values()),
         ]
     return run_key(

@@ -18,8 +18,14 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from patchkit.archives import read_regular
+
 # Bump when FileReport or the analysis changes meaning.
 FORMAT = 8
+
+# An entry read back is a regular file of at most this many bytes (the installed torch stack's
+# files entry is 47 MB); anything else is a miss.
+MAX_ENTRY_BYTES = 1 << 30
 
 
 def cache_root() -> str:
@@ -49,8 +55,7 @@ class ResultCache:
         if not self.enabled:
             return None
         try:
-            with open(self._path(key), "rb") as fh:
-                doc = json.loads(fh.read())
+            doc = json.loads(read_regular(self._path(key), MAX_ENTRY_BYTES))
             if not isinstance(doc, dict):
                 return None
             if (doc.get("format"), doc.get("key"), doc.get("size"), doc.get("mtime")) != (

@@ -16,12 +16,11 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 
+from patchkit.archives import open_regular
+
 ELF_MAGIC = b"\x7fELF"
 SHN_UNDEF = 0
 STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE = 1, 2, 10
-# Visibility: DEFAULT 0 and PROTECTED 3 are exported; INTERNAL 1 / HIDDEN 2 are not.
-EXPORTED_VISIBILITY = (0, 3)
-VERSYM_HIDDEN = 0x8000
 
 _CXX11_MARKERS = (b"St7__cxx11", b"B5cxx11")
 # `Ss` is the mangled std::string of the pre-C++11 ABI; it follows a qualifier or a prefix.
@@ -262,18 +261,9 @@ def prefetch(buf, ranges) -> None:
         return
 
 
-def is_elf(path: str) -> bool:
-    """True if the file starts with the ELF magic."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == ELF_MAGIC
-    except OSError:
-        return False
-
-
 def open_mapped(path: str) -> mmap.mmap:
     """Map a file read-only; an empty file cannot be mapped and is malformed."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO swapped in since listing: refused, not waited on
         size = os.fstat(fh.fileno()).st_size
         if size < 64:
             raise MalformedElf(f"file is {size} bytes, too short for an ELF header")

@@ -29,7 +29,6 @@ MAX_UNCOMPRESSED = 1 << 30
 # Without a decompressor, a dlink fatbin is recognisable by cubins this small and no PTX.
 EMPTY_CUBIN_BYTES = 2048
 EM_CUDA = 190
-NOTE_TKINFO = 0x7D0
 
 
 class MalformedFatbin(Exception):

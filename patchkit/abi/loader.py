@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from patchkit.abi.scan import FileReport
+from patchkit.archives import read_regular
 
 LD_SO_CACHE = "/etc/ld.so.cache"
 CACHE_MAGIC = b"glibc-ld.so.cache1.1"
@@ -31,9 +32,8 @@ FLAG_X86_64_LIBC6 = 0x0303
 def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, str]:
     """soname -> path of the x86-64 libraries listed in ld.so.cache (empty if unreadable)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
+        data = read_regular(path, 64 << 20)  # about 100 kB on a usual host
+    except (OSError, ValueError):
         return {}
     start = data.find(CACHE_MAGIC)
     if start < 0 or start + 48 > len(data):

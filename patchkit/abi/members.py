@@ -5,13 +5,18 @@ the scratch folder when a reader needs a file."""
 
 from __future__ import annotations
 
+import bz2
 import importlib
+import lzma
 import os
+import stat
 import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from patchkit.archives import SpecialFileError, file_kind, open_regular
 
 
 @dataclass
@@ -81,7 +86,7 @@ def central_directory(path: str) -> list[Entry]:
 
 
 def _fast_directory(path: str) -> list[Entry] | None:
-    with open(path, "rb") as fp:
+    with open_regular(path) as fp:  # a FIFO swapped in since listing: refused, not waited on
         end = zipfile._EndRecData(fp)
         if end is None or end[zipfile._ECD_SIGNATURE] != zipfile.stringEndArchive:
             return None
@@ -163,8 +168,11 @@ def _fd(path: str) -> tuple[int, int]:
         for old in _FDS.values():
             os.close(old[0])
         _FDS.clear()
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # pread only: never blocks on a file
     st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SpecialFileError(f"{path} is {file_kind(st.st_mode)}, not a regular file")
     _FDS[path] = (fd, st.st_size, _identity(st))
     return fd, st.st_size
 
@@ -247,75 +255,142 @@ def _data_range(fd: int, info, file_size: int | None = None) -> int:
     return start
 
 
-def _head(fd: int, info, n: int) -> bytes:
-    """A member's first ``n`` bytes (its local header checked; inflated only that far)."""
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        with zipfile.ZipFile(os.fdopen(os.dup(fd), "rb")) as zf:
-            zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
-            with zf.open(zinfo) as src:
-                return src.read(n)
-    start = _data_range(fd, info)
-    if info.compress_type == zipfile.ZIP_STORED:
-        return os.pread(fd, min(n, info.compress_size), start)
-    inflate = zlib.decompressobj(-15)
-    out, pos, end = b"", start, start + info.compress_size
-    while len(out) < n and pos < end and not inflate.eof:
-        chunk = os.pread(fd, min(4096, end - pos), pos)
+class _ZipLzma:
+    """An LZMA member's decoder (zipfile's format: 2 version bytes, the properties' size, the
+    properties, then a raw LZMA1 stream) with ``decompress(data, max_length)``, ``eof`` and
+    ``needs_input`` as bz2's and lzma's own decoders have them; zipfile's has no output bound."""
+
+    def __init__(self) -> None:
+        self._header = b""
+        self._decoder: lzma.LZMADecompressor | None = None
+
+    @property
+    def eof(self) -> bool:
+        return self._decoder is not None and self._decoder.eof
+
+    @property
+    def needs_input(self) -> bool:
+        return self._decoder is None or self._decoder.needs_input
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+        if self._decoder is None:
+            self._header += data
+            if len(self._header) < 4:
+                return b""
+            (size,) = struct.unpack_from("<H", self._header, 2)
+            if len(self._header) < 4 + size:
+                return b""
+            props = self._header[4 : 4 + size]
+            filters = [lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)]
+            self._decoder = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters)
+            data, self._header = self._header[4 + size :], b""
+        return self._decoder.decompress(data, max_length)
+
+
+def _decoder(compress_type: int):
+    """A decoder of a member's stored bytes whose every call is bounded in output
+    (``decompress(data, max_length)``): zipfile's bzip2 and lzma readers are not, and one
+    4 kB read of a crafted bzip2 stream inflates to GiBs. None for a stored member."""
+    if compress_type == zipfile.ZIP_STORED:
+        return None
+    if compress_type == zipfile.ZIP_DEFLATED:
+        return inflate_backend().decompressobj(-15)
+    if compress_type == zipfile.ZIP_BZIP2:
+        return bz2.BZ2Decompressor()
+    if compress_type == zipfile.ZIP_LZMA:
+        return _ZipLzma()
+    raise NotImplementedError(f"compression method {compress_type}")
+
+
+def _held(decoder, most: int) -> bytes:
+    """Output from input the decoder holds already, at most ``most`` bytes (b"": none)."""
+    tail = getattr(decoder, "unconsumed_tail", None)  # zlib's way
+    if tail is not None:
+        return decoder.decompress(tail, most) if tail else b""
+    return b"" if decoder.needs_input else decoder.decompress(b"", most)
+
+
+def _stored(fd: int, pos: int, size: int, step: int, relpath: str):
+    """A member's ``size`` stored bytes from ``pos``, ``step`` bytes at a time."""
+    end = pos + size
+    while pos < end:
+        chunk = os.pread(fd, min(step, end - pos), pos)
         if not chunk:
-            break
+            raise ValueError(f"member {relpath!r} runs past the end of the wheel")
         pos += len(chunk)
-        out += inflate.decompress(chunk, n - len(out))
-        while len(out) < n and inflate.unconsumed_tail:
-            out += inflate.decompress(inflate.unconsumed_tail, n - len(out))
-    return out
+        yield chunk
+
+
+def _decoded(decoder, raw, step: int):
+    """The decoded bytes of ``raw`` (stored chunks), in pieces of ``step`` bytes at most (the
+    last may be shorter), none decoded before it is taken."""
+    while True:
+        out = b""
+        while len(out) < step and not decoder.eof:
+            more = _held(decoder, step - len(out))
+            if not more:
+                data = next(raw, None)
+                if data is None:
+                    break
+                more = decoder.decompress(data, step - len(out))
+            out += more
+        if not out:
+            return
+        yield out
+
+
+def _head(fd: int, info, n: int) -> bytes:
+    """A member's first ``n`` bytes (its local header checked; decoded only that far)."""
+    start = _data_range(fd, info)
+    decoder = _decoder(info.compress_type)
+    if decoder is None:
+        return os.pread(fd, min(n, info.compress_size), start)
+    raw = _stored(fd, start, info.compress_size, 4096, info.filename)
+    return next(_decoded(decoder, raw, n), b"")
+
+
+def _ask_ahead(fd: int, start: int, size: int) -> None:
+    """Ask the disk for a large member's whole stored range at once: it reads ahead while the
+    steps before are inflated."""
+    if size > INFLATE_STEP:
+        try:
+            os.posix_fadvise(fd, start, size, os.POSIX_FADV_WILLNEED)
+        except (AttributeError, OSError):
+            pass
 
 
 def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
-    """A deflated or stored member's bytes, inflated step by step (no zipfile object, no copy
-    of the compressed bytes in memory); ends with the size and CRC-32 checked against the
-    central directory. Other compression methods go through zipfile."""
+    """A member's bytes, decoded step by step (no zipfile object, no copy of the compressed
+    bytes in memory), never more than one byte past its declared size: a lying header gains
+    nothing (the rest of the input stays unconsumed and the member is refused). Ends with the
+    size and CRC-32 checked against the central directory."""
     assert member.wheel is not None
     info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        zf = _zip(member.wheel)
-        zinfo = info if isinstance(info, zipfile.ZipInfo) else zf.getinfo(info.filename)
-        with zf.open(zinfo) as src:
-            while chunk := src.read(step or INFLATE_STEP):
-                yield chunk
-        return
-    z = inflate_backend()
     fd, wheel_size = _fd(member.wheel)
     start = _data_range(fd, info, wheel_size)
-    if info.compress_size > INFLATE_STEP:
-        try:
-            os.posix_fadvise(fd, start, info.compress_size, os.POSIX_FADV_WILLNEED)
-        except (AttributeError, OSError):
-            pass
-    deflated = info.compress_type == zipfile.ZIP_DEFLATED
-    inflate = z.decompressobj(-15) if deflated else None
-    pos, left, produced, crc = start, info.compress_size, 0, 0
-    chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos) if left else b""
-    while left:
-        if not chunk:
-            raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
-        pos += len(chunk)
-        left -= len(chunk)
-        # Never produce more than one byte past the declared size: a lying header gains
-        # nothing (the rest of the input stays unconsumed and the member is refused).
-        piece = inflate.decompress(chunk, info.file_size - produced + 1) if inflate else chunk
+    _ask_ahead(fd, start, info.compress_size)
+    decoder = _decoder(info.compress_type)
+    crc32 = inflate_backend().crc32
+    produced, crc = 0, 0
+    for chunk in _stored(fd, start, info.compress_size, step or INFLATE_STEP, member.relpath):
+        piece = decoder.decompress(chunk, info.file_size - produced + 1) if decoder else chunk
         produced += len(piece)
         if produced > info.file_size:
             raise ValueError(f"member {member.relpath!r} is larger than its header says")
         if check_crc:
-            crc = z.crc32(piece, crc)
+            crc = crc32(piece, crc)
         yield piece
-        chunk = os.pread(fd, min(step or INFLATE_STEP, left), pos) if left else b""
-    if inflate is not None and not inflate.eof:
-        raise ValueError(f"member {member.relpath!r}: deflate stream is truncated")
+    _check_end(member.relpath, info, decoder, produced, crc if check_crc else None)
+
+
+def _check_end(relpath: str, info, decoder, produced: int, crc: int | None) -> None:
+    """A member read to its end: its stream complete, its size and CRC-32 the directory's."""
+    if decoder is not None and not decoder.eof:
+        raise ValueError(f"member {relpath!r}: compressed stream is truncated")
     if produced != info.file_size:
-        raise ValueError(f"member {member.relpath!r} is smaller than its header says")
-    if check_crc and crc != info.CRC:
-        raise ValueError(f"Bad CRC-32 for member {member.relpath!r}")
+        raise ValueError(f"member {relpath!r} is smaller than its header says")
+    if crc is not None and crc != info.CRC:
+        raise ValueError(f"Bad CRC-32 for member {relpath!r}")
 
 
 def read_member(member: Member) -> bytes | bytearray:
@@ -348,43 +423,16 @@ HEAD_STEP = 4096
 
 
 def head_chunks(member: Member, step: int = HEAD_STEP):
-    """A wheel member's bytes from its start in ``step``-byte pieces, inflated only as far as
+    """A wheel member's bytes from its start in ``step``-byte pieces, decoded only as far as
     they are taken (no more output than asked for per piece); neither size nor CRC-32 is
     checked, the member is not meant to be read to its end this way."""
     assert member.wheel is not None
     info = member.zinfo or _zip(member.wheel).getinfo(member.relpath)
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        yield from _pieces(member, check_crc=False, step=step)
-        return
     fd, wheel_size = _fd(member.wheel)
     pos = _data_range(fd, info, wheel_size)
-    end = pos + info.compress_size
-    if info.compress_type == zipfile.ZIP_STORED:
-        while pos < end:
-            chunk = os.pread(fd, min(step, end - pos), pos)
-            if not chunk:
-                raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
-            pos += len(chunk)
-            yield chunk
-        return
-    inflate = inflate_backend().decompressobj(-15)
-    out = b""
-    while True:
-        while len(out) < step and not inflate.eof:
-            if inflate.unconsumed_tail:
-                data = inflate.unconsumed_tail
-            elif pos < end:
-                data = os.pread(fd, min(step, end - pos), pos)
-                if not data:
-                    raise ValueError(f"member {member.relpath!r} runs past the end of the wheel")
-                pos += len(data)
-            else:
-                break
-            out += inflate.decompress(data, step - len(out))
-        if not out:
-            return
-        yield out
-        out = b""
+    raw = _stored(fd, pos, info.compress_size, step, member.relpath)
+    decoder = _decoder(info.compress_type)
+    yield from raw if decoder is None else _decoded(decoder, raw, step)
 
 
 def read_member_head(member: Member, limit: int, until: bytes, started=None) -> bytes:

@@ -17,11 +17,15 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from patchkit.abi.archs import CC
+from patchkit.archives import read_regular
 from patchkit.compat import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGED_DIR = os.path.join(HERE, "profiles")
 DEFAULT_PROFILE = "cu130-sm120"
+# A profile is read whole, from a regular file of at most this many bytes (`--profile FILE` may
+# name anything).
+MAX_PROFILE_BYTES = 1 << 20
 CATALOGUE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks.toml")
 
 
@@ -127,11 +131,10 @@ def load_profile(name_or_path: str | None = None, directories: list[str] | None 
             names = ", ".join(available(dirs)) or "none"
             raise ProfileError(f"no profile {name_or_path!r} (available: {names})")
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        data = tomllib.loads(read_regular(path, MAX_PROFILE_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"no profile file {path}") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # TOMLDecodeError, UnicodeDecodeError: ValueErrors
         raise ProfileError(f"cannot read profile {path}: {exc}") from None
     try:
         return _build(data, path)

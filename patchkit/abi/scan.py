@@ -46,6 +46,7 @@ from patchkit.abi.members import (
     read_member_head,
 )
 from patchkit.abi.sources import Tree, drop_wheel, store_listing
+from patchkit.archives import read_regular
 
 _ARCH_FLAGS = re.compile(rb"(?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)+")
 # Files whose bytes carry torch's TORCH_CUDA_ARCH_LIST (== torch._C._cuda_getArchFlags()).
@@ -132,13 +133,16 @@ class FileReport:
         )
 
 
+# An installed PTX module is read whole (its text is parsed), and never past this many bytes.
+MAX_PTX_BYTES = 1 << 30
+
+
 def analyze_file(path: str, relpath: str, origin: str, kind: str = "elf") -> FileReport:
     """Read one file; malformed data becomes ``error``/``fatbin_error``, never a raise."""
     if kind == "ptx":
         try:
-            with open(path, "rb") as fh:
-                return analyze_ptx(fh.read(), relpath, origin)
-        except OSError as exc:
+            return analyze_ptx(read_regular(path, MAX_PTX_BYTES), relpath, origin)
+        except (OSError, ValueError) as exc:
             return FileReport(
                 relpath=relpath, origin=origin, kind=kind, error=f"cannot read: {exc}"
             )

@@ -30,10 +30,16 @@ from patchkit.abi.members import (
     member_head,
     read_member,
 )
-from patchkit.archives import MAX_METADATA_BYTES, archive_problem, claim_problem, open_regular
-
-SO_NAME = re.compile(r"\.so(\.\d+)*$")
-
+from patchkit.archives import (
+    MAX_METADATA_BYTES,
+    MAX_RECORD_BYTES,
+    SpecialFileError,
+    archive_problem,
+    claim_problem,
+    file_kind,
+    open_regular,
+    read_regular,
+)
 
 # Text files the checks read, relative to site-packages.
 TEXT_FILES = ("torch/version.py", "sgl_kernel/load_utils.py", "sgl_kernel/__init__.py")
@@ -92,6 +98,8 @@ class Tree:
     candidates: list[tuple[str, int, int]] = field(default_factory=list)
     has_env: bool = False  # a wheelhouse laid over an installed environment
     wheels: dict[str, Wheel] = field(default_factory=dict)  # by path
+    # installed files the checks would read but could not: (path, why)
+    unread: list[tuple[str, str]] = field(default_factory=list)
 
     def has(self, relpath: str) -> bool:
         return relpath in self.members
@@ -119,6 +127,7 @@ class Tree:
         merged.candidates = self.candidates + other.candidates
         merged.has_env = self.kind == "env" or self.has_env or other.has_env
         merged.wheels = {**self.wheels, **other.wheels}
+        merged.unread = self.unread + other.unread
         return merged
 
 
@@ -214,13 +223,31 @@ def read_env(site: str) -> Tree:
             kind=kind,
         )
         tree.dirs.add(rel.rstrip("/"))
-    for relpath in TEXT_FILES:
-        try:
-            with open(os.path.join(site, relpath), encoding="utf-8", errors="replace") as fh:
-                tree.texts[relpath] = fh.read()
-        except OSError:
-            pass
+    _read_texts(tree, site)
     return tree
+
+
+def _read_texts(tree: Tree, site: str) -> None:
+    """The checks' text files of an installed environment, read as a wheel's are: regular
+    files of at most MAX_TEXT_BYTES (a FIFO would block the reader, a link to /dev/zero
+    never end); one that cannot be read so is named in ``tree.unread``."""
+    for relpath in TEXT_FILES:
+        path = os.path.join(site, relpath)
+        try:
+            tree.texts[relpath] = read_regular(path, MAX_TEXT_BYTES).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            tree.unread.append((path, _why_unread(exc)))
+
+
+def _why_unread(exc: Exception) -> str:
+    """One line saying why an installed file was not read."""
+    if isinstance(exc, ValueError):
+        return f"larger than {MAX_TEXT_BYTES} bytes"
+    if isinstance(exc, SpecialFileError):  # "PATH is a FIFO, not a regular file"
+        return str(exc).rsplit(" is ", 1)[-1]
+    return exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
 
 
 def metadata_head(path: str, limit: int = MAX_TEXT_BYTES, step: int = 1 << 16) -> str:
@@ -254,10 +281,10 @@ class _Record:
 
     def files(self) -> list[str]:
         if self._paths is None:
-            try:
-                with open(self.path, encoding="utf-8", errors="replace") as fh:
-                    self._paths = [line.split(",", 1)[0] for line in fh.read().splitlines()]
-            except OSError:
+            try:  # a FIFO or device is refused by _read_dist_info before this is asked
+                text = read_regular(self.path, MAX_RECORD_BYTES).decode("utf-8", "replace")
+                self._paths = [line.split(",", 1)[0] for line in text.splitlines()]
+            except (OSError, ValueError):
                 self._paths = []
         return self._paths
 
@@ -295,7 +322,8 @@ def _kinds_of_files(files: list[tuple[str, str]], group: int = 256) -> list[str 
         try:
             for path, _ in files[i : i + group]:
                 try:
-                    fd = os.open(path, os.O_RDONLY)
+                    # O_NONBLOCK: a FIFO swapped in since the walk fails its pread, not waits
+                    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
                 except OSError:
                     fds.append(None)
                     continue
@@ -321,11 +349,19 @@ def _kinds_of_files(files: list[tuple[str, str]], group: int = 256) -> list[str 
 
 
 def _read_dist_info(tree: Tree, folder: str) -> None:
+    metadata = os.path.join(folder, "METADATA")
     try:
-        name, version, requires = _parse_metadata(metadata_head(os.path.join(folder, "METADATA")))
-    except OSError:  # absent, unreadable, or a FIFO or device (never waited on)
+        name, version, requires = _parse_metadata(metadata_head(metadata))
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # unreadable, or a FIFO or device (never waited on)
+        tree.unread.append((metadata, _why_unread(exc)))
         return
     record = _Record(os.path.join(folder, "RECORD"))
+    problem = _special(record.path)
+    if problem:  # RECORD says which files the dist owns: read lazily, it must not block then
+        tree.unread.append((record.path, problem))
+        record._paths = []
     dist = Dist(canonicalize_name(name), version, requires, record.owns, files=record.files)
     tree.dists[dist.name] = dist
 
@@ -396,6 +432,16 @@ def dist_versions(
         return sorted(found.items())
     dist = env.dists.get(want) if env is not None else None
     return [(dist.version, env.root)] if dist and env else []
+
+
+def _special(path: str) -> str | None:
+    """Why an installed file (followed if a link) is no regular file to read, or None (also
+    when it is absent)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else f"{file_kind(mode)}, not a regular file"
 
 
 def _not_a_file(path: str) -> str | None:

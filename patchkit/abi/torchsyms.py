@@ -24,6 +24,7 @@ import zipfile
 import zlib
 
 from patchkit.abi.elf import ElfInfo, read_elf
+from patchkit.archives import read_regular
 from patchkit.scratch import temporary_folder
 
 FORMAT = 1
@@ -71,17 +72,27 @@ def build(wheel: str) -> dict:
     }
 
 
+# A symbol set is read from a regular file of at most MAX_SET_BYTES, inflated to at most
+# MAX_JSON_BYTES (torch 2.9.1's: 0.8 MB and 6 MB); a profile may name any file.
+MAX_SET_BYTES = 64 << 20
+MAX_JSON_BYTES = 512 << 20
+
+
 def _gunzip(raw: bytes) -> bytes:
-    """gzip.decompress, with verify's inflate backend (zlib-ng: 3x faster on this file) for
-    the usual single-member file."""
+    """One gzip member inflated, never past MAX_JSON_BYTES, with verify's inflate backend
+    (zlib-ng: 3x faster on this file)."""
     from patchkit.abi.members import inflate_backend
 
     inflate = inflate_backend().decompressobj(31)
     try:
-        out = inflate.decompress(raw)
-    except Exception:  # not one clean gzip member: let gzip say what is wrong
-        return gzip.decompress(raw)
-    return out if inflate.eof and not inflate.unused_data else gzip.decompress(raw)
+        out = inflate.decompress(raw, MAX_JSON_BYTES + 1)
+    except Exception as exc:  # zlib's, zlib-ng's or ISA-L's error: not gzip, or damaged
+        raise ValueError(f"not gzip, or damaged ({exc})") from None
+    if len(out) > MAX_JSON_BYTES:
+        raise ValueError(f"inflates past {MAX_JSON_BYTES} bytes")
+    if not inflate.eof or inflate.unused_data:
+        raise ValueError("not one whole gzip member")
+    return out
 
 
 _LOADED: dict[tuple, dict] = {}
@@ -115,8 +126,7 @@ def preload(path: str) -> None:
 
 def _read(path: str) -> dict:
     try:
-        with open(path, "rb") as fh:
-            doc = json.loads(_gunzip(fh.read()))
+        doc = json.loads(_gunzip(read_regular(path, MAX_SET_BYTES)))
     except (OSError, EOFError, ValueError, zlib.error) as exc:
         raise ValueError(f"cannot read torch symbol set {path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:

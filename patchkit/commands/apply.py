@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import completion
 from patchkit.apply import ApplyOptions, ApplyReport, apply_series
 from patchkit.errors import ApplyError, NothingToDo, UsageError
 from patchkit.files import within
@@ -16,13 +17,12 @@ from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
-EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
-
 
 @click.command("apply")
 @click.option(
     "--target",
     "targets",
+    shell_complete=completion.target_names,
     multiple=True,
     required=True,
     help="NAME@REF (a sha, tag or release version), NAME for its pin, or 'all'.",
@@ -35,6 +35,7 @@ EXIT = {"applied": 0, "nothing-to-do": 3, "failed": 1}
 )
 @click.option(
     "--line",
+    shell_complete=completion.line_names,
     help="The series line to apply (default: the line whose pin REF names, else the default).",
 )
 @click.option("--upstream", help="A clone, bare repository or URL to fetch the base from first.")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import completion
 from patchkit.errors import UsageError
 from patchkit.files import within
 from patchkit.ui import Output, json_option
@@ -37,6 +38,7 @@ def render_build(report: BuildReport) -> str:
 @click.option(
     "--target",
     "targets",
+    shell_complete=completion.target_names,
     multiple=True,
     default=("all",),
     show_default=True,
@@ -45,6 +47,7 @@ def render_build(report: BuildReport) -> str:
 @click.option(
     "--profile",
     "profile_name",
+    shell_complete=completion.profile_names,
     default=DEFAULT_PROFILE,
     show_default=True,
     envvar="PATCHKIT_PROFILE",
@@ -64,6 +67,7 @@ def render_build(report: BuildReport) -> str:
 )
 @click.option(
     "--line",
+    shell_complete=completion.line_names,
     help="Build this series line (default: the line whose pin the ref names, else the default).",
 )
 @click.option(

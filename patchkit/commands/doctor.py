@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import completion
 from patchkit.doctor import sources
 from patchkit.doctor.draft import DraftReport, check_draft
 from patchkit.doctor.fix import write_fixed
@@ -38,6 +39,7 @@ def command() -> None:
 )
 @click.option(
     "--line",
+    shell_complete=completion.line_names,
     default=None,
     help="The SGLang line to check against, its series applied (default: the default line).",
 )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import completion
 from patchkit.export import SeriesRead, export_worktree
 from patchkit.lines import checkout_line
 from patchkit.status import detect_target
@@ -15,8 +16,16 @@ from patchkit.workspace import Workspace
 
 @click.command("export")
 @click.argument("directory", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--target", help="Target name (default: the one DIRECTORY was made for).")
-@click.option("--line", help="Series line (default: the one DIRECTORY's base is pinned for).")
+@click.option(
+    "--target",
+    shell_complete=completion.target_names,
+    help="Target name (default: the one DIRECTORY was made for).",
+)
+@click.option(
+    "--line",
+    shell_complete=completion.line_names,
+    help="Series line (default: the one DIRECTORY's base is pinned for).",
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),

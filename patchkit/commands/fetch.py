@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import click
 
+from patchkit import completion
 from patchkit.ui import Output, json_option
 from patchkit.upstream import acquire
 from patchkit.workspace import Workspace
 
 
 @click.command("fetch")
-@click.option("--target", "targets", multiple=True, required=True, help="NAME@REF or 'all'.")
+@click.option(
+    "--target",
+    "targets",
+    shell_complete=completion.target_names,
+    multiple=True,
+    required=True,
+    help="NAME@REF or 'all'.",
+)
 @click.option("--upstream", help="A clone, bare repository or URL to fetch from first.")
 @click.option(
     "--allow-unpinned", is_flag=True, help="Accept a base that no pin names (unverified)."

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from patchkit import gitops
-from patchkit.errors import PatchkitError, UsageError
+from patchkit import completion, gitops
+from patchkit.errors import FetchError, PatchkitError, UsageError
 from patchkit.export import SeriesRead
 from patchkit.import_.overlay import read_overlay
 from patchkit.import_.propose import (
@@ -17,6 +17,7 @@ from patchkit.import_.propose import (
     ImportOptions,
     ImportReport,
     ImportSource,
+    ProposedPatch,
     propose_import,
     write_proposal,
 )
@@ -27,6 +28,27 @@ from patchkit.ui import Output, json_option
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
+# The releases after the base that a diff's index lines are compared with when no release
+# in the mirror has its every pre-image (each is downloaded and imported: a few MB).
+SCAN_RELEASES = 6
+
+
+def _releases_not_imported(target, base, mirror, progress):
+    """(version, commit) of up to SCAN_RELEASES releases after the base the mirror lacks,
+    nearest first (its post-releases), each imported from the index when reached."""
+    from patchkit.import_.release import imported_releases
+    from patchkit.upstream import resolve_new_base
+    from patchkit.upstream.releases import releases_after
+
+    have = {version for version, _ in imported_releases(mirror)}
+    after = base.release.version if base.release else target.pin
+    for version in [v for v in releases_after(target, after) if v not in have][:SCAN_RELEASES]:
+        progress(f"comparing the diff's index lines with {target.name} {version}")
+        try:
+            yield version, resolve_new_base(target, version, progress=progress)[0].commit
+        except FetchError:
+            continue
+
 
 @click.command("import")
 @click.argument("diff", required=False, type=click.Path(path_type=Path, dir_okay=False))
@@ -35,9 +57,16 @@ from patchkit.workspace import Workspace
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="A directory of replacement files laid out like the package (*.bak skipped).",
 )
-@click.option("--target", "target_spec", required=True, help="NAME or NAME@REF (default: its pin).")
+@click.option(
+    "--target",
+    "target_spec",
+    shell_complete=completion.target_names,
+    required=True,
+    help="NAME or NAME@REF (default: its pin).",
+)
 @click.option(
     "--line",
+    shell_complete=completion.line_names,
     default=None,
     help="The series line to import into (default: the line pinned to REF, else the default).",
 )
@@ -80,7 +109,7 @@ def command(
     read = SeriesRead.take(series_dir, ws.project, seen=ws.targets_digest, by=by)
     existing = line_series(ws.project, target)
     base = acquire(target, spec.ref, progress=output.progress)
-    repo = Mirror(target).path
+    mirror = gitops.Repo(Mirror(target).path, bare=True)
     options = ImportOptions(
         mapping=load_mapping(mapping) if mapping else None,
         by_area=by_area,
@@ -89,9 +118,10 @@ def command(
         today=dt.datetime.now(dt.timezone.utc).date(),
         line=target.line,
         lines_at=lines_at(target),
+        more_releases=lambda: _releases_not_imported(target, base, mirror, output.progress),
     )
     if overlay is not None:
-        paths = set(gitops.tree_paths(repo, base.commit, bare=True))
+        paths = set(gitops.tree_paths(mirror, base.commit))
         found = read_overlay(overlay, paths, target.subdir)
         source = ImportSource(overlay.name or str(overlay), found.digest(), overlay=found)
     else:
@@ -111,7 +141,7 @@ def command(
 
     output.progress(f"proposing a series for {source.label}")
     report = propose_import(
-        repo,
+        mirror,
         base,
         source,
         subdir=target.subdir,
@@ -145,54 +175,68 @@ def lines_at(target) -> dict[str, str]:
 
 def render_import(report: ImportReport, *, dry_run: bool) -> str:
     """The proposal as a table, its proof, notes, overlaps and what was written."""
-    release = report.base.release.version if report.base.release else report.base.commit[:12]
-    onto = " + the existing series" if report.onto == "series" else ""
-    lines = [
-        f"{report.target}: import {report.source} (sha256 {report.source_sha256[:12]}) onto "
-        f"{report.target} {release}{onto} (base {report.base.commit[:12]}), by {report.mode}"
-    ]
-    for problem in report.problems:
-        lines.append(f"  error: {problem}")
+    lines = [_headline(report)]
+    lines += [f"  error: {problem}" for problem in report.problems]
     if report.status == "refused":
         lines.append("  refused: nothing was written")
         return "\n".join(lines)
-    if report.patches:
-        width = max(len(p.name) for p in report.patches)
-        lines.append(f"  {'patch':<{width}}  files      +      -")
-        for patch in report.patches:
-            lines.append(
-                f"  {patch.name:<{width}}  {len(patch.files):>5}  {patch.added:>5}  "
-                f"{patch.removed:>5}"
-            )
-            for path in patch.files:
-                lines.append(f"      {path}")
-        total_files = len({f for p in report.patches for f in p.files})
-        lines.append(
-            f"  {'total':<{width}}  {total_files:>5}  {sum(p.added for p in report.patches):>5}"
-            f"  {sum(p.removed for p in report.patches):>5}"
-        )
-    for note in report.notes:
-        lines.append(f"  note: {note}")
-    for overlap in report.overlaps:
-        lines.append(f"  overlap: {overlap.text()}")
+    lines += _patch_table(report.patches)
+    lines += [f"  note: {note}" for note in report.notes]
+    lines += [f"  overlap: {overlap.text()}" for overlap in report.overlaps]
     if report.status == "mismatch":
-        got = (
-            f"the proposed series gives tree {report.proved_tree[:12]}, the input gives "
-            f"{str(report.expected_tree)[:12]}; "
-            if report.proved_tree
-            else ""
+        lines += _failed_proof(report)
+    else:
+        lines += _proof(report, dry_run=dry_run)
+    return "\n".join(lines)
+
+
+def _headline(report: ImportReport) -> str:
+    release = report.base.release.version if report.base.release else report.base.commit[:12]
+    onto = " + the existing series" if report.onto == "series" else ""
+    return (
+        f"{report.target}: import {report.source} (sha256 {report.source_sha256[:12]}) onto "
+        f"{report.target} {release}{onto} (base {report.base.commit[:12]}), by {report.mode}"
+    )
+
+
+def _patch_table(patches: list[ProposedPatch]) -> list[str]:
+    """Each proposed patch with its counts and files, and the total."""
+    if not patches:
+        return []
+    width = max(len(p.name) for p in patches)
+    lines = [f"  {'patch':<{width}}  files      +      -"]
+    for patch in patches:
+        lines.append(
+            f"  {patch.name:<{width}}  {len(patch.files):>5}  {patch.added:>5}  {patch.removed:>5}"
         )
-        lines.append(f"  proof FAILED: {got}nothing was written")
-        lines += [f"    {ln}" for ln in report.difference.splitlines()]
-        return "\n".join(lines)
+        lines += [f"      {path}" for path in patch.files]
+    total_files = len({f for p in patches for f in p.files})
+    lines.append(
+        f"  {'total':<{width}}  {total_files:>5}  {sum(p.added for p in patches):>5}"
+        f"  {sum(p.removed for p in patches):>5}"
+    )
+    return lines
+
+
+def _failed_proof(report: ImportReport) -> list[str]:
+    got = (
+        f"the proposed series gives tree {report.proved_tree[:12]}, the input gives "
+        f"{str(report.expected_tree)[:12]}; "
+        if report.proved_tree
+        else ""
+    )
+    lines = [f"  proof FAILED: {got}nothing was written"]
+    return lines + [f"    {ln}" for ln in report.difference.splitlines()]
+
+
+def _proof(report: ImportReport, *, dry_run: bool) -> list[str]:
+    """The proof that held, and what was written (or why nothing was)."""
     onto = "the base and the existing series" if report.onto == "series" else "the base"
-    lines.append(
+    lines = [
         f"  proof: the series gives tree {str(report.proved_tree)[:12]}, the same as "
-        f"{report.source} applied to {onto}"
-    )
-    lines.append(
-        "  Patchkit-Tests: is left as TODO in every new patch: name the tests (lint flags it)"
-    )
+        f"{report.source} applied to {onto}",
+        "  Patchkit-Tests: is left as TODO in every new patch: name the tests (lint flags it)",
+    ]
     if report.status == "written":
         lines.append(
             f"  wrote {len(report.written)} patch(es) and the series file to {report.directory}"
@@ -200,4 +244,4 @@ def render_import(report: ImportReport, *, dry_run: bool) -> str:
     else:
         why = "--dry-run" if dry_run else "no destination given"
         lines.append(f"  nothing written ({why}); write with --out DIR or --into-series")
-    return "\n".join(lines)
+    return lines

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from patchkit import gitops
+from patchkit import completion, gitops
 from patchkit.lines import check_line_names, line_series
 from patchkit.lint import LintReport, RoundTripStamp, lint_target
 from patchkit.project import cache_root
@@ -28,8 +28,20 @@ ROUND_TRIP_MODULES = (
 
 
 @click.command("lint")
-@click.option("--target", "targets", multiple=True, help="Lint only these targets (default: all).")
-@click.option("--line", "line_names", multiple=True, help="Lint only these lines (default: all).")
+@click.option(
+    "--target",
+    "targets",
+    shell_complete=completion.target_names,
+    multiple=True,
+    help="Lint only these targets (default: all).",
+)
+@click.option(
+    "--line",
+    "line_names",
+    shell_complete=completion.line_names,
+    multiple=True,
+    help="Lint only these lines (default: all).",
+)
 @click.option(
     "--no-reexport",
     is_flag=True,

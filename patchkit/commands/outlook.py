@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import completion
 from patchkit.ui import Output, json_option
 
 # One letter a state, so every release fits in a terminal's width.
@@ -22,8 +23,18 @@ CODES = {
 
 
 @click.command("outlook")
-@click.option("--target", "target_name", help="The target (default: every target).")
-@click.option("--line", "line", help="The line (default: every line of the target).")
+@click.option(
+    "--target",
+    "target_name",
+    shell_complete=completion.target_names,
+    help="The target (default: every target).",
+)
+@click.option(
+    "--line",
+    "line",
+    shell_complete=completion.line_names,
+    help="The line (default: every line of the target).",
+)
 @click.option("--since", help="Only releases after this version (default: the line's pin).")
 @click.option(
     "--html",

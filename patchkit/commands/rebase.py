@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from patchkit import completion
 from patchkit.classify import LABELS, PatchOutcome
 from patchkit.errors import NothingToDo, SeriesChangedError, UsageError
 from patchkit.export import SeriesRead
@@ -39,9 +40,17 @@ MARK = {
 
 
 @click.command("rebase")
-@click.option("--target", "spec", help="NAME@REF: a release version, tag or commit of NAME.")
 @click.option(
-    "--line", "line", help="The line whose series is carried (default: the default line)."
+    "--target",
+    "spec",
+    shell_complete=completion.target_names,
+    help="NAME@REF: a release version, tag or commit of NAME.",
+)
+@click.option(
+    "--line",
+    "line",
+    shell_complete=completion.line_names,
+    help="The line whose series is carried (default: the default line).",
 )
 @click.option(
     "--write",

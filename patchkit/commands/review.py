@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import completion
 from patchkit.errors import UsageError
 from patchkit.files import replace_file
 from patchkit.lines import check_line_names
@@ -17,8 +18,18 @@ from patchkit.workspace import Workspace
 
 
 @click.command("review")
-@click.option("--target", "targets", multiple=True, help="Review only these targets.")
-@click.option("--line", help="Review this series line of each target (default: default lines).")
+@click.option(
+    "--target",
+    "targets",
+    shell_complete=completion.target_names,
+    multiple=True,
+    help="Review only these targets.",
+)
+@click.option(
+    "--line",
+    shell_complete=completion.line_names,
+    help="Review this series line of each target (default: default lines).",
+)
 @click.option(
     "--against",
     "against",

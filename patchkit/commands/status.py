@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from patchkit import completion
 from patchkit.lines import checkout_line, line_series
 from patchkit.report import render_status
 from patchkit.status import detect_target, status
@@ -15,8 +16,16 @@ from patchkit.workspace import Workspace
 
 @click.command("status")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
-@click.option("--target", help="Target name (default: the one the directory was made for).")
-@click.option("--line", help="Series line (default: the one the directory's base is pinned for).")
+@click.option(
+    "--target",
+    shell_complete=completion.target_names,
+    help="Target name (default: the one the directory was made for).",
+)
+@click.option(
+    "--line",
+    shell_complete=completion.line_names,
+    help="Series line (default: the one the directory's base is pinned for).",
+)
 @json_option
 def command(directory, target, line, as_json) -> int:
     """Show what DIRECTORY (default: work/<target>) carries versus the series."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from patchkit import completion
 from patchkit.errors import VerifyInputError
 from patchkit.ui import Output, json_option
 
@@ -30,6 +31,7 @@ MAX_EVIDENCE = 8
 )
 @click.option(
     "--profile",
+    shell_complete=completion.profile_names,
     default=None,
     metavar="NAME",
     help="Profile name (the project's build/profiles/, then patchkit's own) or a path to one; "
@@ -49,15 +51,25 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
 
     Exit status: 0 no errors, 1 errors found, 2 bad input.
     """
+    if env is None and wheelhouse is None:
+        env = ""
+    report = _verify(env, wheelhouse, profile, gpus, no_cache)
+    if as_json:
+        Output(json_mode=True).document(report.to_dict())
+    else:
+        click.echo(render_verify(report))
+    return report.exit_code
+
+
+def _verify(env, wheelhouse, profile, gpus, no_cache):
+    """The verify report, or the bad input as one VerifyInputError (exit 2)."""
     from patchkit.abi import verify
     from patchkit.abi.profiles import ProfileError
     from patchkit.abi.sources import default_site_packages, resolve_env
 
-    if env is None and wheelhouse is None:
-        env = ""
     try:
         env_path = resolve_env(env or default_site_packages()) if env is not None else None
-        report = verify(
+        return verify(
             env=env_path,
             wheelhouse=wheelhouse,
             profile=profile,
@@ -80,21 +92,22 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
     except OSError as exc:
         raise VerifyInputError(f"cannot read {exc.filename or ''}: {exc.strerror or exc}") from None
 
-    if as_json:
-        Output(json_mode=True).document(report.to_dict())
-    else:
-        for finding in report.findings:
-            click.echo(finding.line())
-            for line in finding.evidence[:MAX_EVIDENCE]:
-                click.echo(f"           {line}")
-            if len(finding.evidence) > MAX_EVIDENCE:
-                click.echo(f"           ... {len(finding.evidence) - MAX_EVIDENCE} more (--json)")
-        if report.choice:
-            click.echo(f"profile  {report.profile}: {report.choice.reason}")
-        notes = f", {report.notes} note(s)" if report.notes else ""
-        click.echo(
-            f"{report.errors} error(s), {report.warnings} warning(s){notes} in {report.files} "
-            f"objects ({report.source}; profile {report.profile}; targets "
-            f"{', '.join(report.targets) or 'none'}; {report.seconds:.2f} s)"
-        )
-    return report.exit_code
+
+def render_verify(report) -> str:
+    """The text output: one line per finding with up to MAX_EVIDENCE lines of its evidence,
+    the profile and why, and the summary line."""
+    lines = []
+    for finding in report.findings:
+        lines.append(finding.line())
+        lines += [f"           {line}" for line in finding.evidence[:MAX_EVIDENCE]]
+        if len(finding.evidence) > MAX_EVIDENCE:
+            lines.append(f"           ... {len(finding.evidence) - MAX_EVIDENCE} more (--json)")
+    if report.choice:
+        lines.append(f"profile  {report.profile}: {report.choice.reason}")
+    notes = f", {report.notes} note(s)" if report.notes else ""
+    lines.append(
+        f"{report.errors} error(s), {report.warnings} warning(s){notes} in {report.files} "
+        f"objects ({report.source}; profile {report.profile}; targets "
+        f"{', '.join(report.targets) or 'none'}; {report.seconds:.2f} s)"
+    )
+    return "\n".join(lines)

@@ -208,15 +208,17 @@ def _stem(old: str, new: str) -> tuple[str, str]:
 
 
 def _check_keys(report, ckpt, exp: DraftExpectation, fixed: DraftExpectation, rename) -> None:
-    unfilled = exp.unfilled()
-    skipped = sorted(k for k, o in exp.outcomes.items() if o.skipped)
-    ignored_on_purpose = sorted(
-        k for k, o in exp.outcomes.items() if o.skipped_by_rule and not (o.loads or o.consumed_as)
-    )
     fix_words = ""
     if rename and not fixed.unfilled():
         who = "the speculators" if ckpt.convention == "speculators" else "another"
         fix_words = f"names follow {who} convention; --fix OUT renames {_summarise_rename(rename)}"
+    _check_expected_keys(report, exp, fixed, fix_words)
+    _check_leftover_keys(report, exp, rename, fix_words)
+
+
+def _check_expected_keys(report, exp: DraftExpectation, fixed: DraftExpectation, fix_words: str):
+    """Every parameter the model builds is loaded from the checkpoint or supplied at runtime."""
+    unfilled = exp.unfilled()
     if unfilled:
         report.add(
             "keys.expected", "every parameter SGLang builds is loaded", FAIL,
@@ -225,41 +227,38 @@ def _check_keys(report, ckpt, exp: DraftExpectation, fixed: DraftExpectation, re
             fix_words or f"the checkpoint lacks {_few(fixed.unfilled() or unfilled)}; "
             "retrain or export them",
         )  # fmt: skip
-    else:
-        supplied = ", ".join(f"{p} ({w})" for p, w in exp.supplied.items()) or "none"
-        report.add(
-            "keys.expected", "every parameter SGLang builds is loaded", PASS,
-            f"{len(exp.params)} parameters filled; supplied at runtime: {supplied}",
-        )  # fmt: skip
-    if skipped:
-        left = [k for k in skipped if k not in rename]
-        fix = (
-            fix_words
-            if rename and not left
-            else (f"{fix_words}; " if fix_words else "")
-            + (
-                f"drop or rename {_few(left)}: {exp.architecture} has no such parameter"
-                if left
-                else ""
-            )
+        return
+    supplied = ", ".join(f"{p} ({w})" for p, w in exp.supplied.items()) or "none"
+    report.add(
+        "keys.expected", "every parameter SGLang builds is loaded", PASS,
+        f"{len(exp.params)} parameters filled; supplied at runtime: {supplied}",
+    )  # fmt: skip
+
+
+def _check_leftover_keys(report, exp: DraftExpectation, rename, fix_words: str) -> None:
+    """No tensor is dropped without a word (names load_weights skips by its own rule are
+    listed, not failed)."""
+    skipped = sorted(k for k, o in exp.outcomes.items() if o.skipped)
+    if not skipped:
+        by_rule = sorted(
+            k
+            for k, o in exp.outcomes.items()
+            if o.skipped_by_rule and not (o.loads or o.consumed_as)
         )
+        extra = f" ({', '.join(by_rule)} skipped by load_weights' own rule)" if by_rule else ""
         report.add(
-            "keys.leftover", "no tensor is silently skipped", FAIL,
-            f"SGLang's load_weights skips {len(skipped)} tensor(s) without a word: {_few(skipped)}",
-            fix,
-        )  # fmt: skip
-    else:
-        extra = (
-            f" ({', '.join(ignored_on_purpose)} skipped by load_weights' own rule)"
-            if ignored_on_purpose
-            else ""
-        )
-        report.add(
-            "keys.leftover",
-            "no tensor is silently skipped",
-            PASS,
+            "keys.leftover", "no tensor is silently skipped", PASS,
             f"all {len(exp.outcomes)} tensors are used{extra}",
-        )
+        )  # fmt: skip
+        return
+    left = [k for k in skipped if k not in rename]
+    drop = f"drop or rename {_few(left)}: {exp.architecture} has no such parameter" if left else ""
+    fix = "; ".join(part for part in (fix_words, drop) if part)  # fix_words: only with a rename
+    report.add(
+        "keys.leftover", "no tensor is silently skipped", FAIL,
+        f"SGLang's load_weights skips {len(skipped)} tensor(s) without a word: {_few(skipped)}",
+        fix,
+    )  # fmt: skip
 
 
 def _few(names: list[str], n: int = 4) -> str:
@@ -435,14 +434,36 @@ def _check_aux_width(
     if width == want:
         report.add("aux.width", AUX_WIDTH_TITLE, PASS, f"{width} = {count} x {hidden}")
         return
-    n = width // hidden if hidden and width % hidden == 0 else None
     report.add(
         "aux.width", AUX_WIDTH_TITLE, FAIL,
         f"{fc_key} takes {width} inputs; the target feeds {count} x {hidden} = {want} "
         "(a mismatch hangs or crashes the server after the target has loaded)",
-        (f"configure {n} aux layer ids the draft was trained on in eagle_config" if n else
-         f"retrain the draft on aux states of width {hidden} (the target's hidden_size)"),
+        _aux_width_fix(width, count, hidden),
     )  # fmt: skip
+
+
+def _aux_width_fix(width: int, count: int, hidden: int) -> str:
+    """Each cause the sizes allow: fc trained on another number of aux layers of this
+    target's width, or on this number of layers of another target's width."""
+    causes = []
+    if hidden and width % hidden == 0:
+        n = width // hidden
+        causes.append(
+            f"configure {n} aux layer ids the draft was trained on in eagle_config "
+            f"({n} x {hidden} = {width})"
+        )
+    if count and width % count == 0 and width // count != hidden:
+        other = width // count
+        causes.append(
+            f"the draft was trained on a target of hidden size {other} ({count} x {other} = "
+            f"{width}): use it with that target, or retrain fc on this target's aux states "
+            f"(width {hidden})"
+        )
+    if not causes:
+        return f"retrain the draft on aux states of width {hidden} (the target's hidden_size)"
+    if len(causes) == 1:
+        return causes[0]
+    return "the sizes fit two causes: " + "; or ".join(causes)
 
 
 def _check_graph_order(report, tree, target_cfg: dict, positions: list) -> None:
@@ -490,6 +511,8 @@ def _int(cfg: Config | None, name: str) -> int | None:
 def _check_vocab(
     report, ckpt: Checkpoint, view: dict, tcfg: Config, fixed: DraftExpectation, rename
 ) -> None:
+    """Draft and target vocabularies and d2t (every problem found is named, not the first);
+    t2d in a row of its own (`_check_t2d`)."""
     target_vocab = _int(tcfg, "vocab_size")
     vocab = view.get("vocab_size")
     draft_vocab = view.get("draft_vocab_size") or vocab
@@ -515,8 +538,9 @@ def _check_vocab(
         fixes.append(
             "add the d2t tensor (draft id -> target id offsets) the draft was trained with"
         )
+    mapped = None
     if d2t_key is not None:
-        _check_d2t(ckpt, d2t_key, t2d_key, draft_vocab, target_vocab, problems, fixes, notes)
+        mapped = _check_d2t(ckpt, d2t_key, draft_vocab, target_vocab, problems, fixes, notes)
     if draft_vocab == target_vocab and d2t_key is None:
         notes.append("draft and target share one vocabulary")
     status = FAIL if problems else PASS
@@ -524,52 +548,79 @@ def _check_vocab(
     report.add(
         "vocab", "draft and target vocabularies agree (d2t/t2d)", status, detail, "; ".join(fixes)
     )
+    if t2d_key is not None:
+        _check_t2d(report, ckpt, t2d_key, d2t_key, mapped, target_vocab, fixed, rename)
 
 
 def _check_d2t(
-    ckpt: Checkpoint, d2t_key: str, t2d_key: str | None, draft_vocab, target_vocab: int,
+    ckpt: Checkpoint, d2t_key: str, draft_vocab, target_vocab: int,
     problems: list[str], fixes: list[str], notes: list[str],
-) -> None:  # fmt: skip
-    """d2t (and t2d beside it) must map each draft token to its own target token; findings
-    go into ``problems``, ``fixes`` and ``notes``."""
+) -> list[int] | None:  # fmt: skip
+    """d2t must map each draft token to its own target token; findings go into ``problems``,
+    ``fixes`` and ``notes``.  Returns the target ids d2t maps to (None: not an integer map)."""
     d2t_info = ckpt.tensors[d2t_key]
     d2t = ckpt.read_ints(d2t_key)
     if d2t_info.dtype not in INT_DTYPES or d2t is None:
         problems.append(f"{d2t_key} is {d2t_info.dtype}, not an integer tensor")
         fixes.append("store d2t as int64")
-        return
+        return None
     if len(d2t) != draft_vocab:
         problems.append(f"{d2t_key} has {len(d2t)} entries, draft_vocab_size is {draft_vocab}")
         fixes.append("d2t needs one entry per draft token")
     mapped = [d + i for i, d in enumerate(d2t)]
-    outside = [m for m in mapped if not 0 <= m < target_vocab]
-    if outside:
+    inside = [m for m in mapped if 0 <= m < target_vocab]
+    if len(inside) != len(mapped):
+        outside = next(m for m in mapped if not 0 <= m < target_vocab)
         problems.append(
-            f"{d2t_key}[i]+i leaves the target vocabulary ({len(outside)} entries, "
-            f"e.g. {outside[0]})"
+            f"{d2t_key}[i]+i leaves the target vocabulary ({len(mapped) - len(inside)} entries, "
+            f"e.g. {outside})"
         )
         fixes.append("d2t holds target_id - draft_id per draft token")
-    elif len(set(mapped)) != len(mapped):
+    if len(set(inside)) != len(inside):
         problems.append(f"{d2t_key} maps two draft tokens to one target token")
         fixes.append("rebuild d2t from the draft vocabulary")
-    if t2d_key is not None and not outside:
-        _check_t2d(ckpt, t2d_key, d2t_key, mapped, target_vocab, problems, fixes)
     notes.append(f"d2t maps {len(d2t)} draft tokens into {target_vocab}")
+    return mapped
+
+
+T2D_TITLE = "t2d marks the target tokens d2t maps to"
 
 
 def _check_t2d(
-    ckpt: Checkpoint, t2d_key: str, d2t_key: str, mapped: list[int], target_vocab: int,
-    problems: list[str], fixes: list[str],
+    report, ckpt: Checkpoint, t2d_key: str, d2t_key: str | None, mapped: list[int] | None,
+    target_vocab: int, fixed: DraftExpectation, rename,
 ) -> None:  # fmt: skip
+    """t2d (one boolean per target token) must mark exactly what d2t maps to.  When the line's
+    load_weights never reads t2d, a disagreement cannot hurt this line: a warning that says so."""
+    outcome = fixed.outcomes.get(rename.get(t2d_key, t2d_key))
+    ignored = outcome is not None and not (outcome.loads or outcome.consumed_as)
     t2d = ckpt.read_ints(t2d_key)
+    problems, fixes = [], []
     if t2d is None or len(t2d) != target_vocab:
         problems.append(
-            f"{t2d_key} has {len(t2d) if t2d else '?'} entries, target vocab is {target_vocab}"
+            f"{t2d_key} has {len(t2d) if t2d is not None else '?'} entries, target vocab is "
+            f"{target_vocab}"
         )
         fixes.append("t2d needs one boolean per target token")
-    elif sum(t2d) != len(mapped) or not all(t2d[m] for m in mapped):
-        problems.append(f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted")
-        fixes.append("rebuild t2d from d2t (t2d[d2t[i]+i] = True)")
+    elif mapped is not None:
+        drafted = {m for m in mapped if 0 <= m < target_vocab}
+        if {i for i, v in enumerate(t2d) if v} != drafted:
+            problems.append(f"{t2d_key} and {d2t_key} disagree on which target tokens are drafted")
+            fixes.append("rebuild t2d from d2t (t2d[d2t[i]+i] = True)")
+    unread = f"this line's {fixed.architecture}.load_weights never reads {t2d_key}"
+    if not problems:
+        detail = f"{sum(1 for v in t2d if v)} target tokens marked" + (
+            f" ({unread})" if ignored else ""
+        )
+        report.add("vocab.t2d", T2D_TITLE, PASS, detail)
+    elif ignored:
+        report.add(
+            "vocab.t2d", T2D_TITLE, WARN,
+            f"{'; '.join(problems)}; {unread}, so SGLang is unaffected (other engines may read it)",
+            f"{'; '.join(fixes)} for engines that read it",
+        )  # fmt: skip
+    else:
+        report.add("vocab.t2d", T2D_TITLE, FAIL, "; ".join(problems), "; ".join(fixes))
 
 
 # ---- hidden, heads, rope, dtype, flags ----------------------------------------------------

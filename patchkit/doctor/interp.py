@@ -7,7 +7,9 @@ the draft model (which parameters exist, with which shapes, for this config) and
 silently skipped).  Only a fixed set of node types is understood; anything else is reported
 as a :class:`DerivationError` naming the file and line, so a change upstream surfaces as a
 clear error rather than a silently wrong expectation.  Nothing from the tree is executed:
-values are plain Python data, unknown calls give :data:`Opaque` values.
+values are plain Python data (:mod:`patchkit.doctor.values`), unknown calls give
+:data:`Opaque` values.  Statements are run by ``_exec`` and expressions evaluated by ``_eval``,
+each through a table of handlers by node type.
 """
 
 from __future__ import annotations
@@ -16,208 +18,40 @@ import ast
 import copy
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from patchkit.errors import PatchkitError
+from patchkit.doctor.values import (
+    BoundMethod,
+    ClassInfo,
+    Config,
+    DerivationError,
+    External,
+    Function,
+    LeafClass,
+    Loader,
+    ModelRaise,
+    ModuleObj,
+    Opaque,
+    ParamRef,
+    ParamSpec,
+    SourceModule,
+    SuperProxy,
+    SuppliedTensor,
+    TensorValue,
+    Undecidable,
+    UnknownLayer,
+    WeightStream,
+)
+
+__all__ = [  # the values are re-exported: callers import them with the interpreter
+    "BoundMethod", "ClassInfo", "Config", "DerivationError", "External", "Function",
+    "Interpreter", "LeafClass", "Loader", "ModelRaise", "ModuleObj", "Opaque", "ParamRef",
+    "ParamSpec", "SourceModule", "SuperProxy", "SuppliedTensor", "TensorValue",
+    "Undecidable", "UnknownLayer", "WeightStream",
+]  # fmt: skip
 
 MAX_DEPTH = 40
-
-
-class DerivationError(PatchkitError):
-    """The line's model code could not be read as far as the check needs."""
-
-    exit_code = 2
-
-
-class _Opaque:
-    """A value the interpreter cannot know (a tensor, a GPU query, a server argument)."""
-
-    _instance: _Opaque | None = None
-
-    def __new__(cls) -> _Opaque:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "<unknown>"
-
-
-Opaque = _Opaque()
-
-
-class Undecidable(Exception):
-    """A branch depends on a value the interpreter cannot know."""
-
-
-@dataclass(eq=False)
-class ParamSpec:
-    """One parameter: its full (unsharded) shape and, for fused layers, its shards."""
-
-    layer: str
-    shape: tuple
-    shards: dict[Any, tuple] | None = None
-    supplied_by: str | None = None  # e.g. "target": replaced at runtime by the target's tensor
-
-
-@dataclass(eq=False)
-class ModuleObj:
-    """An instance of an nn.Module subclass as far as its structure goes."""
-
-    cls: ClassInfo | LeafClass
-    children: dict[str, ModuleObj] = field(default_factory=dict)
-    params: dict[str, ParamSpec] = field(default_factory=dict)
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-    def named_parameters(self, prefix: str = "") -> list[tuple[str, ParamSpec]]:
-        """torch's order: pre-order over modules, each module's own parameters first; a
-        parameter reachable twice (tied weights) is listed once, under its first name."""
-        seen: set[int] = set()
-        out: list[tuple[str, ParamSpec]] = []
-
-        def walk(mod: ModuleObj, pre: str, stack: set[int]) -> None:
-            if id(mod) in stack:
-                return
-            for name, spec in mod.params.items():
-                if id(spec) not in seen:
-                    seen.add(id(spec))
-                    out.append((pre + name, spec))
-            for name, child in mod.children.items():
-                walk(child, f"{pre}{name}.", stack | {id(mod)})
-
-        walk(self, prefix, set())
-        return out
-
-
-@dataclass(frozen=True)
-class TensorValue:
-    """A checkpoint tensor seen by load_weights: its shape and dtype, never its data."""
-
-    shape: tuple
-    dtype: str
-
-
-@dataclass(frozen=True)
-class ParamRef:
-    name: str
-    spec: ParamSpec
-
-
-@dataclass(frozen=True)
-class Loader:
-    """``getattr(param, "weight_loader", default_weight_loader)``."""
-
-    param: ParamRef | None
-
-
-@dataclass(frozen=True)
-class External:
-    """A name imported from outside the interpreted sources (torch.nn.Linear, add_prefix)."""
-
-    dotted: str
-
-
-@dataclass
-class Function:
-    node: ast.FunctionDef
-    module: SourceModule
-    owner: ClassInfo | None = None
-
-
-@dataclass
-class BoundMethod:
-    func: Function
-    self_obj: Any
-
-
-@dataclass
-class ClassInfo:
-    name: str
-    node: ast.ClassDef
-    module: SourceModule
-    bases: list[Any]
-
-    @property
-    def dotted(self) -> str:
-        return f"{self.module.name}.{self.name}"
-
-    def mro(self) -> list[ClassInfo]:
-        out = [self]
-        for base in self.bases:
-            if isinstance(base, ClassInfo):
-                out += [c for c in base.mro() if c not in out]
-        return out
-
-    def method(self, name: str) -> Function | None:
-        for cls in self.mro():
-            for stmt in cls.node.body:
-                if isinstance(stmt, ast.FunctionDef) and stmt.name == name:
-                    return Function(stmt, cls.module, cls)
-        return None
-
-    def reads_attribute(self, attr: str) -> bool:
-        """True when a class in the MRO mentions ``attr`` (``x.attr`` or ``getattr(x, "attr")``)."""
-        for cls in self.mro():
-            for node in ast.walk(cls.node):
-                if isinstance(node, ast.Attribute) and node.attr == attr:
-                    return True
-                if isinstance(node, ast.Constant) and node.value == attr:
-                    return True
-        return False
-
-
-@dataclass
-class LeafClass:
-    """A layer whose parameters come from layers.toml (SGLang's linear, norm, embedding...)."""
-
-    dotted: str
-    signature: list[str]  # parameter names in order; "name=default" gives a default
-    params: dict[str, dict]  # param name -> {"shape": [...], "when": expr, "shards": {...}}
-
-
-@dataclass(frozen=True)
-class UnknownLayer:
-    """A layer class from outside the model files that layers.toml does not describe."""
-
-    dotted: str
-
-
-@dataclass
-class SuperProxy:
-    cls: ClassInfo
-    obj: Any
-
-
-class Config:
-    """A HuggingFace-style config: attributes over a dict, with the config class's defaults."""
-
-    def __init__(self, values: dict, defaults: dict | None = None, name: str = "config"):
-        object.__setattr__(self, "_values", dict(values))
-        object.__setattr__(self, "_defaults", dict(defaults or {}))
-        object.__setattr__(self, "_name", name)
-
-    def get(self, name: str) -> Any:
-        if name in self._values:
-            value = self._values[name]
-        elif name in self._defaults:
-            value = copy.deepcopy(self._defaults[name])
-        else:
-            raise AttributeError(name)
-        if isinstance(value, dict) and name.endswith("_config") and name != "eagle_config":
-            value = Config(value, name=f"{self._name}.{name}")
-            self._values[name] = value
-        return value
-
-    def has(self, name: str) -> bool:
-        return name in self._values or name in self._defaults
-
-    def set(self, name: str, value: Any) -> None:
-        self._values[name] = value
-
-    def copy(self) -> Config:
-        return Config(copy.deepcopy(self._values), self._defaults, self._name)
 
 
 class _Signal(Exception):
@@ -235,25 +69,6 @@ class _Break(_Signal):
 
 class _Continue(_Signal):
     pass
-
-
-class ModelRaise(Exception):
-    """The interpreted code raised: the real model would refuse this config."""
-
-    def __init__(self, message: str, where: str):
-        super().__init__(message)
-        self.message = message
-        self.where = where
-
-
-@dataclass
-class SourceModule:
-    """One parsed source file of the tree and its top-level names."""
-
-    name: str
-    path: Path
-    tree: ast.Module
-    namespace: dict[str, Any] = field(default_factory=dict)
 
 
 _BINOPS: dict[type, Callable] = {
@@ -447,61 +262,74 @@ class Interpreter:
         for stmt in body:
             self._exec(stmt, env, func)
 
-    def _exec(self, stmt: ast.stmt, env: dict, func: Function) -> None:  # noqa: C901
-        if isinstance(stmt, ast.Expr):
-            self._eval(stmt.value, env, func)
-        elif isinstance(stmt, ast.Assign):
-            value = self._eval(stmt.value, env, func)
-            for target in stmt.targets:
-                self._assign(target, value, env, func)
-        elif isinstance(stmt, ast.AnnAssign):
-            if stmt.value is not None:
-                self._assign(stmt.target, self._eval(stmt.value, env, func), env, func)
-        elif isinstance(stmt, ast.AugAssign):
-            current = self._eval(_as_load(stmt.target), env, func)
-            value = self._binop(stmt.op, current, self._eval(stmt.value, env, func))
-            self._assign(stmt.target, value, env, func)
-        elif isinstance(stmt, ast.If):
-            try:
-                chosen = self._truth(self._eval(stmt.test, env, func), stmt, func)
-            except Undecidable:
-                if _touches_state(stmt):
-                    raise DerivationError(
-                        f"{self._where(stmt, func)}: branch on an unknown value "
-                        f"({ast.unparse(stmt.test)[:80]}) decides the model's structure"
-                    ) from None
-                return
-            self._exec_block(stmt.body if chosen else stmt.orelse, env, func)
-        elif isinstance(stmt, ast.For):
-            self._for(stmt, env, func)
-        elif isinstance(stmt, ast.Return):
-            raise _Return(self._eval(stmt.value, env, func) if stmt.value else None)
-        elif isinstance(stmt, ast.Raise):
-            raise ModelRaise(self._raise_text(stmt, env, func), self._where(stmt, func))
-        elif isinstance(stmt, ast.Continue):
-            raise _Continue()
-        elif isinstance(stmt, ast.Break):
-            raise _Break()
-        elif isinstance(stmt, ast.Delete):
-            for target in stmt.targets:
-                self._delete(target, env, func)
-        elif isinstance(stmt, (ast.With,)):
-            self._exec_block(stmt.body, env, func)
-        elif isinstance(stmt, ast.Try):
-            self._exec_block(stmt.body, env, func)
-        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            for alias in stmt.names:
-                base = stmt.module if isinstance(stmt, ast.ImportFrom) else None
-                dotted = f"{base}.{alias.name}" if base else alias.name
-                env[alias.asname or alias.name.split(".")[0]] = External(dotted)
-        elif isinstance(stmt, (ast.Pass, ast.Assert, ast.Global, ast.Nonlocal)):
-            pass
-        elif isinstance(stmt, ast.FunctionDef):
-            env[stmt.name] = Function(stmt, func.module, func.owner)
-        else:
+    def _exec(self, stmt: ast.stmt, env: dict, func: Function) -> None:
+        handler = _by_type(self._STATEMENTS, stmt)
+        if handler is None:
             raise DerivationError(
                 f"{self._where(stmt, func)}: cannot read a {type(stmt).__name__} statement"
             )
+        handler(self, stmt, env, func)
+
+    def _exec_expr(self, stmt: ast.Expr, env: dict, func: Function) -> None:
+        self._eval(stmt.value, env, func)
+
+    def _exec_assign(self, stmt: ast.Assign, env: dict, func: Function) -> None:
+        value = self._eval(stmt.value, env, func)
+        for target in stmt.targets:
+            self._assign(target, value, env, func)
+
+    def _exec_annassign(self, stmt: ast.AnnAssign, env: dict, func: Function) -> None:
+        if stmt.value is not None:
+            self._assign(stmt.target, self._eval(stmt.value, env, func), env, func)
+
+    def _exec_augassign(self, stmt: ast.AugAssign, env: dict, func: Function) -> None:
+        current = self._eval(_as_load(stmt.target), env, func)
+        value = self._binop(stmt.op, current, self._eval(stmt.value, env, func))
+        self._assign(stmt.target, value, env, func)
+
+    def _exec_if(self, stmt: ast.If, env: dict, func: Function) -> None:
+        try:
+            chosen = self._truth(self._eval(stmt.test, env, func), stmt, func)
+        except Undecidable:
+            if _touches_state(stmt):
+                raise DerivationError(
+                    f"{self._where(stmt, func)}: branch on an unknown value "
+                    f"({ast.unparse(stmt.test)[:80]}) decides the model's structure"
+                ) from None
+            return
+        self._exec_block(stmt.body if chosen else stmt.orelse, env, func)
+
+    def _exec_return(self, stmt: ast.Return, env: dict, func: Function) -> None:
+        raise _Return(self._eval(stmt.value, env, func) if stmt.value else None)
+
+    def _exec_raise(self, stmt: ast.Raise, env: dict, func: Function) -> None:
+        raise ModelRaise(self._raise_text(stmt, env, func), self._where(stmt, func))
+
+    def _exec_continue(self, stmt: ast.Continue, env: dict, func: Function) -> None:
+        raise _Continue()
+
+    def _exec_break(self, stmt: ast.Break, env: dict, func: Function) -> None:
+        raise _Break()
+
+    def _exec_delete(self, stmt: ast.Delete, env: dict, func: Function) -> None:
+        for target in stmt.targets:
+            self._delete(target, env, func)
+
+    def _exec_body(self, stmt: ast.With | ast.Try, env: dict, func: Function) -> None:
+        """``with`` and ``try``: the body runs; handlers and context managers are not read."""
+        self._exec_block(stmt.body, env, func)
+
+    def _exec_import(self, stmt: ast.Import | ast.ImportFrom, env: dict, func: Function) -> None:
+        for alias in stmt.names:
+            base = stmt.module if isinstance(stmt, ast.ImportFrom) else None
+            dotted = f"{base}.{alias.name}" if base else alias.name
+            env[alias.asname or alias.name.split(".")[0]] = External(dotted)
+
+    def _exec_nothing(self, stmt: ast.stmt, env: dict, func: Function) -> None:
+        """``pass``, ``assert``, ``global``, ``nonlocal``: nothing the derivation follows."""
+
+    def _exec_def(self, stmt: ast.FunctionDef, env: dict, func: Function) -> None:
+        env[stmt.name] = Function(stmt, func.module, func.owner)
 
     def _for(self, stmt: ast.For, env: dict, func: Function) -> None:
         iterable = self._eval(stmt.iter, env, func)
@@ -912,6 +740,15 @@ class Interpreter:
         return f"{path}:{getattr(node, 'lineno', '?')}"
 
     # ---- dispatch tables (here, below every handler they name) ---------------------------
+    _STATEMENTS: dict[type, Callable] = {
+        ast.Expr: _exec_expr, ast.Assign: _exec_assign, ast.AnnAssign: _exec_annassign,
+        ast.AugAssign: _exec_augassign, ast.If: _exec_if, ast.For: _for,
+        ast.Return: _exec_return, ast.Raise: _exec_raise, ast.Continue: _exec_continue,
+        ast.Break: _exec_break, ast.Delete: _exec_delete, ast.With: _exec_body,
+        ast.Try: _exec_body, ast.Import: _exec_import, ast.ImportFrom: _exec_import,
+        ast.Pass: _exec_nothing, ast.Assert: _exec_nothing, ast.Global: _exec_nothing,
+        ast.Nonlocal: _exec_nothing, ast.FunctionDef: _exec_def,
+    }  # fmt: skip
     _EXPRESSIONS: dict[type, Callable] = {
         ast.Constant: _eval_constant, ast.Name: _eval_name, ast.Attribute: _eval_attribute,
         ast.Subscript: _eval_subscript, ast.Slice: _eval_slice, ast.BinOp: _eval_binop,
@@ -925,42 +762,6 @@ class Interpreter:
         SuperProxy: _attr_of_super, TensorValue: _attr_of_tensor, ParamRef: _attr_of_param,
         ClassInfo: _attr_of_class,
     }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class SuppliedTensor:
-    """A tensor SGLang puts in place of a draft parameter at runtime (the target's embedding)."""
-
-    what: str
-    shape: tuple = ()
-
-
-class WeightStream:
-    """The ``weights`` iterable handed to load_weights: one entry per checkpoint tensor.
-
-    The interpreter tells it when each entry starts and ends, so that what the body did with
-    the entry (parameters loaded, attributes set) is recorded against that name.
-    """
-
-    def __init__(self, entries: list[tuple[str, TensorValue]]):
-        self.entries = entries
-        self.outcomes: dict[str, dict] = {}
-
-    def __iter__(self):
-        return iter(self.entries)
-
-    def begin(self, interp: Interpreter, item: tuple[str, TensorValue]) -> None:
-        self._current = item[0]
-        self.continued = False
-        interp.loads = []
-        interp.self_sets = []
-
-    def end(self, interp: Interpreter) -> None:
-        self.outcomes[self._current] = {
-            "loads": list(interp.loads),
-            "consumed_as": list(interp.self_sets),
-            "skipped_by_rule": self.continued,  # the code chose to skip it (`continue`)
-        }
 
 
 class _Noop:

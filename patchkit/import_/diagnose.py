@@ -141,7 +141,7 @@ def _first_hunk(diff: FileDiff) -> str | None:
 
 
 def failing_hunks(
-    repo: Path, env: dict[str, str], files: list[FileDiff], release: str
+    mirror: gitops.Repo, env: dict[str, str], files: list[FileDiff], release: str
 ) -> list[Problem]:
     """Each hunk tried alone, at zero fuzz, against the tree in the index of `env`."""
     problems = []
@@ -153,7 +153,7 @@ def failing_hunks(
             chunks = [[h] for h in diff.hunks] or [[]]
             for chunk in chunks:
                 single.write_text(render_file(diff, chunk), encoding="utf-8")
-                applied, err = gitops.apply_to_index(repo, env, single, check=True, bare=True)
+                applied, err = gitops.apply_to_index(mirror, env, single, check=True)
                 if applied:
                     continue
                 hunk = chunk[0] if chunk else None
@@ -173,12 +173,12 @@ def failing_hunks(
     return problems
 
 
-def applies_cleanly(repo: Path, commit: str, diff_text: str) -> bool:
+def applies_cleanly(mirror: gitops.Repo, commit: str, diff_text: str) -> bool:
     """Whether the whole diff applies at zero fuzz onto `commit`."""
     with (
         temporary_folder("import-fit-") as tmp,
-        gitops.scratch_index(repo, commit, bare=True) as env,
+        gitops.scratch_index(mirror, commit) as env,
     ):
         path = Path(tmp) / "input.patch"
         path.write_text(diff_text, encoding="utf-8")
-        return gitops.apply_to_index(repo, env, path, check=True, bare=True)[0]
+        return gitops.apply_to_index(mirror, env, path, check=True)[0]

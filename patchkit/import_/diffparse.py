@@ -10,6 +10,7 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 HUNK_RE = re.compile(r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@(.*)$")
@@ -186,79 +187,129 @@ def _diff_path(value: str) -> str | None:
 
 
 def _parse_files(lines: list[str], i: int, b: int, message: Message, problems: list[Problem]):
-    current: FileDiff | None = None
-    hunk_at: str | None = None
+    reader = _FilesReader(lines, b, message, problems)
     while i < b:
-        line = lines[i]
-        number = i + 1
-        path = current.path if current else None
-        line = line.rstrip("\r")
-        if line == "-- " and (current is None or current.hunks):
+        line = lines[i].rstrip("\r")
+        if line == "-- " and (reader.current is None or reader.current.hunks):
             return  # format-patch's signature ends the diff
-        if MARKER_RE.match(line):
-            problems.append(_marker(number, path, hunk_at, line, added=False))
-            i += 1
-            continue
-        if line.startswith("diff --git "):
-            match = GIT_HEADER_RE.match(line)
-            old = new = match.group(2) if match else None
-            if match:
-                old = match.group(1)
-            current = FileDiff(old=old, new=new, line=number, git=True)
-            message.files.append(current)
-            hunk_at = None
-        elif (
-            current is not None and current.git and not current.hunks and line.startswith(EXTENDED)
-        ):
-            current.extended.append(line)
-        elif line.startswith("--- ") and i + 1 < b and lines[i + 1].startswith("+++ "):
-            old = _diff_path(line[4:])
-            new = _diff_path(lines[i + 1][4:])
-            if current is not None and current.git and not current.hunks and not current.binary:
-                old = old[2:] if old and old.startswith("a/") else old
-                new = new[2:] if new and new.startswith("b/") else new
-                current.old, current.new = old, new
-            else:
-                current = FileDiff(old=old, new=new, line=number)
-                message.files.append(current)
-            hunk_at = None
-            i += 2
-            continue
-        elif line.startswith(("GIT binary patch", "Binary files ")):
-            if current is not None:
-                current.binary = True
-            problems.append(
-                Problem(
-                    number,
-                    path,
-                    None,
-                    "binary change: a series carries text patches only; ship the file another "
-                    "way or leave it out of the diff",
-                )
+        read = next((read for starts, read in _LINE_RULES if starts(reader, i, line)), None)
+        i = read(reader, i, line) if read else i + 1
+
+
+class _FilesReader:
+    """Reads the file diffs of one message (lines up to `end`): the file being read, the
+    hunk last read, and every defect met. Each reading step takes the line at `i` and returns
+    the index of the line after what it read."""
+
+    def __init__(self, lines: list[str], end: int, message: Message, problems: list[Problem]):
+        self.lines, self.end, self.message, self.problems = lines, end, message, problems
+        self.current: FileDiff | None = None
+        self.hunk_at: str | None = None  # the hunk a defect on the following lines is in
+
+    @property
+    def path(self) -> str | None:
+        return self.current.path if self.current else None
+
+    def in_git_header(self) -> bool:
+        """Between a `diff --git` line and the file's first hunk."""
+        return self.current is not None and self.current.git and not self.current.hunks
+
+    def before_new_path(self, i: int) -> bool:
+        return i + 1 < self.end and self.lines[i + 1].startswith("+++ ")
+
+    def marker(self, i: int, line: str) -> int:
+        self.problems.append(_marker(i + 1, self.path, self.hunk_at, line, added=False))
+        return i + 1
+
+    def git_header(self, i: int, line: str) -> int:
+        match = GIT_HEADER_RE.match(line)
+        old, new = (match.group(1), match.group(2)) if match else (None, None)
+        self._start_file(FileDiff(old=old, new=new, line=i + 1, git=True))
+        return i + 1
+
+    def extended(self, i: int, line: str) -> int:
+        assert self.current is not None
+        self.current.extended.append(line)
+        return i + 1
+
+    def old_and_new_paths(self, i: int, line: str) -> int:
+        """A ---/+++ pair: the paths of the file a `diff --git` line began, else a new file."""
+        old = _diff_path(line[4:])
+        new = _diff_path(self.lines[i + 1][4:])
+        current = self.current
+        if current is not None and self.in_git_header() and not current.binary:
+            current.old = old[2:] if old and old.startswith("a/") else old
+            current.new = new[2:] if new and new.startswith("b/") else new
+            self.hunk_at = None
+        else:
+            self._start_file(FileDiff(old=old, new=new, line=i + 1))
+        return i + 2
+
+    def binary(self, i: int, line: str) -> int:
+        if self.current is not None:
+            self.current.binary = True
+        self.problems.append(
+            Problem(
+                i + 1,
+                self.path,
+                None,
+                "binary change: a series carries text patches only; ship the file another "
+                "way or leave it out of the diff",
             )
-        elif line.startswith("@@"):
-            match = HUNK_RE.match(line)
-            if current is None or match is None:
-                problems.append(Problem(number, path, None, f"malformed hunk header {line[:40]!r}"))
-                i += 1
-                continue
-            hunk = Hunk(
-                int(match.group(1)),
-                int(match.group(2)) if match.group(2) is not None else 1,
-                int(match.group(3)),
-                int(match.group(4)) if match.group(4) is not None else 1,
-                match.group(5),
-                [],
-                number,
+        )
+        return i + 1
+
+    def hunk(self, i: int, line: str) -> int:
+        """A hunk header and the lines its counts take."""
+        match = HUNK_RE.match(line)
+        if self.current is None or match is None:
+            self.problems.append(
+                Problem(i + 1, self.path, None, f"malformed hunk header {line[:40]!r}")
             )
-            hunk_at = hunk.at
-            current.hunks.append(hunk)
-            if lines[i].endswith("\r"):
-                _crlf(number, current, hunk, problems)
-            i = _consume_hunk(lines, i + 1, b, current, hunk, problems)
-            continue
-        i += 1
-    return
+            return i + 1
+        hunk = _hunk_of(match, i + 1)
+        self.hunk_at = hunk.at
+        self.current.hunks.append(hunk)
+        if self.lines[i].endswith("\r"):
+            _crlf(i + 1, self.current, hunk, self.problems)
+        return _consume_hunk(self.lines, i + 1, self.end, self.current, hunk, self.problems)
+
+    def _start_file(self, diff: FileDiff) -> None:
+        self.current = diff
+        self.message.files.append(diff)
+        self.hunk_at = None
+
+
+# How each line of a message's diff part is read: the first rule whose test takes the line
+# reads it; a line no rule takes (text between files, `index` lines of a plain diff) is skipped.
+_LINE_RULES: tuple[tuple[Callable[[_FilesReader, int, str], bool], Callable], ...] = (
+    (lambda r, i, line: bool(MARKER_RE.match(line)), _FilesReader.marker),
+    (lambda r, i, line: line.startswith("diff --git "), _FilesReader.git_header),
+    (lambda r, i, line: r.in_git_header() and line.startswith(EXTENDED), _FilesReader.extended),
+    (
+        lambda r, i, line: line.startswith("--- ") and r.before_new_path(i),
+        _FilesReader.old_and_new_paths,
+    ),
+    (
+        lambda r, i, line: line.startswith(("GIT binary patch", "Binary files ")),
+        _FilesReader.binary,
+    ),
+    (lambda r, i, line: line.startswith("@@"), _FilesReader.hunk),
+)
+
+
+def _hunk_of(match: re.Match, number: int) -> Hunk:
+    """The hunk a header names (a count left out is 1), its lines still to read."""
+    old_len, new_len = match.group(2), match.group(4)
+    return Hunk(
+        int(match.group(1)),
+        int(old_len) if old_len is not None else 1,
+        int(match.group(3)),
+        int(new_len) if new_len is not None else 1,
+        match.group(5),
+        [],
+        number,
+    )
 
 
 def _crlf(number: int, current: FileDiff, hunk: Hunk, problems: list[Problem]) -> None:
@@ -288,47 +339,35 @@ def _marker(number: int, path: str | None, hunk: str | None, line: str, *, added
     return Problem(number, path, hunk, what + "; resolve it and make the diff again")
 
 
+# What each tag of a hunk line takes from the header's (old, new) counts.
+_COUNTS = {" ": (1, 1), "": (1, 1), "-": (1, 0), "+": (0, 1)}
+
+
 def _consume_hunk(
     lines: list[str], i: int, b: int, current: FileDiff, hunk: Hunk, problems: list[Problem]
 ) -> int:
+    """Read the lines the hunk's header counts (and the `\\ No newline` notes after them);
+    the index of the line after the hunk."""
     old, new = hunk.old_len, hunk.new_len
     while (old > 0 or new > 0) and i < b:
-        raw = lines[i]
-        line = raw.rstrip("\r")
-        if raw.endswith("\r") and raw[:1] in " +-":
-            line = raw  # keep the byte, report it once per file
-            _crlf(i + 1, current, hunk, problems)
+        line = _hunk_line(lines[i], i + 1, current, hunk, problems)
         tag = line[:1]
-        if MARKER_RE.match(line):
-            problems.append(_marker(i + 1, current.path, hunk.at, line, added=False))
-            return i + 1
-        if "\0" in line:
-            problems.append(
-                Problem(
-                    i + 1,
-                    current.path,
-                    hunk.at,
-                    "NUL byte in a hunk line: binary content; a series carries text patches only",
-                )
-            )
+        unreadable = _unreadable(line, i + 1, current, hunk)
+        if unreadable is not None:
+            problems.append(unreadable)
             return i + 1
         if tag == "\\":
             hunk.lines.append(line)
             i += 1
             continue
-        if tag in (" ", ""):
-            old, new = old - 1, new - 1
-        elif tag == "-":
-            old -= 1
-        elif tag == "+":
-            new -= 1
-            if MARKER_RE.match(line[1:].rstrip("\r")):
-                problems.append(_marker(i + 1, current.path, hunk.at, line[1:], added=True))
-        else:
+        if tag not in _COUNTS:
             problems.append(
                 Problem(i + 1, current.path, hunk.at, "hunk has fewer lines than its header says")
             )
             return i
+        old, new = old - _COUNTS[tag][0], new - _COUNTS[tag][1]
+        if tag == "+" and MARKER_RE.match(line[1:].rstrip("\r")):
+            problems.append(_marker(i + 1, current.path, hunk.at, line[1:], added=True))
         if old < 0 or new < 0:
             problems.append(
                 Problem(i + 1, current.path, hunk.at, "hunk does not match its line counts")
@@ -339,6 +378,37 @@ def _consume_hunk(
     if old > 0 or new > 0:
         problems.append(Problem(i, current.path, hunk.at, "hunk is truncated"))
         return i
+    return _after_hunk(lines, i, b, current, hunk, problems)
+
+
+def _hunk_line(raw: str, number: int, current: FileDiff, hunk: Hunk, problems: list[Problem]):
+    """The line without its CR, except a diff line's CR, which is kept and reported (once
+    per file)."""
+    if raw.endswith("\r") and raw[:1] in " +-":
+        _crlf(number, current, hunk, problems)
+        return raw
+    return raw.rstrip("\r")
+
+
+def _unreadable(line: str, number: int, current: FileDiff, hunk: Hunk) -> Problem | None:
+    """A line that ends the hunk: a conflict marker, or binary content."""
+    if MARKER_RE.match(line):
+        return _marker(number, current.path, hunk.at, line, added=False)
+    if "\0" in line:
+        return Problem(
+            number,
+            current.path,
+            hunk.at,
+            "NUL byte in a hunk line: binary content; a series carries text patches only",
+        )
+    return None
+
+
+def _after_hunk(
+    lines: list[str], i: int, b: int, current: FileDiff, hunk: Hunk, problems: list[Problem]
+) -> int:
+    """Take the `\\ No newline` notes after a complete hunk; a diff line right after it is
+    one line more than its header counts."""
     while i < b and lines[i].startswith("\\"):
         hunk.lines.append(lines[i].rstrip("\r"))
         i += 1

@@ -19,7 +19,7 @@ import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from packaging.version import Version
 
 from patchkit import gitops
 from patchkit.apply import ApplyOptions, build_series
-from patchkit.errors import ApplyError, PatchkitError, UsageError
+from patchkit.errors import ApplyError, FetchError, PatchkitError, UsageError
 from patchkit.export import ExportedPatch, SeriesRead, export_commits, slug, write_series
 from patchkit.import_.diagnose import applies_cleanly, failing_hunks, normalize_paths
 from patchkit.import_.diffparse import Message, ParsedInput, parse_input, render_file
@@ -179,6 +179,8 @@ class ImportOptions:
     today: dt.date | None = None
     line: str | None = None  # the line imported into (named in the commands a refusal offers)
     lines_at: dict[str, str] = field(default_factory=dict)  # release -> the line pinned there
+    # Releases the mirror lacks, to tell the diff's release by: (version, commit), nearest first
+    more_releases: Callable[[], Iterator[tuple[str, str]]] | None = None
 
 
 @dataclass
@@ -196,7 +198,7 @@ OtherBases = Callable[[], list[tuple[str, str]]]
 
 
 def propose_import(
-    repo: Path,
+    repo: gitops.Repo | Path,
     base: Base,
     source: ImportSource,
     *,
@@ -207,107 +209,167 @@ def propose_import(
     other_bases: OtherBases | None = None,
 ) -> ImportReport:
     """Propose a series for `source` against `base`, or on top of the `existing` series with
-    `on_top`; overlaps with `existing` are reported either way."""
+    `on_top`; overlaps with `existing` are reported either way. `repo` is the target's mirror
+    (a path is taken as the bare mirror)."""
+    mirror = gitops.as_repo(repo, bare=True)
     options = options or ImportOptions()
-    today = options.today or dt.datetime.now(dt.timezone.utc).date()
     report = ImportReport(
         base.target, source.label, source.sha256, base, "series" if on_top else "base"
     )
-    start = base.commit
-    if on_top and existing is not None and existing.patches:
-        try:
-            start, _ = build_series(repo, base.commit, existing, bare=True)
-        except ApplyError as exc:
-            raise UsageError(
-                f"the existing {base.target} series does not apply to its base: {exc.message}",
-                hint="fix the series first (patchkit lint), or import without --into-series",
-            ) from None
+    start = _series_result(mirror, base, existing) if on_top else base.commit
     release = _release_label(base)
-    base_paths = set(gitops.tree_paths(repo, start, bare=True))
     if source.overlay is not None:
         report.notes += _overlay_notes(source.overlay)
-        ref0 = gitops.tree_with_files(repo, base.commit, source.overlay.files, bare=True)
         messages: list[Message] = []
-        reference = _carry(repo, base.commit, ref0, start, options.threeway, report, release)
+        reference = _overlay_reference(mirror, base.commit, start, source.overlay, options, report)
     else:
-        parsed = parse_input(source.text or "")
-        messages = parsed.messages
-        if not any(m.files for m in messages):
-            raise UsageError(f"{source.label}: contains no diff (no ---/+++ or diff --git lines)")
-        notes, problems = normalize_paths(messages, base_paths, subdir, base.target)
-        report.notes += notes
-        if problems and all(p.what.startswith("changes a file the") for p in problems):
-            # Say every file that fails, not only the missing ones.
-            problems += _failing_on_base(repo, start, messages, problems, release)
-        for problem in [*parsed.problems, *problems]:
-            report.problems.append(problem.text(source.label))
-        if report.problems:
-            if not parsed.problems:
-                _name_the_release(repo, base, messages, options, report, release)
-            report.status = "refused"
-            return report
-        if _per_message(parsed, options):
-            report.mode = "messages"
-            for number, message in enumerate(messages, 1):
-                if not message.files:
-                    report.notes.append(
-                        f"skipped message {number} ({message.subject or 'no subject'}): "
-                        "it holds no diff (a cover letter?)"
-                    )
-            messages = [m for m in messages if m.files]
-            reference = _apply_messages(repo, start, messages, options.threeway, report, release)
-        else:
-            reference = _apply_whole(
-                repo, base.commit, start, messages, options.threeway, report, release
-            )
-        named = _name_the_release(repo, base, messages, options, report, release)
-        if reference is None and report.failed_on_base and other_bases is not None and not named:
-            _say_which_release_fits(repo, messages, other_bases, report)
-        if named:
-            reference = None  # it may apply here, but to other code than it was made on
+        messages, reference = _diff_reference(
+            mirror, base, start, source, subdir, options, report, other_bases
+        )
     if reference is None:
         report.status = "refused"
         return report
     report.expected_tree = reference
-    if reference == gitops.tree_of(repo, start, bare=True):
+    if reference == gitops.tree_of(mirror, start):
         raise UsageError(f"{source.label} changes nothing in the {release} tree; nothing to import")
-    if report.mode == "messages":
-        drafts = _message_drafts(messages, source, options, today)
-    else:
-        report.mode = "mapping" if options.mapping else "areas"
-        drafts = _concern_drafts(repo, start, reference, source, subdir, options, today, report)
-    _build_and_prove(repo, start, drafts, options, report)
+    drafts = _drafts(mirror, start, reference, messages, source, subdir, options, report)
+    _build_and_prove(mirror, start, drafts, options, report)
     if existing is not None and report.patches:
-        if not report.hunk_ranges:  # one patch per message: each hunk as its patch says
-            report.hunk_ranges = [
-                (p.name, c.source or c.path, src, src_len)
-                for p in report.patches
-                for c in parse_patch(p.name, p.raw).files
-                for src, src_len, _, _ in c.hunks
-            ]
-        report.overlaps = find_overlaps(existing, report.hunk_ranges, on_top=start != base.commit)
-        if report.overlaps and not on_top:
-            report.notes.append(
-                "the import overlaps the existing series: to carry both, import on top of it "
-                "(--into-series, with --3way where needed)"
-            )
+        _report_overlaps(existing, report, on_top=on_top, carried=start != base.commit)
     return report
 
 
+def _series_result(mirror: gitops.Repo, base: Base, existing: Series | None) -> str:
+    """The commit an import on top of the existing series starts from: the series' result."""
+    if existing is None or not existing.patches:
+        return base.commit
+    try:
+        start, _ = build_series(mirror, base.commit, existing)
+    except ApplyError as exc:
+        raise UsageError(
+            f"the existing {base.target} series does not apply to its base: {exc.message}",
+            hint="fix the series first (patchkit lint), or import without --into-series",
+        ) from None
+    return start
+
+
+def _overlay_reference(
+    mirror: gitops.Repo, base: str, start: str, overlay: Overlay, options: ImportOptions,
+    report: ImportReport,
+) -> str | None:  # fmt: skip
+    """The overlay's files laid over the base, carried onto `start`."""
+    ref0 = gitops.tree_with_files(mirror, base, overlay.files)
+    return _carry(mirror, base, ref0, start, options.threeway, report, _release_label(report.base))
+
+
+def _diff_reference(
+    mirror: gitops.Repo, base: Base, start: str, source: ImportSource, subdir: str,
+    options: ImportOptions, report: ImportReport, other_bases: OtherBases | None,
+) -> tuple[list[Message], str | None]:  # fmt: skip
+    """The diff (or mbox) read, checked and applied: (its messages, the reference tree), the
+    tree None when it is refused (the reasons in `report.problems`)."""
+    release = _release_label(base)
+    parsed = _read_input(source)
+    messages = parsed.messages
+    _check_input(mirror, base, start, parsed, subdir, report)
+    if report.problems:
+        if not parsed.problems:
+            _name_the_release(mirror, base, messages, options, report, release)
+        return messages, None
+    if _per_message(parsed, options):
+        report.mode = "messages"
+        messages = _with_diffs(messages, report)
+        reference = _apply_messages(mirror, start, messages, options.threeway, report, release)
+    else:
+        reference = _apply_whole(
+            mirror, base.commit, start, messages, options.threeway, report, release
+        )
+    named = _name_the_release(mirror, base, messages, options, report, release)
+    if reference is None and report.failed_on_base and other_bases is not None and not named:
+        _say_which_release_fits(mirror, messages, other_bases, report)
+    # a diff made on another release may apply here, but to other code than it was made on
+    return messages, None if named else reference
+
+
+def _read_input(source: ImportSource) -> ParsedInput:
+    parsed = parse_input(source.text or "")
+    if not any(m.files for m in parsed.messages):
+        raise UsageError(f"{source.label}: contains no diff (no ---/+++ or diff --git lines)")
+    return parsed
+
+
+def _check_input(
+    mirror: gitops.Repo, base: Base, start: str, parsed: ParsedInput, subdir: str,
+    report: ImportReport,
+) -> None:  # fmt: skip
+    """Place the input's paths in the tree it applies to; every defect goes to the report."""
+    base_paths = set(gitops.tree_paths(mirror, start))
+    notes, problems = normalize_paths(parsed.messages, base_paths, subdir, base.target)
+    report.notes += notes
+    if problems and all(p.what.startswith("changes a file the") for p in problems):
+        # Say every file that fails, not only the missing ones.
+        release = _release_label(base)
+        problems += _failing_on_base(mirror, start, parsed.messages, problems, release)
+    report.problems += [p.text(report.source) for p in [*parsed.problems, *problems]]
+
+
+def _with_diffs(messages: list[Message], report: ImportReport) -> list[Message]:
+    """The messages that hold a diff; each one skipped is noted."""
+    for number, message in enumerate(messages, 1):
+        if not message.files:
+            report.notes.append(
+                f"skipped message {number} ({message.subject or 'no subject'}): "
+                "it holds no diff (a cover letter?)"
+            )
+    return [m for m in messages if m.files]
+
+
+def _drafts(
+    mirror: gitops.Repo, start: str, reference: str, messages: list[Message],
+    source: ImportSource, subdir: str, options: ImportOptions, report: ImportReport,
+) -> list[_Draft]:  # fmt: skip
+    """One draft per message of an mbox kept as it is, else one per concern."""
+    today = options.today or dt.datetime.now(dt.timezone.utc).date()
+    if report.mode == "messages":
+        return _message_drafts(messages, source, options, today)
+    report.mode = "mapping" if options.mapping else "areas"
+    return _concern_drafts(mirror, start, reference, source, subdir, options, today, report)
+
+
+def _report_overlaps(
+    existing: Series, report: ImportReport, *, on_top: bool, carried: bool
+) -> None:
+    """The import's hunks that meet the existing series' (`carried`: the import starts from
+    the series' result, so its post-images are compared)."""
+    if not report.hunk_ranges:  # one patch per message: each hunk as its patch says
+        report.hunk_ranges = [
+            (p.name, c.source or c.path, src, src_len)
+            for p in report.patches
+            for c in parse_patch(p.name, p.raw).files
+            for src, src_len, _, _ in c.hunks
+        ]
+    report.overlaps = find_overlaps(existing, report.hunk_ranges, on_top=carried)
+    if report.overlaps and not on_top:
+        report.notes.append(
+            "the import overlaps the existing series: to carry both, import on top of it "
+            "(--into-series, with --3way where needed)"
+        )
+
+
 def _failing_on_base(
-    repo: Path, start: str, messages: list[Message], missing: list, release: str
+    mirror: gitops.Repo, start: str, messages: list[Message], missing: list, release: str
 ) -> list:
     """The hunks of the files the base has that do not apply to it either."""
     gone = {p.path for p in missing}
     files = [f for m in messages for f in m.files if f.old not in gone and f.new not in gone]
     if not files:
         return []
-    with gitops.scratch_index(repo, start, bare=True) as env:
-        return failing_hunks(repo, env, files, release)
+    with gitops.scratch_index(mirror, start) as env:
+        return failing_hunks(mirror, env, files, release)
 
 
 def _name_the_release(
-    repo: Path, base: Base, messages: list[Message], options: ImportOptions,
+    mirror: gitops.Repo, base: Base, messages: list[Message], options: ImportOptions,
     report: ImportReport, release: str,
 ) -> bool:  # fmt: skip
     """Compare the diff's `index` lines with the base's blobs, and with every release in the
@@ -316,19 +378,21 @@ def _name_the_release(
     blobs = index_blobs([f for m in messages for f in m.files])
     if not blobs:
         return False
-    own = match_blobs(repo, base.commit, blobs, release)
+    own = match_blobs(mirror, base.commit, blobs, release)
     if own.whole:
         report.notes.append(
             f"made against {release}: its index lines name {release}'s blobs ({len(blobs)} file(s))"
         )
-        return
+        return False
     mine = base.release.version if base.release else None
-    others = [m.label for m in made_against(repo, blobs, imported_releases(repo))]
+    others = [m.label for m in made_against(mirror, blobs, imported_releases(mirror))]
     others = [v for v in others if v != mine]
+    if not others and options.more_releases is not None:
+        others = _scan_more_releases(mirror, blobs, options.more_releases, report)
     if not others:
         report.notes.append(
             f"its index lines name {release}'s blobs for {len(own.matching)} of {len(blobs)} "
-            f"file(s) and no imported release's for all (made against a tree of its own?); "
+            f"file(s) and no known release's for all (made against a tree of its own?); "
             f"differing: {', '.join(own.differing)}"
         )
         return False
@@ -340,6 +404,25 @@ def _name_the_release(
     )
     report.problems.append(f"{report.source}: {_import_there(report, version, options)}")
     return True
+
+
+def _scan_more_releases(
+    mirror: gitops.Repo, blobs: dict[str, str], more: Callable[[], Iterator[tuple[str, str]]],
+    report: ImportReport,
+) -> list[str]:  # fmt: skip
+    """The first release the mirror lacked whose files are the diff's every pre-image,
+    obtained one by one from the index, nearest first; what was compared goes to the notes."""
+    checked = []
+    try:
+        for version, commit in more():
+            checked.append(version)
+            if match_blobs(mirror, commit, blobs, version).whole:
+                return [version]
+    except FetchError as exc:
+        report.notes.append(f"releases on the index not compared: {exc.message}")
+    if checked:
+        report.notes.append(f"compared with the index's {', '.join(checked)} too: none matches")
+    return []
 
 
 def _nearest(versions: list[str], mine: str | None) -> str:
@@ -389,7 +472,7 @@ def _diff_text(message: Message) -> str:
 
 
 def _apply_messages(
-    repo: Path,
+    mirror: gitops.Repo,
     start: str,
     messages: list[Message],
     threeway: bool,
@@ -399,19 +482,19 @@ def _apply_messages(
     """Apply each message in turn (the mbox's own order); the final tree or None."""
     with (
         temporary_folder("import-") as tmp,
-        gitops.scratch_index(repo, start, bare=True) as env,
+        gitops.scratch_index(mirror, start) as env,
     ):
         for number, message in enumerate(messages, 1):
             path = Path(tmp) / f"{number}.patch"
             path.write_text(_diff_text(message), encoding="utf-8")
-            if gitops.apply_to_index(repo, env, path, bare=True)[0]:
+            if gitops.apply_to_index(mirror, env, path)[0]:
                 continue
-            if threeway and gitops.apply_to_index(repo, env, path, threeway=True, bare=True)[0]:
+            if threeway and gitops.apply_to_index(mirror, env, path, threeway=True)[0]:
                 report.notes.append(f"message {number} ({message.subject}) needed a 3-way merge")
                 continue
             where = release + (" + the series" if report.onto == "series" else "")
             report.failed_on_base = report.onto == "base"
-            for problem in failing_hunks(repo, env, message.files, where):
+            for problem in failing_hunks(mirror, env, message.files, where):
                 report.problems.append(problem.text(report.source))
             if not threeway and report.onto == "series":
                 report.problems.append(
@@ -419,11 +502,11 @@ def _apply_messages(
                     "series; retry with --3way"
                 )
             return None
-        return gitops.write_tree(repo, env, bare=True)
+        return gitops.write_tree(mirror, env)
 
 
 def _apply_whole(
-    repo: Path,
+    mirror: gitops.Repo,
     base: str,
     start: str,
     messages: list[Message],
@@ -439,15 +522,15 @@ def _apply_whole(
         path = Path(tmp) / "input.patch"
         path.write_text(text, encoding="utf-8")
         if start != base:
-            with gitops.scratch_index(repo, start, bare=True) as env:
-                if gitops.apply_to_index(repo, env, path, bare=True)[0]:
+            with gitops.scratch_index(mirror, start) as env:
+                if gitops.apply_to_index(mirror, env, path)[0]:
                     report.notes.append("the input was made on top of the existing series")
-                    return gitops.write_tree(repo, env, bare=True)
-        with gitops.scratch_index(repo, base, bare=True) as env:
-            applied, _ = gitops.apply_to_index(repo, env, path, bare=True)
+                    return gitops.write_tree(mirror, env)
+        with gitops.scratch_index(mirror, base) as env:
+            applied, _ = gitops.apply_to_index(mirror, env, path)
             if not applied:
                 report.failed_on_base = True
-                for problem in failing_hunks(repo, env, files, release):
+                for problem in failing_hunks(mirror, env, files, release):
                     report.problems.append(problem.text(report.source))
                 if not report.problems:
                     report.problems.append(
@@ -455,36 +538,42 @@ def _apply_whole(
                         "(each hunk alone does: the hunks conflict with each other)"
                     )
                 return None
-            ref0 = gitops.write_tree(repo, env, bare=True)
-    return _carry(repo, base, ref0, start, threeway, report, release)
+            ref0 = gitops.write_tree(mirror, env)
+    return _carry(mirror, base, ref0, start, threeway, report, release)
 
 
 def _carry(
-    repo: Path, base: str, ref0: str, start: str, threeway: bool, report: ImportReport, release: str
+    mirror: gitops.Repo,
+    base: str,
+    ref0: str,
+    start: str,
+    threeway: bool,
+    report: ImportReport,
+    release: str,
 ) -> str | None:
     """Carry the change base..ref0 over onto `start` (the existing series' result)."""
     if start == base:
         return ref0
-    change = gitops.diff_trees(repo, base, ref0, bare=True)
+    change = gitops.diff_trees(mirror, base, ref0)
     with (
         temporary_folder("import-") as tmp,
-        gitops.scratch_index(repo, start, bare=True) as env,
+        gitops.scratch_index(mirror, start) as env,
     ):
         path = Path(tmp) / "carry.patch"
         path.write_text(change, encoding="utf-8")
-        if gitops.apply_to_index(repo, env, path, bare=True)[0]:
-            return gitops.write_tree(repo, env, bare=True)
-        if threeway and gitops.apply_to_index(repo, env, path, threeway=True, bare=True)[0]:
+        if gitops.apply_to_index(mirror, env, path)[0]:
+            return gitops.write_tree(mirror, env)
+        if threeway and gitops.apply_to_index(mirror, env, path, threeway=True)[0]:
             report.notes.append("merged onto the existing series with a 3-way merge")
-            return gitops.write_tree(repo, env, bare=True)
-        if gitops.apply_to_index(repo, env, path, reverse=True, check=True, bare=True)[0]:
+            return gitops.write_tree(mirror, env)
+        if gitops.apply_to_index(mirror, env, path, reverse=True, check=True)[0]:
             report.problems.append(
                 f"{report.source}: the existing series already carries every change of it; "
                 "nothing to import"
             )
             return None
         carried = parse_input(change).messages[0].files
-        for problem in failing_hunks(repo, env, carried, f"{release} + the series"):
+        for problem in failing_hunks(mirror, env, carried, f"{release} + the series"):
             report.problems.append(
                 f"{report.source}: {problem.path} {problem.hunk or ''}: "
                 f"{problem.what}; it overlaps the existing series"
@@ -496,11 +585,11 @@ def _carry(
 
 
 def _say_which_release_fits(
-    repo: Path, messages: list[Message], other_bases: OtherBases, report: ImportReport
+    mirror: gitops.Repo, messages: list[Message], other_bases: OtherBases, report: ImportReport
 ) -> None:
     text = "".join(_diff_text(m) for m in messages)
     others = other_bases()
-    fitting = [label for label, commit in others if _fits(repo, commit, text)]
+    fitting = [label for label, commit in others if _fits(mirror, commit, text)]
     if fitting:
         # the line pinned to that release takes it (`import` refuses a release no line has,
         # naming `rebase --new-line`)
@@ -516,9 +605,9 @@ def _say_which_release_fits(
         report.problems.append(f"{report.source}: the other pinned releases ({tried}) do not fit")
 
 
-def _fits(repo: Path, commit: str, text: str) -> bool:
+def _fits(mirror: gitops.Repo, commit: str, text: str) -> bool:
     try:
-        return applies_cleanly(repo, commit, text)
+        return applies_cleanly(mirror, commit, text)
     except (PatchkitError, gitops.GitError):
         return False
 
@@ -541,7 +630,7 @@ def _date(today: dt.date) -> str:
 
 
 def _concern_drafts(
-    repo: Path,
+    mirror: gitops.Repo,
     start: str,
     reference: str,
     source: ImportSource,
@@ -550,10 +639,10 @@ def _concern_drafts(
     today: dt.date,
     report: ImportReport,
 ) -> list[_Draft]:
-    canonical = gitops.diff_trees(repo, start, reference, bare=True)
+    canonical = gitops.diff_trees(mirror, start, reference)
     files = parse_input(canonical).messages[0].files
     names_of = {
-        f.path: enclosing_names(gitops.show_file(repo, start, f.old, bare=True), f.path, f.hunks)
+        f.path: enclosing_names(gitops.show_file(mirror, start, f.old), f.path, f.hunks)
         for f in files
         if f.old and not f.whole
     }
@@ -636,18 +725,22 @@ def _series_of(target: str, patches: list[Patch]) -> Series:
 
 
 def _build_and_prove(
-    repo: Path, start: str, drafts: list[_Draft], options: ImportOptions, report: ImportReport
+    mirror: gitops.Repo,
+    start: str,
+    drafts: list[_Draft],
+    options: ImportOptions,
+    report: ImportReport,
 ) -> None:
     patches = [_as_patch(d) for d in drafts]
     threeway = ApplyOptions(threeway=options.threeway and report.mode == "messages")
-    tip, _ = build_series(repo, start, _series_of(report.target, patches), threeway, bare=True)
-    exported = export_commits(repo, start, tip, bare=True)
+    tip, _ = build_series(mirror, start, _series_of(report.target, patches), threeway)
+    exported = export_commits(mirror, start, tip)
     again = [parse_patch(p.name, p.raw) for p in exported]
     try:
-        proved, _ = build_series(repo, start, _series_of(report.target, again), bare=True)
-        report.proved_tree = gitops.tree_of(repo, proved, bare=True)
+        proved, _ = build_series(mirror, start, _series_of(report.target, again))
+        report.proved_tree = gitops.tree_of(mirror, proved)
         # what `lint` checks: apply + export gives back the very bytes
-        reexported = {p.name: p.raw for p in export_commits(repo, start, proved, bare=True)}
+        reexported = {p.name: p.raw for p in export_commits(mirror, start, proved)}
         for first in exported:
             if reexported.get(first.name) != first.raw:
                 report.difference = (
@@ -673,7 +766,7 @@ def _build_and_prove(
         report.status = "mismatch"
         if report.proved_tree and report.expected_tree:
             report.difference = gitops.diff_trees(
-                repo, report.expected_tree, report.proved_tree, stat=True, bare=True
+                mirror, report.expected_tree, report.proved_tree, stat=True
             )
 
 

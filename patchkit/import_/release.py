@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
@@ -50,29 +49,29 @@ def index_blobs(files: list[FileDiff]) -> dict[str, str]:
     return out
 
 
-def match_blobs(repo: Path, commit: str, blobs: dict[str, str], label: str) -> BlobMatch:
+def match_blobs(mirror: gitops.Repo, commit: str, blobs: dict[str, str], label: str) -> BlobMatch:
     """Which of the diff's files have, in `commit`, the blob its index line names."""
-    have = gitops.blob_ids(repo, commit, sorted(blobs), bare=True)
+    have = gitops.blob_ids(mirror, commit, sorted(blobs))
     result = BlobMatch(label)
     for path, blob in sorted(blobs.items()):
         (result.matching if have.get(path, "").startswith(blob) else result.differing).append(path)
     return result
 
 
-def imported_releases(repo: Path) -> list[tuple[str, str]]:
+def imported_releases(mirror: gitops.Repo) -> list[tuple[str, str]]:
     """(version, commit) of every release imported into the mirror, oldest first."""
     found: dict[str, str] = {}
     for prefix in RELEASE_REFS:
-        for ref, commit in gitops.refs(repo, prefix, bare=True).items():
+        for ref, commit in gitops.refs(mirror, prefix).items():
             found.setdefault(ref.removeprefix(prefix), commit)
     return sorted(found.items(), key=lambda item: _order(item[0]))
 
 
 def made_against(
-    repo: Path, blobs: dict[str, str], releases: list[tuple[str, str]]
+    mirror: gitops.Repo, blobs: dict[str, str], releases: list[tuple[str, str]]
 ) -> list[BlobMatch]:
     """The releases whose files are the diff's every pre-image."""
-    matches = [match_blobs(repo, commit, blobs, version) for version, commit in releases]
+    matches = [match_blobs(mirror, commit, blobs, version) for version, commit in releases]
     return [m for m in matches if m.whole]
 
 

@@ -43,59 +43,63 @@ class Mapping:
 
 def load_mapping(path: Path) -> Mapping:
     """Read and check a mapping file; every error names the file and the entry."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such mapping file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    data = _read_toml(path)
     unknown = set(data) - {"patch"}
     if unknown:
         raise UsageError(f"{path}: unknown table(s) {', '.join(sorted(unknown))} (only [[patch]])")
     entries: list[MappingEntry] = []
-    seen: set[str] = set()
     for number, raw in enumerate(data.get("patch", []), 1):
-        where = f"{path}: [[patch]] #{number}"
-        if not isinstance(raw, dict):
-            raise UsageError(f"{where}: not a table")
-        extra = set(raw) - MAPPING_KEYS
-        if extra:
-            raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
-        name = str(raw.get("name", "")).removesuffix(".patch")
-        if not PATCH_NAME_RE.match(f"{name}.patch") or "/" in name:
-            raise UsageError(f"{where}: name {name!r} is not a patch name (letters, digits, .-_+)")
-        if name in seen:
-            raise UsageError(f"{where}: name {name!r} is used twice")
-        seen.add(name)
-        paths = raw.get("paths", [])
-        hunks = raw.get("hunks", [])
-        if not all(isinstance(p, str) for p in [*paths, *hunks]):
-            raise UsageError(f"{where}: paths and hunks are lists of strings")
-        if not paths and not hunks:
-            raise UsageError(f"{where} ({name}): give paths or hunks")
-        subject = raw.get("subject")
-        if subject is not None and (
-            not isinstance(subject, str) or "\n" in subject or "\r" in subject
-        ):
-            raise UsageError(f"{where}: subject {subject!r} is not one line of text")
-        selectors = []
-        for sel in hunks:
-            glob, sep, qual = sel.partition("::")
-            if not sep or not glob or not qual:
-                raise UsageError(f"{where}: hunk selector {sel!r} is not PATH_GLOB::FUNCTION_GLOB")
-            selectors.append((glob, qual))
-        entries.append(
-            MappingEntry(
-                name=name,
-                subject=raw.get("subject"),
-                description=raw.get("description"),
-                paths=list(paths),
-                hunks=selectors,
-            )
-        )
+        taken = {e.name for e in entries}
+        entries.append(_mapping_entry(f"{path}: [[patch]] #{number}", raw, taken))
     if not entries:
         raise UsageError(f"{path}: no [[patch]] entries")
     return Mapping(entries, str(path))
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such mapping file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _mapping_entry(where: str, raw: object, taken: set[str]) -> MappingEntry:
+    """One [[patch]] table, checked (`taken`: the names of the entries before it)."""
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: not a table")
+    extra = set(raw) - MAPPING_KEYS
+    if extra:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+    name = str(raw.get("name", "")).removesuffix(".patch")
+    if not PATCH_NAME_RE.match(f"{name}.patch") or "/" in name:
+        raise UsageError(f"{where}: name {name!r} is not a patch name (letters, digits, .-_+)")
+    if name in taken:
+        raise UsageError(f"{where}: name {name!r} is used twice")
+    paths = raw.get("paths", [])
+    hunks = raw.get("hunks", [])
+    if not all(isinstance(p, str) for p in [*paths, *hunks]):
+        raise UsageError(f"{where}: paths and hunks are lists of strings")
+    if not paths and not hunks:
+        raise UsageError(f"{where} ({name}): give paths or hunks")
+    subject = raw.get("subject")
+    if subject is not None and (not isinstance(subject, str) or "\n" in subject or "\r" in subject):
+        raise UsageError(f"{where}: subject {subject!r} is not one line of text")
+    return MappingEntry(
+        name=name,
+        subject=subject,
+        description=raw.get("description"),
+        paths=list(paths),
+        hunks=[_hunk_selector(where, sel) for sel in hunks],
+    )
+
+
+def _hunk_selector(where: str, selector: str) -> tuple[str, str]:
+    glob, sep, qual = selector.partition("::")
+    if not sep or not glob or not qual:
+        raise UsageError(f"{where}: hunk selector {selector!r} is not PATH_GLOB::FUNCTION_GLOB")
+    return glob, qual
 
 
 # --- areas ----------------------------------------------------------------------------------
@@ -208,6 +212,24 @@ def _qual_matches(qual: str, glob: str) -> bool:
     return any(fnmatch.fnmatchcase(".".join(pieces[:n]), glob) for n in range(1, len(pieces) + 1))
 
 
+@dataclass
+class _Concerns:
+    """The concerns met so far: the mapping's entries, then each area as its files are met."""
+
+    subdir: str
+    by_name: dict[str, Concern] = field(default_factory=dict)
+    areas: dict[str, str] = field(default_factory=dict)  # area concern -> the area as shown
+
+    def of_area(self, path: str) -> str:
+        """The name of the concern of `path`'s area (made when first met)."""
+        slug, shown = area_of(path, self.subdir)
+        name = f"{slug}-changes"
+        if name not in self.by_name:
+            self.by_name[name] = Concern(name, f"{shown} changes", "")
+            self.areas[name] = shown
+        return name
+
+
 def assign(
     files: list[FileDiff],
     names_of: dict[str, list[str]],
@@ -217,69 +239,82 @@ def assign(
 ) -> tuple[list[Concern], list[str]]:
     """Group the hunks of `files` into concerns, in series order; returns (concerns, notes)."""
     entries = mapping.entries if mapping else []
-    concerns: dict[str, Concern] = {}
-    order: list[str] = [e.name for e in entries]
-    used: set[str] = set()
+    concerns = _Concerns(subdir)
     for entry in entries:
-        concerns[entry.name] = Concern(
+        concerns.by_name[entry.name] = Concern(
             entry.name,
             entry.subject or _subject_from_name(entry.name),
             entry.description or "",
         )
-    areas: dict[str, str] = {}
-
-    def area_concern(path: str) -> str:
-        slug, shown = area_of(path, subdir)
-        name = f"{slug}-changes"
-        if name not in concerns:
-            concerns[name] = Concern(name, f"{shown} changes", "")
-            areas[name] = shown
-        return name
-
+    used: set[str] = set()
     for diff in files:
         quals = names_of.get(diff.path, [""] * len(diff.hunks))
-        owners: list[str] = []
-        by_path = next(
-            (e.name for e in entries if any(_matches(diff.path, g) for g in e.paths)), None
-        )
-        for qual in quals:
-            owner = next(
-                (
-                    e.name
-                    for e in entries
-                    if any(_matches(diff.path, g) and _qual_matches(qual, q) for g, q in e.hunks)
-                ),
-                None,
-            )
-            owners.append(owner or by_path or area_concern(diff.path))
-        if diff.whole or not diff.hunks:
-            owners = [owners[0] if owners else (by_path or area_concern(diff.path))] * max(
-                len(diff.hunks), 1
-            )
-        groups: dict[str, list[int]] = {}
-        for index, owner in enumerate(owners):
-            groups.setdefault(owner, []).append(index)
-        for owner, indexes in groups.items():
+        for owner, indexes in _by_owner(_owners(diff, quals, entries, concerns)).items():
             used.add(owner)
-            concerns[owner].parts.append((diff, [i for i in indexes if i < len(diff.hunks)]))
+            parts = concerns.by_name[owner].parts
+            parts.append((diff, [i for i in indexes if i < len(diff.hunks)]))
     notes = [
         f"mapping entry {e.name} matches no change of {source_name}"
         for e in entries
         if e.name not in used
     ]
-    order += sorted(areas)
-    result = [concerns[name] for name in order if name in used]
+    order = [e.name for e in entries] + sorted(concerns.areas)
+    result = [concerns.by_name[name] for name in order if name in used]
     for concern in result:
         if not concern.description:
-            shown = areas.get(concern.name)
-            what = f"the {shown} part" if shown else f"the part named {concern.name}"
-            concern.description = textwrap.fill(
-                f"{what[0].upper()}{what[1:]} of {source_name}, imported as one patch "
-                f"({len(concern.files)} file(s)). Say here why the change exists and when it "
-                "can be dropped.",
-                72,
+            concern.description = _placeholder_description(
+                concern, concerns.areas.get(concern.name), source_name
             )
     return result, notes
+
+
+def _owners(
+    diff: FileDiff, quals: list[str], entries: list[MappingEntry], concerns: _Concerns
+) -> list[str]:
+    """The concern taking each hunk of `diff`: the first entry whose hunk selector takes it,
+    else the first whose path glob does, else the file's area. A file that cannot be split
+    by hunk goes whole to one concern."""
+    by_path = next((e.name for e in entries if any(_matches(diff.path, g) for g in e.paths)), None)
+    owners = [
+        _hunk_owner(diff.path, qual, entries) or by_path or concerns.of_area(diff.path)
+        for qual in quals
+    ]
+    if diff.whole or not diff.hunks:
+        whole = owners[0] if owners else (by_path or concerns.of_area(diff.path))
+        owners = [whole] * max(len(diff.hunks), 1)
+    return owners
+
+
+def _hunk_owner(path: str, qual: str, entries: list[MappingEntry]) -> str | None:
+    """The first entry with a hunk selector taking a hunk inside `qual` of `path`."""
+    return next(
+        (
+            e.name
+            for e in entries
+            if any(_matches(path, g) and _qual_matches(qual, q) for g, q in e.hunks)
+        ),
+        None,
+    )
+
+
+def _by_owner(owners: list[str]) -> dict[str, list[int]]:
+    """owner -> the indexes it takes, owners in the order first met."""
+    groups: dict[str, list[int]] = {}
+    for index, owner in enumerate(owners):
+        groups.setdefault(owner, []).append(index)
+    return groups
+
+
+def _placeholder_description(concern: Concern, area: str | None, source_name: str) -> str:
+    """What a concern without a mapping description says: where it comes from, and that the
+    user is to say why it exists."""
+    what = f"the {area} part" if area else f"the part named {concern.name}"
+    return textwrap.fill(
+        f"{what[0].upper()}{what[1:]} of {source_name}, imported as one patch "
+        f"({len(concern.files)} file(s)). Say here why the change exists and when it "
+        "can be dropped.",
+        72,
+    )
 
 
 def _subject_from_name(name: str) -> str:

@@ -1,9 +1,9 @@
 """The package index: finding a release's files and downloading them hash-checked.
 
 Downloads go through the index's simple API (PEP 691 JSON, or PEP 503 HTML as static mirrors
-serve it) at $PATCHKIT_INDEX_URL (else pip's $PIP_INDEX_URL, else PyPI), written beside their
-destination and renamed into place only once their sha256 matches, so a mismatch leaves
-nothing behind.
+serve it) at $PATCHKIT_INDEX_URL (else the index pip is configured with, `pipconf`; else
+PyPI), written beside their destination and renamed into place only once their sha256
+matches, so a mismatch leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from patchkit.errors import FetchError, PinError
 from patchkit.locks import locked_temp_file
+from patchkit.upstream import pipconf
 
 MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -31,9 +32,15 @@ def _quiet(_: str) -> None:
 
 
 def index_url() -> str:
-    """The package index: $PATCHKIT_INDEX_URL, else the one pip is told to use, else PyPI."""
-    url = os.environ.get("PATCHKIT_INDEX_URL") or os.environ.get("PIP_INDEX_URL")
-    return (url or "https://pypi.org/simple").rstrip("/")
+    """The package index: $PATCHKIT_INDEX_URL, else the one pip is configured with
+    ($PIP_INDEX_URL or pip.conf), else PyPI; without credentials (see `urlopen`)."""
+    return _index()[0]
+
+
+def _index() -> tuple[str, tuple[str, str] | None]:
+    url = os.environ.get("PATCHKIT_INDEX_URL") or pipconf.configured_index_url()
+    clean, credentials = pipconf.without_credentials(url or "https://pypi.org/simple")
+    return clean.rstrip("/"), credentials
 
 
 def normalize_name(name: str) -> str:
@@ -58,9 +65,15 @@ def file_sha256(path: Path) -> str:
 def urlopen(url: str, accept: str | None = None):
     import urllib.request  # http, email and ssl: 10 ms of every run that never downloads
 
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    headers = {"Accept": accept} if accept else {}
+    auth = pipconf.authorization(url, *_index())
+    if auth:
+        headers["Authorization"] = auth
+    request = urllib.request.Request(url, headers=headers)
     try:
         return urllib.request.urlopen(request, timeout=120)
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"cannot download {url}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise FetchError(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from None
 

@@ -105,9 +105,22 @@ def _provenance_type_problem(data: object) -> str | None:
     """Where a provenance document has the wrong JSON types (it comes from the archive)."""
     if not isinstance(data, dict):
         return "the document is not a JSON object"
+    for check in _PROVENANCE_CHECKS:
+        problem = check(data)
+        if problem:
+            return problem
+    return None
+
+
+def _sections_problem(data: dict) -> str | None:
     for key in ("upstream", "series", "profile", "tools"):
         if key in data and not isinstance(data[key], dict):
             return f"'{key}' is not an object"
+    return None
+
+
+def _strings_problem(data: dict) -> str | None:
+    """A field of _STR_FIELDS that is not a string, or of _OPTIONAL_STR neither that nor null."""
     for where, keys in _STR_FIELDS.items():
         node = data.get(where[0], {}) if where else data
         for key in keys:
@@ -118,25 +131,54 @@ def _provenance_type_problem(data: object) -> str | None:
         for key in keys:
             if node.get(key) is not None and not isinstance(node[key], str):
                 return f"'{'.'.join((*where, key))}' is not a string or null"
+    return None
+
+
+def _patches_problem(data: dict) -> str | None:
     patches = data.get("series", {}).get("patches", [])
     if not isinstance(patches, list):
         return "'series.patches' is not a list"
     for i, patch in enumerate(patches):
-        if not isinstance(patch, dict):
-            return f"'series.patches[{i}]' is not an object"
-        for key in ("name", "sha256", "subject"):
-            if key in patch and not isinstance(patch[key], str):
-                return f"'series.patches[{i}].{key}' is not a string"
-        links = patch.get("upstream_links", [])
-        if not isinstance(links, list) or not all(isinstance(x, str) for x in links):
-            return f"'series.patches[{i}].upstream_links' is not a list of strings"
-    tools = data.get("tools", {})
-    if not all(isinstance(v, str) for v in tools.values()):
+        problem = _patch_problem(f"series.patches[{i}]", patch)
+        if problem:
+            return problem
+    return None
+
+
+def _patch_problem(where: str, patch: object) -> str | None:
+    if not isinstance(patch, dict):
+        return f"'{where}' is not an object"
+    for key in ("name", "sha256", "subject"):
+        if key in patch and not isinstance(patch[key], str):
+            return f"'{where}.{key}' is not a string"
+    links = patch.get("upstream_links", [])
+    if not isinstance(links, list) or not all(isinstance(x, str) for x in links):
+        return f"'{where}.upstream_links' is not a list of strings"
+    return None
+
+
+def _tools_problem(data: dict) -> str | None:
+    if not all(isinstance(v, str) for v in data.get("tools", {}).values()):
         return "'tools' values are not all strings"
+    return None
+
+
+def _epoch_problem(data: dict) -> str | None:
     epoch = data.get("source_date_epoch", 0)
     if not isinstance(epoch, int) or isinstance(epoch, bool):
         return "'source_date_epoch' is not an integer"
     return None
+
+
+# The checks of a provenance document's types, in the order their problems are said (each
+# may rely on the ones before it: a section is an object before its fields are read).
+_PROVENANCE_CHECKS = (
+    _sections_problem,
+    _strings_problem,
+    _patches_problem,
+    _tools_problem,
+    _epoch_problem,
+)
 
 
 def _provenance(text: str | None, where: str) -> Provenance | None:

@@ -141,12 +141,3 @@ def validate_sbom(data: bytes | str) -> str | None:
     text = data.decode("utf-8") if isinstance(data, bytes) else data
     error = JsonStrictValidator(SCHEMA_VERSION).validate_str(text)
     return None if error is None else str(error)
-
-
-def sbom_schema_check_available() -> bool:
-    """Whether the validator's optional dependency is installed."""
-    try:
-        import jsonschema  # noqa: F401
-    except ImportError:
-        return False
-    return True

@@ -176,6 +176,46 @@ def _gxx(name: str, source: str, flags: list[str], libs: list[str] = ()) -> str:
     return _cached(name, source + " ".join(flags) + "|".join(libs), build)
 
 
+# An extension built for torch 2.14: c10d::Backend::decref_pyobject (C++) and
+# torch_delete_generator (the stable C shim) came with 2.14, torch_call_dispatcher and
+# aoti_torch_abi_version are 2.11's too; pk_one is its own library's.
+TORCH_214_SOURCE = r"""
+namespace c10d {
+struct Backend {
+  void decref_pyobject() const;
+};
+}
+extern "C" int torch_delete_generator(void*);
+extern "C" int torch_call_dispatcher(const char*, const char*, void*, unsigned long);
+extern "C" long aoti_torch_abi_version(void);
+extern "C" int pk_one(void);
+extern "C" int ext_entry(c10d::Backend* b) {
+  b->decref_pyobject();
+  torch_call_dispatcher("aten::add", "Tensor", nullptr, 0);
+  return torch_delete_generator(nullptr) + (int)aoti_torch_abi_version() + pk_one();
+}
+"""
+
+
+def torch_214_extension() -> str:
+    """TORCH_214_SOURCE, NEEDing libc10.so, libtorch_cpu.so (SONAMEs of stand-ins, as a real
+    build against torch links them) and libpk_other.so.1, which no wheel ships."""
+    libs = [
+        stub_library("libc10.so"),
+        stub_library("libtorch_cpu.so"),
+        stub_library("libpk_other.so.1", ("pk_one",)),
+    ]
+    return _gxx("torch-214-ext", TORCH_214_SOURCE, ["-D_GLIBCXX_USE_CXX11_ABI=1"], libs)
+
+
+def shim_caller_without_libtorch() -> str:
+    """An extension calling torch's shim (aoti_torch_abi_version, in libtorch_cpu.so) that
+    NEEDs libc10.so only: the function is torch's, but not in the object's scope."""
+    source = 'extern "C" long aoti_torch_abi_version(void);\n'
+    source += 'extern "C" long ext_entry(void) { return aoti_torch_abi_version(); }\n'
+    return _gxx("shim-no-libtorch", source, [], [stub_library("libc10.so")])
+
+
 def fake_c10(abi: int = 1) -> str:
     """FAKE_C10_SOURCE as ``libc10.so`` (SONAME too), built with _GLIBCXX_USE_CXX11_ABI=``abi``."""
     flags = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-Wl,-soname,libc10.so"]
@@ -477,6 +517,8 @@ def real_wheel(spec: str, pattern: str) -> str | None:
     import sys
 
     found = sorted(glob.glob(os.path.join(WHEELS, pattern)))
+    # the payload venvs' wheels (`make test-venvs`): torch among them
+    found += sorted(glob.glob(os.path.join(REPO, ".cache", "wheels", "*", pattern)))
     if found:
         return found[0]
     os.makedirs(WHEELS, exist_ok=True)

@@ -58,6 +58,8 @@ __all__ = ["Context", "DriverInfo", "Finding", "detect_driver", "predict", "run_
 def check_malformed(ctx: Context) -> None:
     for wheel, reason in ctx.tree.invalid:
         ctx.emit("invalid-archive", wheel, reason=reason)
+    for path, reason in ctx.tree.unread:
+        ctx.emit("unreadable-file", path, reason=reason)
     for rel, rep in sorted(ctx.reports.items()):
         if rep.error:
             if rep.error.startswith("invalid archive"):

@@ -16,6 +16,7 @@ from patchkit.abi.loader import Closure, Loader, read_ld_cache
 from patchkit.abi.profiles import CheckSpec, Profile, ProfileChoice, load_catalogue
 from patchkit.abi.scan import FileReport
 from patchkit.abi.sources import Tree
+from patchkit.archives import read_regular
 
 TORCH_SONAMES = {
     "libc10.so",
@@ -40,6 +41,13 @@ TORCH_PREFIXES = (
     "_ZN4c10d",
     "_ZNK4c10d",
 )
+
+
+# torch's stable C interface: the AOTInductor shim (torch/csrc/inductor/aoti_torch/c/shim.h)
+# and the stable ABI's own (torch/csrc/stable/c/shim.h), plain C names exported by
+# libtorch_cpu.so and libtorch_cuda.so. An extension built against the stable ABI imports
+# these instead of mangled C++ names; it runs on the torch it was built for and later ones.
+TORCH_SHIM_PREFIXES = ("aoti_torch_", "torch_")
 
 
 CUDA_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti|nvblas)\.so\.(\d+)$")
@@ -158,11 +166,11 @@ def detect_driver(
 ) -> DriverInfo:
     """The driver version from /proc, else from libcuda.so.1's real file name."""
     try:
-        with open(proc, encoding="utf-8", errors="replace") as fh:
-            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", fh.read())
-            if m:
-                return DriverInfo(m.group(1), proc)
-    except OSError:
+        text = read_regular(proc, 1 << 16).decode("utf-8", "replace")
+        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+        if m:
+            return DriverInfo(m.group(1), proc)
+    except (OSError, ValueError):
         pass
     cache = read_ld_cache() if ld_cache is None else ld_cache
     path = cache.get("libcuda.so.1")

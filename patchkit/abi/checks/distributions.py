@@ -115,24 +115,13 @@ def check_torch_pins(ctx: Context) -> None:
 
 
 def check_cuda_wheels(ctx: Context) -> None:
-    dists = ctx.tree.dists
-    torch = dists.get("torch")
+    """torch's Requires-Dist on the nvidia-*/cuda-* wheels against the versions present;
+    nvidia-*-cu12 wheels in a CUDA 13 stack, worse where torch's loader searches them."""
+    torch = ctx.tree.dists.get("torch")
     if torch is None:
         return
-    for text in torch.requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if req.marker is not None:
-            try:
-                if not req.marker.evaluate({"extra": ""}):
-                    continue
-            except Exception:
-                continue
-        if not (req.name.startswith("nvidia-") or req.name.startswith("cuda-")):
-            continue
-        have = dists.get(req.name.lower().replace("_", "-"))
+    for req in _cuda_requirements(torch.requires):
+        have = ctx.tree.dists.get(req.name.lower().replace("_", "-"))
         if have is None or not req.specifier:
             continue
         if not req.specifier.contains(have.version, prereleases=True):
@@ -145,10 +134,40 @@ def check_cuda_wheels(ctx: Context) -> None:
             )
     # CUDA-12 wheels matter only where torch (or, without torch, the profile) is CUDA >= 13;
     # a CUDA-12 torch is check 1's finding.
-    if (ctx.torch.major or ctx.profile.cuda_major) < 13:
-        return
+    if (ctx.torch.major or ctx.profile.cuda_major) >= 13:
+        _check_cuda12_wheels(ctx)
+
+
+def _cuda_requirements(requires: list[str]) -> list[Requirement]:
+    """The parseable requirements on nvidia-* and cuda-* wheels whose markers hold (no
+    extra)."""
+    out = []
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if not req.name.startswith(("nvidia-", "cuda-")) or not _marker_holds(req):
+            continue
+        out.append(req)
+    return out
+
+
+def _marker_holds(req: Requirement) -> bool:
+    """Whether a requirement applies without an extra (an unevaluable marker does not)."""
+    if req.marker is None:
+        return True
+    try:
+        return bool(req.marker.evaluate({"extra": ""}))
+    except Exception:
+        return False
+
+
+def _check_cuda12_wheels(ctx: Context) -> None:
+    """Each nvidia-*-cu12 dist: an error where torch's RPATH or LD_LIBRARY_PATH searches its
+    folder, else a warning."""
     searched = _searched_dirs(ctx)
-    for name, dist in sorted(dists.items()):
+    for name, dist in sorted(ctx.tree.dists.items()):
         if re.fullmatch(r"nvidia-.*-cu12", name):
             where = next((w for d, w in searched if dist.owns(d + "/")), None)
             if where:

@@ -12,6 +12,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from patchkit.abi.archs import CC
 from patchkit.abi.checks.context import Context
+from patchkit.archives import read_regular
 
 
 def check_flashinfer(ctx: Context) -> None:
@@ -49,8 +50,8 @@ def nvcc_version(environ: dict[str, str]) -> tuple[str | None, str | None]:
     if not home:
         return None, None
     try:
-        with open(os.path.join(home, "version.json"), encoding="utf-8") as fh:
-            return json.load(fh)["cuda"]["version"], home
+        text = read_regular(os.path.join(home, "version.json"), 1 << 20)
+        return json.loads(text)["cuda"]["version"], home
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:

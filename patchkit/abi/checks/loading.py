@@ -88,19 +88,20 @@ def _elsewhere(ctx: Context):
 
 
 def build_loader(ctx: Context) -> Loader:
+    """The loader of the checked files with `import torch` replayed: torch/_C's closure
+    (RTLD_LOCAL), libtorch_global_deps.so's (RTLD_GLOBAL), then what torch preloads."""
     reports = {**ctx.reports, **ctx.profile_torch}
-    root = ctx.tree.root
-    lib_path = []
-    for entry in ctx.environ.get("LD_LIBRARY_PATH", "").split(":"):
-        if entry and os.path.abspath(entry).startswith(root + os.sep):
-            lib_path.append(os.path.relpath(os.path.abspath(entry), root).replace(os.sep, "/"))
     prof = ctx.profile
 
     def host_provides(name: str) -> bool:
         return prof.host_provides(name) if prof.host_libraries else name in EXEMPT
 
     loader = Loader(
-        reports, host_provides, lib_path, tree_root=ctx.tree.root, elsewhere=_elsewhere(ctx)
+        reports,
+        host_provides,
+        _library_path(ctx),
+        tree_root=ctx.tree.root,
+        elsewhere=_elsewhere(ctx),
     )
     local = [rel for rel in reports if re.fullmatch(r"torch/_C\..*so", rel)]
     if not local and "torch/lib/libtorch_python.so" in ctx.profile_torch:
@@ -110,21 +111,35 @@ def build_loader(ctx: Context) -> Loader:
         if cl.objects[0].key not in ctx.profile_torch:
             ctx.closures[cl.objects[0].key] = cl
     if any(name.startswith("libcudart.so") for name in loader.preloaded):
-        # torch/__init__.py then preloads nvrtc and nvJitLink from the nvidia wheels (pytorch
-        # #138460, #145580), so extensions find them by SONAME.
-        major = ctx.torch.major or ctx.profile.cuda_major
-        for folder, pattern in TORCH_PRELOADS:
-            rels = [
-                r
-                for d in (f"nvidia/{folder}/lib", f"nvidia/cu{major}/lib")
-                for r in sorted(ctx.reports)
-                if posixpath.dirname(r) == d and fnmatch.fnmatch(posixpath.basename(r), pattern)
-            ]
-            if rels:
-                cl = loader.closure(rels[0], ctx.reports[rels[0]], loader.preloaded)
-                loader.add_preloaded(cl)
+        _preload_cuda_libraries(ctx, loader)
     ctx.loader = loader
     return loader
+
+
+def _library_path(ctx: Context) -> list[str]:
+    """The LD_LIBRARY_PATH entries inside the checked tree, relative to its root."""
+    root = ctx.tree.root
+    out = []
+    for entry in ctx.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if entry and os.path.abspath(entry).startswith(root + os.sep):
+            out.append(os.path.relpath(os.path.abspath(entry), root).replace(os.sep, "/"))
+    return out
+
+
+def _preload_cuda_libraries(ctx: Context, loader: Loader) -> None:
+    """torch/__init__.py preloads nvrtc and nvJitLink from the nvidia wheels (pytorch
+    #138460, #145580), so extensions find them by SONAME."""
+    major = ctx.torch.major or ctx.profile.cuda_major
+    for folder, pattern in TORCH_PRELOADS:
+        rels = [
+            r
+            for d in (f"nvidia/{folder}/lib", f"nvidia/cu{major}/lib")
+            for r in sorted(ctx.reports)
+            if posixpath.dirname(r) == d and fnmatch.fnmatch(posixpath.basename(r), pattern)
+        ]
+        if rels:
+            cl = loader.closure(rels[0], ctx.reports[rels[0]], loader.preloaded)
+            loader.add_preloaded(cl)
 
 
 def check_needed(ctx: Context, extensions: dict[str, FileReport]) -> None:

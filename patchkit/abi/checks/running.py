@@ -209,52 +209,73 @@ def check_device_files(ctx: Context) -> None:
     for rel, rep in sorted(ctx.reports.items()):
         if rep.kind != "elf" and rep.fatbins:
             groups[owner_label(ctx, rel, rep)].append((rel, rep))
-    optional = [p.replace("{common_ops}", "*") for p in ctx.profile.optional]
-    # fnmatch.fnmatch over posix paths, every pattern in one expression
-    is_optional = (
-        re.compile("|".join(fnmatch.translate(p) for p in optional)).match if optional else None
-    )
-    verdicts: dict[tuple, bool] = {}
-
-    def lacks(rep: FileReport, cc: CC) -> bool:
-        fats = rep.kernel_fatbins
-        key = (cc, tuple(frozenset((e.kind, e.arch, e.variant) for e in f.entries) for f in fats))
-        got = verdicts.get(key)
-        if got is None:
-            got = verdicts[key] = bool(fats) and all(
-                coverage(f, cc).verdict == "none" for f in fats
-            )
-        return got
-
+    is_optional = _optional_matcher(ctx.profile.optional)
+    lacks = _ImageJudge()
     for label, files in sorted(groups.items()):
         by_arch: dict[str, int] = defaultdict(int)
         for _, rep in files:
             for f in rep.fatbins:
                 for a in f.archs:
                     by_arch[a] += 1
-        archs = sorted(by_arch, key=_arch_key)
         for cc in ctx.targets:
             lacking = [rel for rel, rep in files if lacks(rep, cc)]
-            if not lacking:
-                continue
-            kind = (
-                "optional"
-                if is_optional is not None and all(is_optional(rel) for rel in lacking)
-                else "required"
+            if lacking:
+                optional = is_optional is not None and all(is_optional(rel) for rel in lacking)
+                _emit_device_files(ctx, label, cc, lacking, len(files), by_arch, optional)
+
+
+def _optional_matcher(patterns: list[str]):
+    """A match function for the profile's optional globs (fnmatch.fnmatch over posix paths,
+    every pattern in one expression), or None where there are none."""
+    optional = [p.replace("{common_ops}", "*") for p in patterns]
+    if not optional:
+        return None
+    return re.compile("|".join(fnmatch.translate(p) for p in optional)).match
+
+
+class _ImageJudge:
+    """Whether a device file has no image that runs on a target; decided once per distinct
+    set of images (kind, SM, variant) and target."""
+
+    def __init__(self) -> None:
+        self.verdicts: dict[tuple, bool] = {}
+
+    def __call__(self, rep: FileReport, cc: CC) -> bool:
+        fats = rep.kernel_fatbins
+        key = (cc, tuple(frozenset((e.kind, e.arch, e.variant) for e in f.entries) for f in fats))
+        got = self.verdicts.get(key)
+        if got is None:
+            got = self.verdicts[key] = bool(fats) and all(
+                coverage(f, cc).verdict == "none" for f in fats
             )
-            ctx.emit(
-                "device-files-optional" if kind == "optional" else "device-files",
-                label,
-                evidence=tuple(
-                    [f"{a}: {by_arch[a]} file(s)" for a in archs]
-                    + [f"no image for sm_{cc.sm}: {r}" for r in lacking[:5]]
-                    + ([f"... and {len(lacking) - 5} more"] if len(lacking) > 5 else [])
-                ),
-                k=len(lacking),
-                n=len(files),
-                cc=cc.sm,
-                archs=" ".join(archs),
-            )
+        return got
+
+
+def _emit_device_files(
+    ctx: Context,
+    label: str,
+    cc: CC,
+    lacking: list[str],
+    n: int,
+    by_arch: dict[str, int],
+    optional: bool,
+) -> None:
+    """One package's device files lacking an image for ``cc``: the images found and five of
+    the files as evidence."""
+    archs = sorted(by_arch, key=_arch_key)
+    ctx.emit(
+        "device-files-optional" if optional else "device-files",
+        label,
+        evidence=tuple(
+            [f"{a}: {by_arch[a]} file(s)" for a in archs]
+            + [f"no image for sm_{cc.sm}: {r}" for r in lacking[:5]]
+            + ([f"... and {len(lacking) - 5} more"] if len(lacking) > 5 else [])
+        ),
+        k=len(lacking),
+        n=n,
+        cc=cc.sm,
+        archs=" ".join(archs),
+    )
 
 
 def _arch_key(name: str):

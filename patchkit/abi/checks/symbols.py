@@ -16,6 +16,7 @@ from patchkit.abi.checks.context import (
     MAX_SYMBOLS_PER_FILE,
     ONE_RUNTIME,
     TORCH_PREFIXES,
+    TORCH_SHIM_PREFIXES,
     TORCH_SONAMES,
     Context,
     owner_label,
@@ -24,10 +25,16 @@ from patchkit.abi.elf import name_set
 from patchkit.abi.loader import Closure, Loaded
 from patchkit.abi.scan import FileReport
 
+# torch's C++ names, and the C functions of its stable interface: both decided against the
+# exports of the torch checked (or the profile's).
+TORCH_BUCKETS = ("torch-abi", "torch-shim")
+
 
 def _bucket(name: str) -> str:
     if name.startswith(TORCH_PREFIXES):
         return "torch-abi"
+    if name.startswith(TORCH_SHIM_PREFIXES):
+        return "torch-shim"
     if name.startswith(("cu", "nvrtc", "nvJitLink")):
         return "cuda-lib"
     if name.startswith(("Py", "_Py")):
@@ -64,10 +71,29 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     _split_abi_flag), other buckets per file; an object whose NEEDED closure misses a library
     has its torch names checked against every torch library present and the rest named as
     not checked (_emit_unchecked)."""
+    pending, unchecked = _find_unresolved(ctx, extensions)
+    names = demangle([p.name for p in pending if p.bucket != "torch-shim"])
+    torch_items = [p for p in pending if p.bucket == "torch-abi"]
+    api = _split_abi_flag(ctx, torch_items, extensions)
+    shim = [p for p in pending if p.bucket == "torch-shim"]
+    # a shim function torch exports from a library outside the object's scope: not an older
+    # torch, a NEEDED missing (libtorch_cpu.so, libtorch_cuda.so)
+    exported = _torch_exports(ctx) if shim else frozenset()
+    others = [p for p in pending if p.bucket not in TORCH_BUCKETS]
+    _emit_other(ctx, others + [p for p in shim if p.name in exported], names)
+    _emit_torch(ctx, api, extensions, names)
+    _emit_torch(ctx, [p for p in shim if p.name not in exported], extensions, names, shim=True)
+    _emit_unchecked(ctx, unchecked, extensions)
+
+
+def _find_unresolved(
+    ctx: Context, extensions: dict[str, FileReport]
+) -> tuple[list[_Unresolved], list[tuple[str, str, list[str], int]]]:
+    """The names to report, and per object whose closure misses a library (rel, origin, the
+    missing libraries, how many names were left unchecked)."""
     global_sets = [name_set(o.report.elf.defined) for o in ctx.loader.global_scope if o.report.elf]
-    torch_known = ctx.torch.present or bool(ctx.profile_torch)
     pending: list[_Unresolved] = []
-    unchecked: list[tuple[str, str, list[str], int]] = []  # (rel, origin, libraries, names)
+    unchecked: list[tuple[str, str, list[str], int]] = []
     for rel, rep in extensions.items():
         cl = ctx.closures.get(rel)
         if rep.elf is None or cl is None:
@@ -78,19 +104,23 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
             if skipped:
                 unchecked.append((rel, rep.origin, sorted({n for n, _ in cl.missing}), skipped))
         else:
-            unread = _unread(cl)
-            found = [
-                (n, b)
-                for n, b in unresolved
-                if not _left_alone(rep.elf.symbol_library(n), b, cl, unread, torch_known)
-            ]
+            found = _undecided_left_alone(ctx, rep.elf, cl, unresolved)
         pending += [_Unresolved(rel, rep.origin, n, b, len(found)) for n, b in found]
-    names = demangle([p.name for p in pending])
-    torch_items = [p for p in pending if p.bucket == "torch-abi"]
-    api = _split_abi_flag(ctx, torch_items, extensions)
-    _emit_other(ctx, [p for p in pending if p.bucket != "torch-abi"], names)
-    _emit_torch(ctx, api, extensions, names)
-    _emit_unchecked(ctx, unchecked, extensions)
+    return pending, unchecked
+
+
+def _undecided_left_alone(
+    ctx: Context, elf, cl: Closure, unresolved: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Of an object whose closure is complete, the unresolved names no unread library may
+    define (_left_alone)."""
+    unread = _unread(cl)
+    torch_known = ctx.torch.present or bool(ctx.profile_torch)
+    return [
+        (n, b)
+        for n, b in unresolved
+        if not _left_alone(elf.symbol_library(n), b, cl, unread, torch_known)
+    ]
 
 
 def _unresolved(rep: FileReport, cl: Closure, global_sets: list) -> list[tuple[str, str]]:
@@ -120,7 +150,7 @@ def _left_alone(lib: str | None, bucket: str, cl: Closure, unread: set, torch_kn
         return True  # the interpreter defines these
     if bucket == "cuda-lib" and ({"libcuda.so.1", "libcuda.so"} & cl.exempt or cl.elsewhere):
         return True  # libcuda.so.1 comes with the driver; others from wheels not here
-    if bucket == "torch-abi" and not torch_known:
+    if bucket in TORCH_BUCKETS and not torch_known:
         return True  # torch-missing already says these cannot be checked
     # an unversioned name a host library may define: not decidable here
     return bucket in ("libstdc++", "other") and lib is None and bool(unread)
@@ -142,9 +172,9 @@ def _decidable(
         lib = elf.symbol_library(name)
         if bucket == "python-abi" or (lib is not None and lib in unread):
             continue
-        if bucket == "torch-abi" and not torch_known:
+        if bucket in TORCH_BUCKETS and not torch_known:
             continue  # torch-missing says so
-        if bucket == "torch-abi" and exports is not None:
+        if bucket in TORCH_BUCKETS and exports is not None:
             if name not in exports:
                 keep.append((name, bucket))
             continue
@@ -198,10 +228,20 @@ def _emit_other(ctx: Context, items: list[_Unresolved], names: dict[str, str]) -
 
 
 def _emit_torch(
-    ctx: Context, items: list[_Unresolved], extensions: dict[str, FileReport], names: dict
+    ctx: Context,
+    items: list[_Unresolved],
+    extensions: dict[str, FileReport],
+    names: dict,
+    shim: bool = False,
 ) -> None:
     """Torch names no mangling of which torch exports: one finding per package (a build
-    against another torch's API), the names as evidence."""
+    against another torch's API), the names as evidence; with ``shim``, functions of torch's
+    stable C interface that torch does not export (a build against a newer torch's stable
+    ABI)."""
+    if shim:
+        check = "undefined-symbol-shim"
+    else:
+        check = "undefined-symbol" if ctx.torch.present else "undefined-symbol-profile"
     by_owner: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for item in items:
         by_owner[owner_label(ctx, item.rel, extensions[item.rel])].append((item.origin, item.name))
@@ -211,15 +251,29 @@ def _emit_torch(
         first = symbols[0]
         more = f"; {len(symbols)} torch symbols undefined in {len(files)} object(s)"
         ctx.emit(
-            "undefined-symbol" if ctx.torch.present else "undefined-symbol-profile",
+            check,
             files[0] if len(files) == 1 else label,
-            evidence=tuple(f"{o}: {n} ({names.get(n, n)})" for o, n in sorted(found)),
+            evidence=tuple(f"{o}: {_shown(n, names)}" for o, n in sorted(found)),
             mangled=first,
             demangled=names.get(first, first),
             more=more if len(found) > 1 else "",
             torch_ver=ctx.torch.version or ctx.profile.torch_version,
             source=ctx.profile_torch_source or "",
+            where=_torch_named(ctx),
         )
+
+
+def _shown(name: str, names: dict[str, str]) -> str:
+    """A name, and what it demangles to where that differs (not a C function's)."""
+    plain = names.get(name, name)
+    return name if plain == name else f"{name} ({plain})"
+
+
+def _torch_named(ctx: Context) -> str:
+    """The torch the names were looked up in, as a finding names it."""
+    if ctx.torch.present:
+        return f"torch {ctx.torch.version}"
+    return f"the profile's torch {ctx.profile.torch_version} ({ctx.profile_torch_source or ''})"
 
 
 def _emit_unchecked(
@@ -275,7 +329,8 @@ def _split_abi_flag(
     the ABI's spelling, the one holding ``cxx11`` where the other does not, the object built
     with another ABI than torch's (as far as either is known). Return the others: names no
     torch library exports in any mangling, an API change."""
-    twins = _abi_twins(ctx, sorted({i.name for i in items if _ABI_DEPENDENT.search(i.name)}))
+    mangled = {i.name for i in items if i.name.startswith("_Z")}  # not THP's C names
+    twins = _abi_twins(ctx, sorted(n for n in mangled if _ABI_DEPENDENT.search(n)))
     y = ctx.torch.cxx11_abi
     api = []
     for item in items:
@@ -370,53 +425,64 @@ def _vtuple(text: str) -> tuple[int, ...]:
 def check_symbol_versions(ctx: Context) -> None:
     """Versioned references: against the verdefs of the library the loader picks in the tree,
     or, for the target host's libraries, against the versions the profile says it provides."""
-    seen = set()
-    host = {k: _vtuple(v) for k, v in ctx.profile.host_versions.items()}
+    seen: set[tuple[str, str, str]] = set()  # (library, version, object): one finding each
     for cl in ctx.closures.values():
-        by_soname = {}
-        for obj in cl.objects:
-            if obj.report.elf and obj.report.elf.soname:
-                by_soname[obj.report.elf.soname] = obj
-        for obj in cl.objects:
-            elf = obj.report.elf
-            if elf is None:
-                continue
-            for lib, versions in elf.verneed.items():
-                target = by_soname.get(lib)
-                if target is None or target.report.elf is None or not target.report.elf.verdef:
-                    continue
-                provided = set(target.report.elf.verdef)
-                for v in versions:
-                    if v not in provided and (lib, v, elf.path) not in seen:
-                        seen.add((lib, v, elf.path))
-                        ctx.emit("symbol-version", elf.path, lib=lib, v=v, so=elf.path)
+        _check_closure_versions(ctx, cl, seen)
     # Every object, loaded by an extension or not: what it needs from the host's runtime.
+    host = {k: _vtuple(v) for k, v in ctx.profile.host_versions.items()}
     if host:
         for _rel, rep in sorted(ctx.reports.items()):
-            elf = rep.elf
-            if elf is None:
-                continue
-            for lib, versions in sorted(elf.verneed.items()):
-                if not ctx.profile.host_provides(lib) or lib in _tree_sonames(ctx):
-                    continue
-                for v in versions:
-                    m = _VERSION.match(v)
-                    if not m or m.group(1) not in host or (lib, v, elf.path) in seen:
-                        continue
-                    if _vtuple(m.group(2)) > host[m.group(1)]:
-                        seen.add((lib, v, elf.path))
-                        sym = elf.example(lib, v)
-                        ctx.emit(
-                            "host-version",
-                            rep.origin,
-                            lib=lib,
-                            v=v,
-                            so=os.path.basename(rep.relpath),
-                            sym=f" ({sym})" if sym else "",
-                            family=m.group(1),
-                            have=ctx.profile.host_versions[m.group(1)],
-                        )
+            if rep.elf is not None:
+                _check_host_versions(ctx, rep, host, seen)
     _check_glibc_tags(ctx)
+
+
+def _check_closure_versions(ctx: Context, cl: Closure, seen: set) -> None:
+    """Each object of a closure: the versions it needs from a library of the closure that
+    defines versions, against those definitions."""
+    by_soname = {}
+    for obj in cl.objects:
+        if obj.report.elf and obj.report.elf.soname:
+            by_soname[obj.report.elf.soname] = obj
+    for obj in cl.objects:
+        elf = obj.report.elf
+        if elf is None:
+            continue
+        for lib, versions in elf.verneed.items():
+            target = by_soname.get(lib)
+            if target is None or target.report.elf is None or not target.report.elf.verdef:
+                continue
+            provided = set(target.report.elf.verdef)
+            for v in versions:
+                if v not in provided and (lib, v, elf.path) not in seen:
+                    seen.add((lib, v, elf.path))
+                    ctx.emit("symbol-version", elf.path, lib=lib, v=v, so=elf.path)
+
+
+def _check_host_versions(ctx: Context, rep: FileReport, host: dict, seen: set) -> None:
+    """One object's needs from the host's runtime libraries (those no checked file provides)
+    against the newest version of each family the profile's host has."""
+    elf = rep.elf
+    for lib, versions in sorted(elf.verneed.items()):
+        if not ctx.profile.host_provides(lib) or lib in _tree_sonames(ctx):
+            continue
+        for v in versions:
+            m = _VERSION.match(v)
+            if not m or m.group(1) not in host or (lib, v, elf.path) in seen:
+                continue
+            if _vtuple(m.group(2)) > host[m.group(1)]:
+                seen.add((lib, v, elf.path))
+                sym = elf.example(lib, v)
+                ctx.emit(
+                    "host-version",
+                    rep.origin,
+                    lib=lib,
+                    v=v,
+                    so=os.path.basename(rep.relpath),
+                    sym=f" ({sym})" if sym else "",
+                    family=m.group(1),
+                    have=ctx.profile.host_versions[m.group(1)],
+                )
 
 
 def _tree_sonames(ctx: Context) -> set[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchkit.review.model import Review, TargetReview
+from patchkit.review.model import PatchRow, Review, TargetReview
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -22,6 +22,23 @@ def render_target(t: TargetReview, *, full_diff: bool = True) -> list[str]:
     ]
     if t.error:
         lines.append(f"  error: {t.error}")
+    lines += ["  " + ln for ln in _patch_table(t)]
+    if t.against:
+        lines.append(f"  rebase classification against {t.against}: {t.against_base}")
+    for p in t.patches:
+        lines += _patch_details(p, t.against)
+    if t.diffstat:
+        lines.append("")
+        lines.append(f"  combined delta against {t.base}:")
+        lines += ["    " + ln for ln in t.diffstat.rstrip("\n").splitlines()]
+    if full_diff and t.delta:
+        lines.append("")
+        lines += t.delta.rstrip("\n").splitlines()
+    return lines
+
+
+def _patch_table(t: TargetReview) -> list[str]:
+    """One row per patch; a column of its rebase classification when there is one."""
     headers = ["patch", "upstream", "files", "+/-", "tests"]
     if t.against:
         headers.append(f"rebase@{t.against}")
@@ -37,32 +54,27 @@ def render_target(t: TargetReview, *, full_diff: bool = True) -> list[str]:
         if t.against:
             row.append(p.classification or "-")
         rows.append(row)
-    lines += ["  " + ln for ln in _table(headers, rows)]
-    if t.against:
-        lines.append(f"  rebase classification against {t.against}: {t.against_base}")
-    for p in t.patches:
-        lines.append("")
-        lines.append(f"  {p.name}")
-        lines.append(f"    {p.purpose}")
-        links = [u for u in p.links if u not in p.status_text]
-        lines.append(f"    upstream: {p.status_text}" + (f" ({', '.join(links)})" if links else ""))
-        for f in p.files:
-            lines.append(f"    {f.path} (+{f.added}/-{f.removed})")
-        if p.tests:
-            lines.append(f"    tests: {' '.join(p.tests)}")
-        if p.classification:
-            flag = " (provisional: an earlier patch was left out)" if p.provisional else ""
-            lines.append(f"    rebase@{t.against}: {p.classification}{flag}")
-            if p.note:
-                lines.append(f"      note: {p.note}")
-            lines += [f"      {e}" for e in p.evidence]
-    if t.diffstat:
-        lines.append("")
-        lines.append(f"  combined delta against {t.base}:")
-        lines += ["    " + ln for ln in t.diffstat.rstrip("\n").splitlines()]
-    if full_diff and t.delta:
-        lines.append("")
-        lines += t.delta.rstrip("\n").splitlines()
+    return _table(headers, rows)
+
+
+def _patch_details(p: PatchRow, against: str | None) -> list[str]:
+    """A patch's purpose, upstream status, files, tests and rebase classification."""
+    links = [u for u in p.links if u not in p.status_text]
+    lines = [
+        "",
+        f"  {p.name}",
+        f"    {p.purpose}",
+        f"    upstream: {p.status_text}" + (f" ({', '.join(links)})" if links else ""),
+    ]
+    lines += [f"    {f.path} (+{f.added}/-{f.removed})" for f in p.files]
+    if p.tests:
+        lines.append(f"    tests: {' '.join(p.tests)}")
+    if p.classification:
+        flag = " (provisional: an earlier patch was left out)" if p.provisional else ""
+        lines.append(f"    rebase@{against}: {p.classification}{flag}")
+        if p.note:
+            lines.append(f"      note: {p.note}")
+        lines += [f"      {e}" for e in p.evidence]
     return lines
 
 
