@@ -101,15 +101,24 @@ test-mutation: $(VENV)/.stamp-payload $(PVENV_T211)/.stamp $(PVENV_T214)/.stamp
 
 ## test-reliability: the reliability tests with every kill point (PATCHKIT_SAMPLE=all), a longer,
 ## randomized model-based search and the kill tests ten times in a row (MODEL_EXAMPLES sequences
-## of MODEL_STEPS steps)
-MODEL_EXAMPLES ?= 2000
-MODEL_STEPS    ?= 10
+## of MODEL_STEPS steps); ends with a table per test file: cases run, passed, failed, skipped and
+## kill points tried (tests/reliability/summary.py, from the runs' JUnit XML in RELIABILITY_OUT)
+MODEL_EXAMPLES  ?= 2000
+MODEL_STEPS     ?= 10
+RELIABILITY_OUT ?= work/reliability
 test-reliability: $(VENV)/.stamp-core
+	rm -rf $(RELIABILITY_OUT) && mkdir -p $(RELIABILITY_OUT)
+	status=0; \
 	PATCHKIT_SAMPLE=all PATCHKIT_MODEL_EXAMPLES=$(MODEL_EXAMPLES) PATCHKIT_MODEL_STEPS=$(MODEL_STEPS) \
-		$(VENV)/bin/python -m pytest -n auto --dist worksteal tests/reliability $(ARGS)
+		PATCHKIT_KILL_TALLY=$(abspath $(RELIABILITY_OUT))/tally-all.jsonl \
+		$(VENV)/bin/python -m pytest -n auto --dist worksteal \
+		--junitxml=$(RELIABILITY_OUT)/all.xml tests/reliability $(ARGS) || status=1; \
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
-		PATCHKIT_SAMPLE=all $(VENV)/bin/python -m pytest -q -n auto tests/reliability/test_kill.py \
-		|| exit 1; done
+		PATCHKIT_SAMPLE=all PATCHKIT_KILL_TALLY=$(abspath $(RELIABILITY_OUT))/tally-kill.jsonl \
+		$(VENV)/bin/python -m pytest -q -n auto --junitxml=$(RELIABILITY_OUT)/kill-$$i.xml \
+		tests/reliability/test_kill.py || { status=1; break; }; done; \
+	$(VENV)/bin/python tests/reliability/summary.py $(RELIABILITY_OUT); \
+	exit $$status
 
 ## gpu-test: the GPU tier, on a host with the pinned stack and GPUs (skips cleanly without)
 gpu-test: $(VENV)/.stamp-core

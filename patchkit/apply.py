@@ -34,6 +34,7 @@ from patchkit.errors import (
 )
 from patchkit.files import leftovers, replace_file
 from patchkit.locks import locked
+from patchkit.scratch import temporary_folder
 from patchkit.series import (
     PATCH_FILE_TRAILER,
     Patch,
@@ -195,7 +196,7 @@ def build_series(
     # One private index for the whole series: after each commit it already holds the tip's
     # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
     with (
-        tempfile.TemporaryDirectory(prefix="patchkit-patches-") as tmp,
+        temporary_folder("patches-") as tmp,
         gitops.scratch_index(repo, base, bare=bare) as env,
     ):
         for run in (
@@ -393,7 +394,7 @@ def _apply_one(
 def _fuzzed_hunks(repo: Path, env: dict[str, str], patch: Patch, bare: bool) -> list[HunkNote]:
     """Hunks that do not apply with full context (each checked alone against the same tree)."""
     notes = []
-    with tempfile.TemporaryDirectory(prefix="patchkit-hunk-") as tmp:
+    with temporary_folder("hunk-") as tmp:
         for pf in PatchSet(patch.diff):
             header = "\n".join(_file_header_lines(pf))
             for hunk in pf:

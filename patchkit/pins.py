@@ -7,7 +7,6 @@ stay as they were written; the result is validated before it replaces the file.
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ import tomlkit.items
 
 from patchkit.errors import UsageError
 from patchkit.files import leftovers, replace_file
+from patchkit.scratch import temporary_folder
 from patchkit.targets import load_targets
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def check_targets(text: str) -> None:
     """Refuse edited targets.toml text that would not load (before anything is written)."""
-    with tempfile.TemporaryDirectory(prefix="patchkit-targets-") as tmp:
+    with temporary_folder("targets-") as tmp:
         path = Path(tmp) / "targets.toml"
         path.write_text(text, encoding="utf-8")
         load_targets(path)

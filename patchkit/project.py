@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import ConfigError
@@ -14,6 +15,21 @@ class Project:
     """A checkout of the patch series: `patches/targets.toml` marks its root."""
 
     root: Path
+    # Found neither from $PATCHKIT_PROJECT nor from the current folder: the checkout an editable
+    # install was made from.  Verbs read it (with a note); none writes into it.
+    installed: bool = field(default=False, compare=False)
+
+    def refuse_unnamed(self, what: str, *, when: bool = True) -> None:
+        """Refuse `what` (a verb writing into this project; `when`: it writes this time) in a
+        project the user did not name: one found only as the checkout patchkit was installed
+        from."""
+        if self.installed and when:
+            raise ConfigError(
+                f"{what} would write into {self.root}, the checkout patchkit was installed from: "
+                f"no project (patches/targets.toml) in {Path.cwd()} or above; nothing was written",
+                hint=f"run it inside the project you mean, or name this one: "
+                f"PATCHKIT_PROJECT={self.root}",
+            )
 
     @property
     def patches_dir(self) -> Path:
@@ -45,8 +61,12 @@ class Project:
         return self.patches_dir / view.current_line.series
 
 
+_NOTED: set[Path] = set()
+
+
 def find_project(start: Path | None = None) -> Project:
-    """The project root: $PATCHKIT_PROJECT, else the nearest parent with patches/targets.toml."""
+    """The project root: $PATCHKIT_PROJECT, else the nearest parent with patches/targets.toml,
+    else (said in one line on stderr) the checkout patchkit was installed from."""
     env = os.environ.get("PATCHKIT_PROJECT")
     if env:
         root = Path(env).resolve()
@@ -59,7 +79,14 @@ def find_project(start: Path | None = None) -> Project:
             return Project(candidate)
     packaged = Path(__file__).resolve().parent.parent
     if (packaged / "patches" / "targets.toml").is_file():
-        return Project(packaged)
+        if packaged not in _NOTED:  # once per run: the project is one the user did not name
+            _NOTED.add(packaged)
+            sys.stderr.write(
+                f"patchkit: note: no project in {here} or above; using {packaged}, the "
+                "checkout patchkit was installed from (PATCHKIT_PROJECT names another)\n"
+            )
+            sys.stderr.flush()
+        return Project(packaged, installed=True)
     raise ConfigError(
         "no patches/targets.toml here or above",
         hint="run inside a patchkit checkout or set PATCHKIT_PROJECT",

@@ -237,9 +237,7 @@ def leave_conflict_tree(
                 f"{dest} already holds a rebase in progress",
                 hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
             )
-        # left by a killed run
-        for stale in dest.parent.glob(f".{glob.escape(dest.name)}.patchkit-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+        sweep_removed(dest)  # left by a killed run
         progress(f"leaving a work tree with the conflict in {dest}")
         scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))
         try:
@@ -392,7 +390,7 @@ def replace_untouched(dest: Path) -> bool:
             hint=f"move it elsewhere or remove it ({shlex.quote(str(dest))}), then run again",
         )
     if state.get("fingerprint") == worktree_fingerprint(dest):
-        shutil.rmtree(dest)
+        _remove_tree(dest)
         return True
     raise UsageError(
         f"a rebase of {dest.name} is in progress in {dest} (its files were changed since it "
@@ -505,11 +503,32 @@ def rebase_stopped(dest: Path) -> bool:
 
 
 def abort_rebase(dest: Path) -> bool:
-    """Remove the scratch work tree of a stopped rebase; False when there was none."""
-    if not rebase_stopped(dest):
+    """Remove the scratch work tree of a stopped rebase; False when there was none.  Under
+    the tree's lock, as it is made: what a killed run left beside it is swept then."""
+    if not dest.parent.is_dir():
         return False
-    shutil.rmtree(dest)
-    return True
+    with locked(dest.parent / f".{dest.name}.patchkit.lock", f"the conflict work tree {dest}"):
+        sweep_removed(dest)
+        if not rebase_stopped(dest):
+            return False
+        _remove_tree(dest)
+        return True
+
+
+def _remove_tree(dest: Path) -> None:
+    """Remove `dest` whole: renamed aside first, so a kill part-way leaves the complete tree
+    or none (a tree that lost its state file and kept the rest was refused by --continue,
+    --abort and a new rebase alike), and what it left aside is swept by `sweep_removed`."""
+    aside = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))
+    os.replace(dest, aside / "tree")
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def sweep_removed(dest: Path) -> None:
+    """Remove what a killed run left beside `dest` (`.<name>.patchkit-*`: a tree being made
+    or being removed); the caller holds the tree's lock."""
+    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.patchkit-*"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 # --- writing ---------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Each patchkit process's own scratch folder in $TMPDIR: the working directory of git calls on
-a bare repository, scratch indexes, verify's extracted members.  Whatever a run leaves there
-goes with the folder: removed at exit, and by the next run after a SIGKILL.  A folder that must
-lie beside its target instead (to be renamed onto it, on its file system) is recorded there
-(`folder_beside`) and goes with it."""
+a bare repository, scratch indexes, verify's extracted members, every temporary folder
+(`temporary_folder`) and, while `children_contained` holds, the temp files of this process and
+of its children (pip, the build backend).  Whatever a run leaves there goes with the folder:
+removed at exit, and by the next run after a SIGKILL.  A folder that must lie beside its target
+instead (to be renamed onto it, on its file system) is recorded there (`folder_beside`) and goes
+with it."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ import fcntl
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
 
 PREFIX = "patchkit-run-"  # in $TMPDIR: one folder per running patchkit process
+MARK = "_PATCHKIT_RUN"  # set, never read, in a contained child: the scratch folder of its run
 BESIDE = "beside"  # in a scratch folder: a link to each folder_beside() its process made
 _SCRATCH: dict[int, tuple[str, int]] = {}  # pid -> (its scratch folder, the fd holding it)
 _MADE = threading.Lock()
@@ -36,8 +43,11 @@ def root() -> str:
             return entry[0]
         sweep_dead()
         path = tempfile.mkdtemp(prefix=PREFIX)
-        fd = os.open(os.path.join(path, "held"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        # Locked under another name, then named `held`: a sweep never finds an unlocked
+        # `held` in a folder being made (it took such a folder for a dead run's).
+        fd = os.open(os.path.join(path, "making"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(os.path.join(path, "making"), os.path.join(path, "held"))
         os.mkdir(os.path.join(path, "cwd"))
         _SCRATCH[pid] = (path, fd)
         atexit.register(_remove, pid)
@@ -120,6 +130,111 @@ def _remove_beside(scratch: str) -> None:
         if os.path.basename(path) == name and name.startswith(".") and st.st_uid == os.getuid():
             if not os.path.islink(path) and os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str) -> Iterator[str]:
+    """A new folder in the scratch folder, removed when the block ends (a killed run's goes
+    with its scratch folder, never left in $TMPDIR)."""
+    with tempfile.TemporaryDirectory(dir=root(), prefix=prefix) as path:
+        yield path
+
+
+# Run by the watchdog `children_contained` starts: it waits for EOF on stdin (its parent closed
+# the pipe or died, a SIGKILL included), then SIGKILLs every process whose environment names the
+# run (the children and all their descendants) until none is left.  It holds the scratch
+# folder's flock meanwhile, so the next run sweeps the folder only once they are gone.
+WATCHDOG = r"""
+import os, signal, sys, time
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+    signal.signal(s, signal.SIG_IGN)
+mark, me = ("%s=" % sys.argv[1] + sys.argv[2]).encode(), os.getpid()
+while os.read(0, 4096):
+    pass
+def marked():
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            try:
+                with open("/proc/%s/environ" % name, "rb") as fh:
+                    if mark in fh.read().split(b"\0"):
+                        yield int(name)
+            except OSError:
+                pass
+for _ in range(200):
+    pids = list(marked())
+    if not pids:
+        break
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.05)
+"""
+
+
+class Children:
+    """The processes started inside `children_contained` (see there)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self._watchdog: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        _, held = _SCRATCH[os.getpid()]
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", WATCHDOG, MARK, self.folder],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(held,),  # holds the scratch folder's flock until its work is done
+            start_new_session=True,  # a Ctrl-C to the terminal's process group spares it
+            env={"PATH": os.environ.get("PATH", "")},
+        )
+
+    def stop(self) -> None:
+        """Kill every process started meanwhile that still runs, and its descendants."""
+        if self._watchdog is None:
+            return
+        watchdog, self._watchdog = self._watchdog, None
+        assert watchdog.stdin is not None
+        watchdog.stdin.close()  # EOF: the watchdog kills what is left, then exits
+        deadline = time.monotonic() + 30
+        while watchdog.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if watchdog.poll() is None:
+            watchdog.kill()
+            watchdog.wait()
+
+
+@contextlib.contextmanager
+def children_contained() -> Iterator[Children]:
+    """For the block, the temp files of this process (`tempfile`) and of every child it starts
+    (`$TMPDIR`: pip's build environment and requirement files, the build backend's) go to a
+    folder in the scratch folder, and no child outlives the block or this process: each
+    inherits a mark in its environment, and a watchdog in its own session kills every marked
+    process when the block ends or this process dies (a SIGKILL included).  A process group
+    would not do: pip and the backend start their own children, and nothing is left to signal
+    the group after a SIGKILL; PR_SET_PDEATHSIG reaches no grandchild."""
+    folder = os.path.join(root(), "tmp")
+    os.makedirs(folder, exist_ok=True)
+    saved = {name: os.environ.get(name) for name in ("TMPDIR", MARK)}
+    saved_tempdir = tempfile.tempdir
+    children = Children(folder)
+    children.start()
+    os.environ["TMPDIR"] = folder
+    os.environ[MARK] = folder
+    tempfile.tempdir = folder
+    try:
+        yield children
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        children.stop()
 
 
 def sweep_dead() -> None:

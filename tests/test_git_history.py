@@ -5,7 +5,7 @@ history behind it is loose in the mirror (a fetch under git's unpack limit, or t
 later fetch adds to an earlier pack), so a checkout that copied only the base's own objects
 and the series' would name parents it does not hold. Each verb that makes a checkout of a
 base is run onto such a commit: apply into a new folder and into an existing checkout,
-`rebase --write` then apply, and build; import and review work in the mirror.
+`rebase --write` then apply, and build; import, review and outlook work in the mirror.
 """
 
 from __future__ import annotations
@@ -246,3 +246,31 @@ def test_import_and_review_against_a_base_with_history(history, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = patchkit("review", "--target", "toy", "--against", f"toy@{history['v1.1']}", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_outlook_onto_releases_with_history(history, tmp_path, monkeypatch):
+    """outlook takes its releases from the package index (the target names its package) and
+    each release's base through the chain every verb uses, git first: the pin (v1.0) and a
+    release pinned in targets.toml (1.1, tag v1.1, four commits on) are commits deep in the
+    history, and both patches classify on 1.1.  (A release no [[releases]] entry pins is asked
+    of git by its version, `1.1`, not its tag: a git-only upstream gets it from the index.)"""
+    targets = history["project"] / "patches" / "targets.toml"
+    targets.write_text(
+        targets.read_text()
+        + f'sdist = "toy==1.0"\nsdist_sha256 = "{"0" * 64}"\n\n[[targets.toy.releases]]\n'
+        + f'version = "1.1"\ntag = "v1.1"\ncommit = "{history["v1.1"]}"\n'
+    )
+    index = tmp_path / "simple"  # a static index on disk: the release list only
+    (index / "toy").mkdir(parents=True)
+    (index / "toy" / "index.html").write_text(
+        "".join(f'<a href="toy-{v}.tar.gz">toy-{v}.tar.gz</a>\n' for v in ("1.0", "1.1"))
+    )
+    monkeypatch.setenv("PATCHKIT_INDEX_URL", f"file://{index}")
+    r = patchkit("outlook", "--target", "toy", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    [line] = result_of(r.stdout)["lines"]
+    [release] = line["releases"]
+    assert release["version"] == "1.1" and release["base"] == history["v1.1"], release
+    assert release["source"] == "git", release
+    states = [p["releases"]["1.1"]["state"] for p in line["patches"]]
+    assert states == ["clean", "clean"], line["patches"]

@@ -20,12 +20,12 @@ import os
 import posixpath
 import re
 import sys
-import tempfile
 import zipfile
 import zlib
 
 from patchkit.abi.elf import ElfInfo, read_elf
 from patchkit.archives import read_regular
+from patchkit.scratch import temporary_folder
 
 FORMAT = 1
 LIB = re.compile(r"^torch/lib/[^/]+\.so(\.\d+)*$")
@@ -43,7 +43,7 @@ def build(wheel: str) -> dict:
     """The symbol-set document of a torch wheel."""
     libs: dict[str, dict] = {}
     version = None
-    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+    with zipfile.ZipFile(wheel) as zf, temporary_folder("torchsyms-") as tmp:
         for info in zf.infolist():
             if info.filename == "torch/version.py":
                 text = zf.read(info).decode("utf-8", "replace")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from patchkit.classify.signals import (
     trailer_signal,
 )
 from patchkit.export import export_commits
+from patchkit.scratch import temporary_folder
 from patchkit.series import Patch, Series
 
 Progress = Callable[[str], None]
@@ -112,7 +112,7 @@ def carry_series(
     # One scratch index for the whole carry: after a carried patch it already holds the new
     # tip, so it is only re-read when a 3-way attempt left it elsewhere.
     with (
-        tempfile.TemporaryDirectory(prefix="patchkit-rebase-") as tmp,
+        temporary_folder("rebase-") as tmp,
         gitops.scratch_index(mirror, tip, bare=True) as env,
     ):
         for run in disjoint_runs(series.patches):

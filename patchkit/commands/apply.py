@@ -61,6 +61,7 @@ def command(targets, into, line, upstream, fuzz, threeway, allow_unpinned, as_js
 def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> int:
     as_json = out.json_mode
     ws = Workspace.load()
+    ws.project.refuse_unnamed("apply without --into", when=into is None)  # into work/
     specs = ws.expand(targets)
     if len(specs) > 1 and upstream:
         raise UsageError("--upstream names one repository; use it with a single --target")

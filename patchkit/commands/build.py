@@ -95,6 +95,7 @@ def command(
     """Apply the series into a clean tree and build each patched target's wheel(s)."""
     output = Output(json_mode=as_json, verbose=verbose)
     ws = Workspace.load()
+    ws.project.refuse_unnamed("build")
     profile = load_build_profile(ws.project.build_dir / "profiles", profile_name)
     out_dir = (out or ws.project.root / "dist").absolute()
     _check_out(out_dir, ws.project.work_dir / "build")

@@ -46,6 +46,7 @@ def command(directory, target, line, out, dry_run, as_json) -> int:
     by = "while the export ran"
     if out is None:
         ws = Workspace.load()
+        ws.project.refuse_unnamed("export", when=not dry_run)
         view = checkout_line(directory.absolute(), ws.target(name), line)
         out = ws.project.patches_dir / view.current_line.series
         read = SeriesRead.take(out, ws.project, seen=ws.targets_digest, by=by)

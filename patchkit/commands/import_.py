@@ -101,6 +101,7 @@ def command(
     if "@" not in address or not address.isascii() or "\n" in author or "\r" in author:
         raise UsageError(f"--author {author!r}: give 'Name <address>' (the address in ASCII)")
     ws = Workspace.load()
+    ws.project.refuse_unnamed("import --into-series", when=into_series and not dry_run)
     spec = parse_target_spec(target_spec)
     target = pick_line(ws.target(spec.target), spec.ref, line)
     series_dir = ws.project.patches_dir / target.current_line.series

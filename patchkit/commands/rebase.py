@@ -96,12 +96,14 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     if cont and abort:
         raise UsageError("--continue and --abort exclude each other: pass one")
     ws = Workspace.load()
+    _refuse_unnamed(ws, write=write, conflict_tree=conflict_tree, cont=cont, abort=abort)
     if new_line is not None and not write:
         raise UsageError("--new-line starts a line in patches/: it needs --write")
     if cont or abort:
         name = ws.targets.get(parse_target_spec(spec).target).name if spec else _only_one(ws)
         dest = rebase_dir(ws.project.work_dir, name)
         if not rebase_stopped(dest):  # the same outcome for both, with or without --target
+            abort_rebase(dest)  # sweeps what a removal killed part-way left beside it
             raise NothingToDo(
                 f"no rebase in progress for {name}"
                 + (f" ({dest} is not a conflict work tree patchkit left)" if dest.exists() else "")
@@ -110,7 +112,7 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
             abort_rebase(dest)
             out.echo(f"{name}: removed {dest}")
             return 0
-        target = ws.targets.get(name, stopped_line(dest) or line)
+        target = _stopped_target(ws, name, dest, line)
         read = stopped_read(dest) or _read(ws, target)
         report, wanted = continue_rebase(
             dest, target, line_series(ws.project, target), progress=out.progress
@@ -211,6 +213,28 @@ def _write(
         new_line=new_line,
         read=read,
     )
+
+
+def _refuse_unnamed(ws, **flags: bool) -> None:
+    """Each option that writes into the project (patches/, targets.toml, work/rebase/) is
+    refused in a project the user did not name."""
+    for name, given in flags.items():
+        option = "--continue" if name == "cont" else "--" + name.replace("_", "-")
+        ws.project.refuse_unnamed(f"rebase {option}", when=given)
+
+
+def _stopped_target(ws, name: str, dest, line):
+    """The target at the line the rebase stopped in `dest` carries; a line patches/ no longer
+    has (a --continue --write killed after its write, before the tree was removed) is refused
+    naming the way on."""
+    try:
+        return ws.targets.get(name, stopped_line(dest) or line)
+    except UsageError as exc:
+        raise UsageError(
+            f"the rebase stopped in {dest} carries a line patches/ no longer has ({exc.message})",
+            hint=f"if a --continue --write finished its write, the tree is left over: "
+            f"`patchkit rebase --target {name} --abort` removes it",
+        ) from None
 
 
 def _only_one(ws: Workspace) -> str:

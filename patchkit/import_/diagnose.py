@@ -7,12 +7,12 @@ when that is where its files are, and the report says so.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from patchkit import gitops
 from patchkit.errors import PatchkitError
 from patchkit.import_.diffparse import FileDiff, Message, Problem, render_file
+from patchkit.scratch import temporary_folder
 from patchkit.series import safe_repo_path
 
 
@@ -145,7 +145,7 @@ def failing_hunks(
 ) -> list[Problem]:
     """Each hunk tried alone, at zero fuzz, against the tree in the index of `env`."""
     problems = []
-    with tempfile.TemporaryDirectory(prefix="patchkit-import-hunk-") as tmp:
+    with temporary_folder("import-hunk-") as tmp:
         single = Path(tmp) / "hunk.patch"
         for diff in files:
             if diff.binary:
@@ -176,7 +176,7 @@ def failing_hunks(
 def applies_cleanly(mirror: gitops.Repo, commit: str, diff_text: str) -> bool:
     """Whether the whole diff applies at zero fuzz onto `commit`."""
     with (
-        tempfile.TemporaryDirectory(prefix="patchkit-import-fit-") as tmp,
+        temporary_folder("import-fit-") as tmp,
         gitops.scratch_index(mirror, commit) as env,
     ):
         path = Path(tmp) / "input.patch"

@@ -34,6 +34,7 @@ from patchkit.import_.diffparse import Message, ParsedInput, parse_input, render
 from patchkit.import_.overlay import Overlay
 from patchkit.import_.release import imported_releases, index_blobs, made_against, match_blobs
 from patchkit.import_.split import Mapping, assign, concern_diffs, enclosing_names
+from patchkit.scratch import temporary_folder
 from patchkit.series import (
     PATCH_FILE_TRAILER,
     Patch,
@@ -480,7 +481,7 @@ def _apply_messages(
 ) -> str | None:
     """Apply each message in turn (the mbox's own order); the final tree or None."""
     with (
-        tempfile.TemporaryDirectory(prefix="patchkit-import-") as tmp,
+        temporary_folder("import-") as tmp,
         gitops.scratch_index(mirror, start) as env,
     ):
         for number, message in enumerate(messages, 1):
@@ -517,7 +518,7 @@ def _apply_whole(
     onto the base and then carried over the existing series."""
     files = [f for m in messages for f in m.files]
     text = "".join(render_file(f) for f in files)
-    with tempfile.TemporaryDirectory(prefix="patchkit-import-") as tmp:
+    with temporary_folder("import-") as tmp:
         path = Path(tmp) / "input.patch"
         path.write_text(text, encoding="utf-8")
         if start != base:
@@ -555,7 +556,7 @@ def _carry(
         return ref0
     change = gitops.diff_trees(mirror, base, ref0)
     with (
-        tempfile.TemporaryDirectory(prefix="patchkit-import-") as tmp,
+        temporary_folder("import-") as tmp,
         gitops.scratch_index(mirror, start) as env,
     ):
         path = Path(tmp) / "carry.patch"

@@ -19,7 +19,7 @@ import time
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 import build as pypa_build
-from patchkit import __version__, gitops
+from patchkit import __version__, gitops, scratch
 from patchkit.apply import ApplyReport, apply_series
 from patchkit.compat import tomllib
 from patchkit.errors import BuildError, ConfigError, Interrupted, PinError, UsageError
@@ -537,11 +537,13 @@ def build_target(
             options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
         ),
         _say_what_was_left(options.out, work, written),
+        ExitStack() as stack,
     ):
         _move_aside(work)
         work.mkdir(parents=True)
         tree = work / "tree"
         mirror = Mirror(target, cache) if cache else Mirror(target)
+        children = stack.enter_context(scratch.children_contained())  # pip, the backend
         isolated = (
             IsolatedEnvironment(base_build_requires(mirror.path, base, target.subdir))
             if options.isolation
@@ -574,9 +576,13 @@ def build_target(
                 isolated=isolated,
                 echo=options.backend_output,
             )
+        except BaseException:
+            children.stop()  # an interrupt: pip and the backend go now, not once finished
+            raise
         finally:
             if isolated is not None:
                 isolated.close()
+            stack.close()
         name, got = _wheel_metadata(raw)
         _, file_version, _, _ = parse_wheel_filename(raw.name)
         if Version(got) != Version(version) or file_version != Version(version):

@@ -38,6 +38,19 @@ def record(section: str, line: str) -> None:
         FIGURES.setdefault(section, []).append(line)
 
 
+TALLY_ENV = "PATCHKIT_KILL_TALLY"  # make test-reliability: where kill points are counted
+
+
+def tally_kill(count: int = 1) -> None:
+    """Count `count` kill or interrupt points tried by the running test, under its file, for
+    the table `make test-reliability` prints (tests/reliability/summary.py)."""
+    path = os.environ.get(TALLY_ENV)
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]
+        with open(path, "a", encoding="utf-8") as fh:  # one short line: one append
+            fh.write(json.dumps([test, count]) + "\n")
+
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
     "GIT_AUTHOR_EMAIL": "t@example.invalid",
@@ -498,6 +511,8 @@ class GitFaults:
     def arm(self, at: int, signal_name: str) -> None:
         """Interrupt at call `at` (0: never) with signal `signal_name` (KILL, TERM, INT)."""
         (self.where / "calls").unlink(missing_ok=True)
+        if at:
+            tally_kill()
         (self.where / "at").write_text(str(at))
         (self.where / "signal").write_text(signal_name)
 

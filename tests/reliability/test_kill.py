@@ -33,6 +33,7 @@ from reliability_support import (
     sha256,
     snapshot,
     start_cli,
+    tally_kill,
     toy_sdist,
     toy_sdist_project,
 )
@@ -102,6 +103,7 @@ def _kill_at_random(
         proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
     tally.kills += 1
+    tally_kill()
     if signum != signal.SIGKILL and proc.returncode == 130:
         tally.interrupts += 1
         if one_or_two_lines(stderr) and "interrupted" in stderr:
@@ -271,6 +273,7 @@ def test_kill_inside_in_place_checkout(tmp_path, tallies):
         shutil.rmtree(into, ignore_errors=True)
         shutil.copytree(pristine, into, symlinks=True)
         seed = str(rng.randrange(1 << 30))
+        tally_kill()
         killed = subprocess.run(
             [sys.executable, "-c", MID_CHECKOUT, *args],
             cwd=ROOT,
@@ -465,6 +468,7 @@ def test_kill_between_rebase_writes(tmp_path, tallies):
     planted = [(k, mid) for k in range(writes) for mid in ("", "1")]
     for k, mid in rotating(planted, 2 * KILLS_SAMPLED, salt=7):
         reset()
+        tally_kill()
         killed = subprocess.run(
             [sys.executable, "-c", BETWEEN_WRITES, *args],
             cwd=ROOT,

@@ -19,6 +19,7 @@ from reliability_support import (
     one_or_two_lines,
     record,
     snapshot,
+    tally_kill,
 )
 from sampling import rotating
 
@@ -110,6 +111,7 @@ def test_export_interrupted_between_file_writes(toy, exported, sig):
     writes = len([k for k in after if k not in before or after[k] != before[k]])
     for k in range(writes):
         reset()
+        tally_kill()
         done = subprocess.run(
             [sys.executable, "-c", SIGNAL_BETWEEN_WRITES, *args],
             cwd=ROOT, env={**os.environ, **toy.env, "KILL_AFTER": str(k), "KILL_SIGNAL": sig},

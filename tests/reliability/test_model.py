@@ -5,12 +5,17 @@ Rules: apply (of either of two series versions), apply interrupted at a random g
 SIGINT, SIGTERM or SIGKILL (a `git` wrapper on PATH, see reliability_support.GitFaults), a user
 edit (of a tracked file, a new untracked file, an ignored file, or a file where the series puts
 one), a user commit, a checkout (another branch, a new branch, a detached HEAD), a stash, export
-into a directory that holds a user's own patch, and following patchkit's named next step.
+into a directory that holds a user's own patch, following patchkit's named next step, and two
+verbs writing one project's patches/ at once (`export`, `import --into-series`, `rebase --write`,
+any pair, started together).
 
 After every step: every line the user ever wrote is still somewhere (a file of the work tree,
 tracked, untracked or ignored; a commit on a branch; a stash entry; the export directory); every
 user commit is still on a branch; the repository passes `git fsck`; and every patchkit run either
 succeeded or refused with a one-line reason (never an internal error, never a traceback).
+After two writers: every patch a writer that exited 0 wrote (a line only it wrote) is in a patch
+file its series names, and lint finds nothing but the toy's missing descriptions and trailers
+(the series applies, and each patch is the bytes `export` writes).
 
 Budget: PATCHKIT_MODEL_EXAMPLES sequences; `make test` runs SAMPLED_EXAMPLES, seeded by the
 commit (tests/sampling.py), so each landing searches other sequences; `make test-reliability`
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -32,7 +38,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from reliability_support import GitFaults, cli, make_project, make_toy, record
+from reliability_support import GitFaults, cli, git, make_project, make_toy, record, tag_release
 from sampling import seed
 
 SECTION = "model-based test (tests/reliability/test_model.py)"
@@ -62,7 +68,13 @@ ACTIONS = [
     "stash",
     "export",
     *["follow the named step"] * 2,
+    "writers at once",
 ]
+WRITERS = ("export", "import", "rebase")
+WAITING = "patchkit: waiting for another patchkit process"  # a lock's one line, then the run's
+# lint's findings about a message's words: the toy's patches have no description or trailers,
+# and import's trailers are left for the user to fill in
+MESSAGE_RULES = {"description-missing", "metadata-missing", "metadata-malformed"}
 
 
 def _count(key: str) -> None:
@@ -104,6 +116,19 @@ class World:
         assert done.returncode == 0, done.stderr
         self.calls = len(self.faults.calls())
         shutil.rmtree(probe)
+        # The project two writers race on: the full series as `export` writes it, and a
+        # release 1.1 upstream for `rebase --write` to carry it to.
+        tag_release(self.toy, "v1.1", {"pkg/mod00/file00.py": (0, "# 1.1 rewrote this line")})
+        self.writers = root / "project-writers"
+        shutil.copytree(self.toy.project, self.writers)
+        env = {**self.toy.env, "PATCHKIT_PROJECT": str(self.writers)}
+        made = root / "writers-checkout"
+        assert cli("apply", "--target", "toy", "--into", str(made), env=env).returncode == 0
+        done = cli("export", str(made), env=env)
+        assert done.returncode == 0, done.stderr
+        self.plain = root / "plain"  # upstream 1.0, where import's diffs are made
+        git(root, "clone", "-q", str(self.toy.upstream), str(self.plain))
+        git(self.plain, "checkout", "-q", "v1.0")
 
     def project(self, version: int) -> Path:
         return self.v1 if version == 1 else self.toy.project
@@ -148,6 +173,7 @@ class NothingLost(RuleBasedStateMachine):
         self.n = 0
         self.tokens: set[str] = set()
         self.commits: set[str] = set()
+        self.written: set[str] = set()  # lines writers that exited 0 put into patches/
 
     @initialize()
     def start(self) -> None:
@@ -162,6 +188,8 @@ class NothingLost(RuleBasedStateMachine):
         self.out.mkdir()
         self._write(self.out / "mine.patch", "a user's own patch")
         self.last_refusal = ""
+        self.project = self.here / "project"
+        shutil.copytree(WORLD.writers, self.project)
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -210,8 +238,11 @@ class NothingLost(RuleBasedStateMachine):
         offset=st.integers(min_value=0, max_value=60),
         signal_name=st.sampled_from(["KILL", "KILL", "TERM", "INT"]),
         how=st.sampled_from(["new-branch", "detach", "other-branch"]),
+        pair=st.tuples(st.sampled_from(WRITERS), st.sampled_from(WRITERS)),
     )
-    def act(self, action, version, kind, pick, near_the_end, offset, signal_name, how) -> None:
+    def act(  # noqa: PLR0913 - one rule draws every action's parameters
+        self, action, version, kind, pick, near_the_end, offset, signal_name, how, pair
+    ) -> None:
         _count(f"step {action}")
         if action == "apply":
             self.apply(version)
@@ -227,6 +258,8 @@ class NothingLost(RuleBasedStateMachine):
             self.stash()
         elif action == "export":
             self.export()
+        elif action == "writers at once":
+            self.writers_at_once(pair)
         elif self.last_refusal:
             self.follow_the_named_step()
 
@@ -286,6 +319,61 @@ class NothingLost(RuleBasedStateMachine):
         assert problem is None, problem
         _count(f"export exit {code}")
 
+    def _writer(self, verb: str, where: Path) -> tuple[tuple[str, ...], str | None]:
+        """The command line of `verb` writing this sequence's project, and the line only it
+        writes (None: rebase --write carries the series, it adds no line)."""
+        env = {**self.world.toy.env, "PATCHKIT_PROJECT": str(self.project)}
+        if verb == "rebase":
+            return ("rebase", "--target", "toy@v1.1", "--write"), None
+        self.n += 1
+        token = f"written-{self.n}-{verb}"
+        if verb == "export":  # a checkout of the series as it is, with one commit more
+            into = where / f"checkout-{self.n}"
+            done = cli("apply", "--target", "toy", "--into", str(into), env=env)
+            assert done.returncode == 0, done.stderr
+            added = into / f"pkg/exported/n{self.n}.py"
+            added.parent.mkdir(exist_ok=True)
+            added.write_text(f"# {token}\n")
+            user_git(into, "add", "-A", check=True)
+            user_git(into, "commit", "-q", "-m", f"Add exported module {self.n}", check=True)
+            return ("export", str(into)), token
+        plain = self.world.plain  # import: a diff adding a file of its own
+        added = plain / f"pkg/imported/n{self.n}.py"
+        added.parent.mkdir(exist_ok=True)
+        added.write_text(f"# {token}\n")
+        user_git(plain, "add", "-N", str(added.relative_to(plain)), check=True)
+        diff = where / f"import-{self.n}.diff"
+        diff.write_text(user_git(plain, "diff", check=True).stdout)
+        user_git(plain, "reset", "-q", check=True)
+        shutil.rmtree(added.parent)
+        return ("import", str(diff), "--target", "toy", "--into-series"), token
+
+    def writers_at_once(self, pair: tuple[str, str]) -> None:
+        """Two writers of the project's patches/ started together: each writes or refuses in
+        one line; what one that exited 0 wrote is kept (checked by `writers_kept_theirs`)."""
+        where = self.here / f"writers-{self.n}"
+        where.mkdir()
+        runs = [self._writer(verb, where) for verb in pair]
+        env = {**os.environ, **self.world.toy.env, "PATCHKIT_PROJECT": str(self.project)}
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "patchkit", *args], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for args, _ in runs
+        ]  # fmt: skip
+        for (args, token), proc in zip(runs, procs, strict=True):
+            _, stderr = proc.communicate(timeout=300)
+            said = [ln for ln in stderr.splitlines() if not ln.startswith(WAITING)]
+            problem = _named_refusal(proc.returncode, "\n".join(said))
+            assert problem is None, (args[0], problem)
+            _count(f"writers at once: {args[0]} exit {proc.returncode}")
+            if proc.returncode == 0 and token:
+                self.written.add(token)
+        lint = cli("lint", "--target", "toy", "--json", env={"PATCHKIT_PROJECT": str(self.project),
+                   "PATCHKIT_CACHE": str(self.world.toy.cache)})  # fmt: skip
+        findings = json.loads(lint.stdout)["result"]["findings"]
+        bad = [f for f in findings if f["rule"] not in MESSAGE_RULES]
+        assert not bad, (pair, bad[:3])
+
     def follow_the_named_step(self) -> None:
         """Do what the refusal says (the user's choice): move files, drop the journal."""
         text = self.last_refusal
@@ -318,6 +406,20 @@ class NothingLost(RuleBasedStateMachine):
         found = self._everything_the_user_has()
         lost = sorted(t for t in self.tokens if t not in found)
         assert not lost, f"lost user lines: {lost[:5]}"
+
+    @invariant()
+    def writers_kept_theirs(self) -> None:
+        """Every line a writer that exited 0 put into patches/ is in a patch its series names."""
+        if not self.written:
+            return
+        text = []
+        for series in (self.project / "patches").rglob("series"):
+            for name in series.read_text().split():
+                path = series.parent / name
+                text.append(path.read_text() if path.is_file() else f"MISSING {name}")
+        found = "\n".join(text)
+        lost = sorted(t for t in self.written if t not in found)
+        assert not lost, f"written by a writer that exited 0, gone from the series: {lost}"
 
     @invariant()
     def user_commits_on_branches(self) -> None:
@@ -393,6 +495,23 @@ def test_nothing_lost_model(world):
         f"({'randomized' if LONG else f'seed {seed()}'}); user lines lost 0, user commits "
         f"orphaned 0, internal errors 0 (goal 0 each); {shown}",
     )
+
+
+@pytest.mark.long
+def test_every_pair_of_writers_at_once(world):
+    """Each ordered pair of writers once, from the start of a sequence (the search above
+    draws them among the other steps)."""
+    pairs = [(a, b) for a in WRITERS for b in WRITERS]
+    TALLY.clear()
+    for pair in pairs:
+        machine = NothingLost()
+        machine.start()
+        machine.writers_at_once(pair)
+        machine.writers_kept_theirs()
+        machine.teardown()
+    shown = ", ".join(f"{k}: {v}" for k, v in sorted(TALLY.items()) if k.startswith("writers"))
+    record(SECTION, f"{len(pairs)} ordered pairs of writers started together, each once: "
+           f"writes kept 100%, lint clean; {shown}")  # fmt: skip
 
 
 if __name__ == "__main__":  # pragma: no cover - for a quick manual run

@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from reliability_support import (
     make_project,
     one_or_two_lines,
     record,
+    tally_kill,
 )
 from sampling import exhaustive, rotating
 
@@ -59,12 +62,31 @@ version = {attr = "toy.__version__"}
 """
 
 
-def make_buildable_toy(root: Path) -> dict:
-    """A real upstream (setuptools project, tag v1.0), a two-patch series and a project."""
+# A build backend that starts a child and waits, writing nothing (a compiler it runs, say).
+SLOW_BACKEND = """\
+import subprocess, time
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    subprocess.Popen(["sleep", "300"])
+    time.sleep(300)
+"""
+
+
+def make_buildable_toy(root: Path, *, slow_backend: bool = False) -> dict:
+    """A real upstream (setuptools project, tag v1.0), a two-patch series and a project;
+    `slow_backend`: built by SLOW_BACKEND instead."""
     work = root / "upstream-work"
     (work / "toy").mkdir(parents=True)
     git(work, "init", "-q", "-b", "main")
-    (work / "pyproject.toml").write_text(PYPROJECT)
+    pyproject = PYPROJECT
+    if slow_backend:
+        (work / "slow_backend.py").write_text(SLOW_BACKEND)
+        pyproject = pyproject.replace('requires = ["setuptools>=61"]', "requires = []")
+        pyproject = pyproject.replace(
+            '"setuptools.build_meta"', '"slow_backend"\nbackend-path = ["."]'
+        )
+    (work / "pyproject.toml").write_text(pyproject)
     (work / "toy" / "__init__.py").write_text('__version__ = "1.0"\n')
     for i in range(110):  # over git's unpack limit: the mirror holds a pack, as a real one does
         (work / "toy" / f"m{i:03d}.py").write_text(f"VALUE = {i}\n" * 50)
@@ -131,6 +153,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 def planted_run(args, env, at: int, sig: str) -> subprocess.CompletedProcess:
+    tally_kill()
     return subprocess.run(
         [sys.executable, "-c", PLANTED, *args],
         cwd=ROOT,
@@ -267,3 +290,94 @@ def test_interrupt_message_says_what_was_left(tmp_path):
     assert done.returncode == 130, done.stderr
     assert one_or_two_lines(done.stderr), done.stderr
     assert "no wheel was written" in done.stderr and str(out) in done.stderr, done.stderr
+
+
+def _processes_under(tmp: Path) -> dict[int, str]:
+    """Live processes whose $TMPDIR is `tmp` or a folder in it: pid -> command line."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        dirs = [e[len(b"TMPDIR=") :].decode() for e in env if e.startswith(b"TMPDIR=")]
+        if dirs and (dirs[0] + "/").startswith(f"{tmp}/"):
+            found[int(name)] = cmd
+    return found
+
+
+def _wait_for(predicate, seconds: float):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return predicate()
+
+
+@pytest.mark.parametrize("sig", ["KILL", "TERM"])
+@pytest.mark.parametrize("inside", ["pip", "backend"])
+def test_a_killed_builds_children_go_with_it_and_leave_nothing_in_tmpdir(tmp_path, inside, sig):
+    """A build killed while pip installs its requirements (an isolated build; pip waits on an
+    index that never answers) or while its backend runs (a backend that started a child and
+    waits, writing nothing): every process the build started ends with it, and $TMPDIR holds
+    nothing but the run's scratch folder, which the next run sweeps.  Before, the backend and
+    its child ran on after a SIGKILL and its child after a SIGTERM; build-env-*,
+    build-requirements-*.txt and pip's temp folders were left in $TMPDIR; after a SIGTERM
+    the build waited for pip to give up before it stopped."""
+    toy = make_buildable_toy(tmp_path / "toy", slow_backend=inside == "backend")
+    args = ["build", "--target", "toy", "--out", str(tmp_path / "dist")]
+    args += ["--no-isolation"] if inside == "backend" else []
+    wanted = "build-requirements-" if inside == "pip" else "sleep 300"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    index = socket.socket()  # listens and never answers: pip hangs in its first request
+    index.bind(("127.0.0.1", 0))
+    index.listen(8)
+    env = {
+        **os.environ,
+        **toy["env"],
+        "TMPDIR": str(tmp),
+        "PIP_INDEX_URL": f"http://127.0.0.1:{index.getsockname()[1]}/simple",
+        "PIP_TIMEOUT": "120",
+        "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    stderr = tmp_path / "stderr"  # a file: a pipe would stay open as long as any child lives
+    with stderr.open("w") as fh:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "patchkit", *args],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=fh,
+        )  # fmt: skip
+    try:
+        started = _wait_for(
+            lambda: {p: c for p, c in _processes_under(tmp).items() if wanted in c}, 120
+        )
+        assert started, f"{wanted} never started: {run.poll()} {stderr.read_text()}"
+        started = time.monotonic()
+        run.send_signal(getattr(signal, f"SIG{sig}"))
+        run.wait(timeout=120)
+        err = stderr.read_text()
+        if sig == "TERM":
+            assert run.returncode == 130 and one_or_two_lines(err), (run.returncode, err)
+            assert time.monotonic() - started < 20, "the build waited for pip to finish"
+        left = _wait_for(lambda: not _processes_under(tmp), 10) or _processes_under(tmp)
+        assert left is True, f"outlived the build: {left}"
+        found = sorted(p.name for p in tmp.iterdir())
+        assert all(n.startswith("patchkit-run-") for n in found), found
+        again = cli("fetch", "--target", "toy", env={**toy["env"], "TMPDIR": str(tmp)})
+        assert again.returncode == 0, again.stderr
+        assert not list(tmp.iterdir()), list(tmp.iterdir())
+        during = "pip" if inside == "pip" else "the backend"
+        record(SECTION, f"{sig} during {during}: 0 processes outlived the build, nothing "
+               "but its scratch folder in TMPDIR")  # fmt: skip
+    finally:
+        index.close()
+        if run.poll() is None:
+            run.kill()
+        for pid in _processes_under(tmp):
+            os.kill(pid, signal.SIGKILL)
