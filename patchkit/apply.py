@@ -165,7 +165,7 @@ def commit_message_for(patch: Patch) -> str:
 
 
 def build_series(
-    repo: Path,
+    repo: gitops.Repo,
     base: str,
     series: Series,
     options: ApplyOptions = ApplyOptions(),
@@ -186,18 +186,22 @@ def build_series(
     patch by patch. A run that does not apply as a whole is built patch by patch too (git
     applies none of it), which finds the failing patch and its already-applied, fuzz and
     3-way outcomes exactly as before.
+
+    (`bare` is for patchkit/import_ only, which still passes a path: every other caller passes
+    the mirror's `Repo`.)
     """
+    repo = gitops.as_repo(repo, bare)
     results: list[PatchResult] = []
     tree = base  # the tree-ish the next patch applies to (the scratch index holds it)
-    links = _symlinks_of_series(repo, base, series, bare)
+    links = _symlinks_of_series(repo, base, series)
     # The commits are written together once the trees are: (result, tree, message, identity).
     pending: list[tuple[PatchResult, str, str, gitops.Identity]] = []
-    runs = RunTrees(repo, bare)
+    runs = RunTrees(repo)
     # One private index for the whole series: after each commit it already holds the tip's
     # tree, and `git apply` changes nothing when it fails, so no re-read is needed.
     with (
         temporary_folder("patches-") as tmp,
-        gitops.scratch_index(repo, base, bare=bare) as env,
+        gitops.scratch_index(repo, base) as env,
     ):
         for run in (
             disjoint_runs(series.patches) if links is not None else [[p] for p in series.patches]
@@ -206,7 +210,7 @@ def build_series(
             for patch in run:
                 progress(f"applying {patch.name}")
                 _refuse_symlinked_paths(
-                    patch, links if links is not None else _symlinks_at(repo, tree, patch, bare)
+                    patch, links if links is not None else _symlinks_at(repo, tree, patch)
                 )
                 patch_file = Path(tmp) / patch.name
                 patch_file.write_bytes(patch.raw)
@@ -223,18 +227,18 @@ def build_series(
                 tree = trees[-1]
                 continue
             for patch, patch_file in zip(run, files, strict=True):
-                result = _apply_one(repo, env, patch, patch_file, options, bare)
+                result = _apply_one(repo, env, patch, patch_file, options)
                 if result.status == "failed":
                     results.append(result)
-                    _write_commits(repo, base, pending, runs, bare)  # the report names them
+                    _write_commits(repo, base, pending, runs)  # the report names them
                     raise _apply_failure(series, patch, result, results)
                 if result.status == "already-applied":
                     results.append(result)
                     continue
-                tree = gitops.write_tree(repo, env, bare=bare)
+                tree = gitops.write_tree(repo, env)
                 pending.append((result, tree, commit_message_for(patch), patch_identity(patch)))
                 results.append(result)
-    return _write_commits(repo, base, pending, runs, bare), results
+    return _write_commits(repo, base, pending, runs), results
 
 
 def disjoint_runs(patches: list[Patch]) -> list[list[Patch]]:
@@ -261,8 +265,8 @@ class RunTrees:
     `gitops.TreeModel`, the last checked against git's `write-tree`. The computed tree
     objects are written, by one `gitops.write_objects`, when `write` is called."""
 
-    def __init__(self, repo: Path, bare: bool) -> None:
-        self.repo, self.bare = repo, bare
+    def __init__(self, repo: gitops.Repo) -> None:
+        self.repo = repo
         self.model: tuple[str, gitops.TreeModel] | None = None  # (the tree it holds, model)
         self.computed: dict[str, bytes] = {}  # of the last run applied, until accepted
         self.accepted: dict[str, bytes] = {}
@@ -280,16 +284,16 @@ class RunTrees:
         # The run's premise, that no patch writes a path of another, rests on each patch's
         # paths: git must read the same file sections, in the same order, as patchkit did.
         ours = [change.path for patch in run for change in patch.files]
-        if gitops.patch_file_paths(self.repo, files, bare=self.bare) != ours:
+        if gitops.patch_file_paths(self.repo, files) != ours:
             return None
-        if not gitops.apply_all_to_index(self.repo, env, files, bare=self.bare):
+        if not gitops.apply_all_to_index(self.repo, env, files):
             return None
         if self.model is None or self.model[0] != start:
-            self.model = (start, gitops.TreeModel.read(self.repo, start, bare=self.bare))
+            self.model = (start, gitops.TreeModel.read(self.repo, start))
         touched = [touched_paths(patch) for patch in run]
         wanted = sorted({p for paths in touched for p in paths})
-        entries = gitops.index_entries(self.repo, env, wanted, bare=self.bare)
-        final = gitops.write_tree(self.repo, env, bare=self.bare)
+        entries = gitops.index_entries(self.repo, env, wanted)
+        final = gitops.write_tree(self.repo, env)
         trees: list[str] = []
         for paths in touched if entries is not None else []:
             root, bodies, ids = self.model[1].change({p: entries.get(p) for p in paths})
@@ -297,7 +301,7 @@ class RunTrees:
             self.computed.update(zip(ids, bodies, strict=True))
         if not trees or trees[-1] != final:
             self.model, self.computed = None, {}
-            gitops.read_tree_into(self.repo, env, start, bare=self.bare)
+            gitops.read_tree_into(self.repo, env, start)
             return None
         self.model = (final, self.model[1])
         return trees
@@ -309,27 +313,26 @@ class RunTrees:
 
     def write(self) -> None:
         trees = self.accepted
-        gitops.write_objects(self.repo, "tree", list(trees.values()), list(trees), bare=self.bare)
+        gitops.write_objects(self.repo, "tree", list(trees.values()), list(trees))
         self.accepted = {}
 
 
 def _write_commits(
-    repo: Path,
+    repo: gitops.Repo,
     base: str,
     pending: list[tuple[PatchResult, str, str, gitops.Identity]],
     runs: RunTrees,
-    bare: bool,
 ) -> str:
     """Write the trees computed for the series, then its commits (one chain on `base`);
     record each commit in its result; return the tip."""
     runs.write()
-    ids = gitops.commit_chain(repo, base, [(t, m, who) for _, t, m, who in pending], bare=bare)
+    ids = gitops.commit_chain(repo, base, [(t, m, who) for _, t, m, who in pending])
     for (result, tree, *_), commit in zip(pending, ids, strict=True):
         result.commit, result.tree = commit, tree
     return ids[-1] if ids else base
 
 
-def _symlinks_of_series(repo: Path, base: str, series: Series, bare: bool) -> dict[str, str] | None:
+def _symlinks_of_series(repo: gitops.Repo, base: str, series: Series) -> dict[str, str] | None:
     """path -> the symlink at or above it in `base`, for every path the series touches, read
     by one `ls-tree`. It holds for every tip the series builds: no patch may create a
     symlink (series.parse_patch) and one touching a symlink is refused before it applies,
@@ -338,14 +341,14 @@ def _symlinks_of_series(repo: Path, base: str, series: Series, bare: bool) -> di
     if any(_SYMLINK_MODE_RE.search(patch.diff) for patch in series.patches):
         return None
     paths = sorted({path for patch in series.patches for path in touched_paths(patch)})
-    return gitops.symlinks_along(repo, base, paths, bare=bare)
+    return gitops.symlinks_along(repo, base, paths)
 
 
 _SYMLINK_MODE_RE = re.compile(r"^(?:.* )?(?:mode|index \S+) 120000$", re.M)
 
 
-def _symlinks_at(repo: Path, tree: str, patch: Patch, bare: bool) -> dict[str, str]:
-    return gitops.symlinks_along(repo, tree, touched_paths(patch), bare=bare)
+def _symlinks_at(repo: gitops.Repo, tree: str, patch: Patch) -> dict[str, str]:
+    return gitops.symlinks_along(repo, tree, touched_paths(patch))
 
 
 def _refuse_symlinked_paths(patch: Patch, series_links: dict[str, str]) -> None:
@@ -362,27 +365,26 @@ def _refuse_symlinked_paths(patch: Patch, series_links: dict[str, str]) -> None:
 
 
 def _apply_one(
-    repo: Path,
+    repo: gitops.Repo,
     env: dict[str, str],
     patch: Patch,
     patch_file: Path,
     options: ApplyOptions,
-    bare: bool,
 ) -> PatchResult:
-    applied, err = gitops.apply_to_index(repo, env, patch_file, bare=bare)
+    applied, err = gitops.apply_to_index(repo, env, patch_file)
     if applied:
         return PatchResult(patch.name, "applied")
-    if gitops.apply_to_index(repo, env, patch_file, reverse=True, check=True, bare=bare)[0]:
+    if gitops.apply_to_index(repo, env, patch_file, reverse=True, check=True)[0]:
         return PatchResult(
             patch.name, "already-applied", message="the base already contains this change"
         )
     if options.fuzz > 0:
         context = max(FULL_CONTEXT - options.fuzz, 0)
-        fuzzed = _fuzzed_hunks(repo, env, patch, bare)
-        if gitops.apply_to_index(repo, env, patch_file, context=context, bare=bare)[0]:
+        fuzzed = _fuzzed_hunks(repo, env, patch)
+        if gitops.apply_to_index(repo, env, patch_file, context=context)[0]:
             return PatchResult(patch.name, "fuzzed", fuzzed=fuzzed)
     if options.threeway:
-        merged, merge_err = gitops.apply_to_index(repo, env, patch_file, threeway=True, bare=bare)
+        merged, merge_err = gitops.apply_to_index(repo, env, patch_file, threeway=True)
         if merged:
             return PatchResult(
                 patch.name, "merged", message="applied with a 3-way merge of the recorded blobs"
@@ -391,7 +393,7 @@ def _apply_one(
     return PatchResult(patch.name, "failed", failure=_locate_failure(patch, err), message=err)
 
 
-def _fuzzed_hunks(repo: Path, env: dict[str, str], patch: Patch, bare: bool) -> list[HunkNote]:
+def _fuzzed_hunks(repo: gitops.Repo, env: dict[str, str], patch: Patch) -> list[HunkNote]:
     """Hunks that do not apply with full context (each checked alone against the same tree)."""
     notes = []
     with temporary_folder("hunk-") as tmp:
@@ -400,7 +402,7 @@ def _fuzzed_hunks(repo: Path, env: dict[str, str], patch: Patch, bare: bool) -> 
             for hunk in pf:
                 single = Path(tmp) / "hunk.patch"
                 single.write_text(f"{header}\n{hunk}", encoding="utf-8")
-                if not gitops.apply_to_index(repo, env, single, check=True, bare=bare)[0]:
+                if not gitops.apply_to_index(repo, env, single, check=True)[0]:
                     path = pf.path
                     notes.append(HunkNote(path, _hunk_header(hunk), "needed reduced context"))
     return notes
@@ -463,7 +465,7 @@ def _apply_failure(
 
 
 def apply_series(
-    mirror: Path,
+    mirror: gitops.Repo,
     base: Base,
     series: Series,
     into: Path,
@@ -477,21 +479,22 @@ def apply_series(
 
     With `verified` (a folder of the cache), the series' build is recorded there and an
     unchanged series on the same base is read from that record (`BuildRecord`)."""
+    checkout = gitops.Repo.checkout(into)
     report = ApplyReport(series.target, base, into, series_version, series.hash())
     report.series_size = len(series.names)
     lock = into.parent / f".{into.name}.patchkit.lock"
     with locked(lock, f"the work tree {into}"):
         _sweep_scratch(into)
-        recovered = _recover_interrupted(into)
+        recovered = _recover_interrupted(checkout)
         if recovered:
             progress(recovered)
-        state = _target_state(into)
+        state = _target_state(checkout)
         if state == "repo":
-            _refuse_unsafe_checkout(into)
+            _refuse_unsafe_checkout(checkout)
             result = _build(mirror, base, series, options, progress, report, verified)
-            if gitops.head(into) == result:
+            if gitops.head(checkout) == result:
                 _nothing_to_do(report, series, series_version, into, result)
-            _publish_existing(mirror, into, series.target, base, result)
+            _publish_existing(mirror, checkout, series.target, base, result)
         else:
             result = _build(mirror, base, series, options, progress, report, verified)
             _publish_new(mirror, into, series.target, base, result)
@@ -499,7 +502,7 @@ def apply_series(
 
 
 def _build(
-    mirror: Path,
+    mirror: gitops.Repo,
     base: Base,
     series: Series,
     options: ApplyOptions,
@@ -514,9 +517,7 @@ def _build(
         report.result = recalled[-1].commit if recalled else base.commit
         return report.result
     try:
-        result, results = build_series(
-            mirror, base.commit, series, options, bare=True, progress=progress
-        )
+        result, results = build_series(mirror, base.commit, series, options, progress=progress)
     except ApplyError as exc:
         report.patches = getattr(exc, "results", [])
         report.status = "failed"
@@ -566,7 +567,7 @@ class BuildRecord:
         )
         return cls(Stamp(verified / f"build-{series.target}-{base}", key))
 
-    def recall(self, repo: Path, base: str, series: Series) -> list[PatchResult] | None:
+    def recall(self, repo: gitops.Repo, base: str, series: Series) -> list[PatchResult] | None:
         payload = self.stamp.payload()
         if payload is None:
             return None
@@ -626,14 +627,15 @@ def _nothing_to_do(
     raise exc
 
 
-def _target_state(into: Path) -> str:
+def _target_state(checkout: gitops.Repo) -> str:
+    into = checkout.path
     if into.is_symlink():
         raise UsageError(f"{into} is a symlink; pass the real directory")
     if not into.exists():
         return "new"
     if not into.is_dir():
         raise UsageError(f"{into} exists and is not a directory")
-    if gitops.is_repository(into):
+    if gitops.is_repository(checkout):
         return "repo"
     if any(into.iterdir()):
         raise UsageError(
@@ -648,7 +650,7 @@ def _target_state(into: Path) -> str:
     return "empty"
 
 
-def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str) -> None:
+def _publish_new(mirror: gitops.Repo, into: Path, target: str, base: Base, result: str) -> None:
     into.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=into.parent, prefix=f".{into.name}.patchkit-"))
     try:
@@ -669,8 +671,8 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
             raise ApplyError(
                 f"cannot make the checkout {into}: {first_line(exc.stderr) or exc}; "
                 "nothing was written there",
-                hint=f"free space or fix what git names; if it names an object, remove {mirror} "
-                "and run again",
+                hint=f"free space or fix what git names; if it names an object, remove "
+                f"{mirror.path} and run again",
             ) from None
         if into.exists():  # an empty directory (checked by _target_state): its mode and group
             st = into.stat()  # stay, and rename() replaces it in one step
@@ -682,25 +684,26 @@ def _publish_new(mirror: Path, into: Path, target: str, base: Base, result: str)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _refuse_unsafe_checkout(into: Path) -> None:
+def _refuse_unsafe_checkout(checkout: gitops.Repo) -> None:
     """Refuse a checkout that moving to the result could damage; name what is in the way."""
-    repo = gitops.Repo(into)
-    operation = gitops.operation_in_progress(repo)
+    into = checkout.path
+    operation = gitops.operation_in_progress(checkout)
     if operation:
         what, marker, finish = operation
         raise DirtyTreeError(
             f"{into} has a {what} in progress ({marker}); nothing was touched",
             hint=f"finish it or abort it ({finish}), then run again",
         )
-    dirty = gitops.dirty_files(into)
+    dirty = gitops.dirty_files(checkout)
     if dirty:
         shown = ", ".join(dirty[:3]) + (" ..." if len(dirty) > 3 else "")
         raise DirtyTreeError(
             f"{into} has uncommitted changes to tracked files ({shown}); nothing was touched",
             hint="commit or stash them, then run again",
         )
-    head = gitops.head(into)
-    if head and gitops.current_branch(into) is None and not gitops.contained_in_refs(repo, head):
+    head = gitops.head(checkout)
+    orphan = head and not gitops.current_branch(checkout)
+    if orphan and not gitops.contained_in_refs(checkout, head):
         raise DirtyTreeError(
             f"{into} has a detached HEAD at {head[:12]}, which no branch or tag contains; "
             "checking out the result would orphan its commits; nothing was touched",
@@ -709,9 +712,10 @@ def _refuse_unsafe_checkout(into: Path) -> None:
         )
 
 
-def _refuse_files_in_the_way(into: Path, mirror: Path, result: str) -> None:
+def _refuse_files_in_the_way(checkout: gitops.Repo, mirror: gitops.Repo, result: str) -> None:
     """git checkout overwrites ignored files silently: refuse, naming them."""
-    blocked = gitops.untracked_in_the_way(gitops.Repo(into), gitops.Repo(mirror, bare=True), result)
+    into = checkout.path
+    blocked = gitops.untracked_in_the_way(checkout, mirror, result)
     if blocked:
         shown = ", ".join(blocked[:5]) + (
             f" and {len(blocked) - 5} more" if len(blocked) > 5 else ""
@@ -723,19 +727,22 @@ def _refuse_files_in_the_way(into: Path, mirror: Path, result: str) -> None:
         )
 
 
-def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result: str) -> None:
-    _refuse_files_in_the_way(into, mirror, result)
-    gitops.fetch_commit_from(into, mirror, result)
-    head = gitops.head(into)
-    previous = {ref: sha for ref, sha in gitops.refs(into, f"refs/patchkit/{target}/").items()}
+def _publish_existing(
+    mirror: gitops.Repo, checkout: gitops.Repo, target: str, base: Base, result: str
+) -> None:
+    into = checkout.path
+    _refuse_files_in_the_way(checkout, mirror, result)
+    gitops.fetch_commit_from(checkout, mirror, result)
+    head = gitops.head(checkout)
+    previous = {ref: sha for ref, sha in gitops.refs(checkout, f"refs/patchkit/{target}/").items()}
     journal = {
         "pid": os.getpid(),
         "target": target,
         "result": result,
         "result_branch": BRANCH.format(target=target),
-        "branch": gitops.current_branch(into),
+        "branch": gitops.current_branch(checkout),
         "head": head,
-        "git_dir": _git_dir_identity(into),
+        "git_dir": _git_dir_identity(checkout),
         "refs": {
             ref.format(target=target): previous.get(ref.format(target=target))
             for ref in (BASE_REF, SERIES_REF)
@@ -743,11 +750,11 @@ def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result:
     }
     _write_journal(into, journal)
     try:
-        _keep_previous_branch(into, target, result)
-        _record_refs(into, target, base, result)
-        gitops.checkout_branch(into, BRANCH.format(target=target), result)
+        _keep_previous_branch(checkout, target, result)
+        _record_refs(checkout, target, base, result)
+        gitops.checkout_branch(checkout, BRANCH.format(target=target), result)
     except gitops.GitError as exc:
-        _restore_refs(into, journal)  # git refused before it touched a file
+        _restore_refs(checkout, journal)  # git refused before it touched a file
         if isinstance(exc, gitops.GitLockError):
             raise ApplyError(exc.message, hint=exc.hint) from None
         raise ApplyError(
@@ -756,16 +763,17 @@ def _publish_existing(mirror: Path, into: Path, target: str, base: Base, result:
         ) from None
     except BaseException as exc:
         # An interrupt (or a failure) mid-checkout: git was stopped; put the checkout back.
-        _put_back_after(exc, into, journal)
+        _put_back_after(exc, checkout, journal)
         raise
     _journal_path(into).unlink()
 
 
-def _put_back_after(exc: BaseException, into: Path, journal: dict) -> None:
+def _put_back_after(exc: BaseException, checkout: gitops.Repo, journal: dict) -> None:
     """Undo an unfinished publish in-process; an interrupt then says exactly what was left."""
+    into = checkout.path
     where = _describe_head(journal)
     try:
-        state, _ = _recover(into, journal)
+        state, _ = _recover(checkout, journal)
     except BaseException:
         if not isinstance(exc, KeyboardInterrupt):
             return  # the original failure is the one to report; the journal stays
@@ -783,16 +791,16 @@ def _put_back_after(exc: BaseException, into: Path, journal: dict) -> None:
         raise Interrupted(f"{into} was put back at {where}; nothing was left half-done") from None
 
 
-def _keep_previous_branch(repo: Path, target: str, result: str) -> None:
+def _keep_previous_branch(checkout: gitops.Repo, target: str, result: str) -> None:
     """A patchkit branch that moved on (user commits) is kept under a new name, never dropped."""
     branch = BRANCH.format(target=target)
-    tip = gitops.resolve(repo, f"refs/heads/{branch}")
+    tip = gitops.resolve(checkout, f"refs/heads/{branch}")
     if tip and tip != result:
-        gitops.update_ref(repo, f"refs/heads/{branch}-{tip[:12]}", tip)
+        gitops.update_ref(checkout, f"refs/heads/{branch}-{tip[:12]}", tip)
 
 
-def _record_refs(repo: Path, target: str, base: Base, result: str) -> None:
-    gitops.update_refs(repo, _patchkit_refs(target, base, result))
+def _record_refs(checkout: gitops.Repo, target: str, base: Base, result: str) -> None:
+    gitops.update_refs(checkout, _patchkit_refs(target, base, result))
 
 
 def _patchkit_refs(target: str, base: Base, result: str) -> dict[str, str]:
@@ -820,11 +828,11 @@ def _write_journal(into: Path, journal: dict) -> None:
     replace_file(_journal_path(into), json.dumps(journal).encode("utf-8"), durable=True)
 
 
-def _git_dir_identity(into: Path) -> list[int] | None:
-    """Which repository `into` is (device and inode of its git directory): a checkout that
-    was removed and made again is another one."""
+def _git_dir_identity(checkout: gitops.Repo) -> list[int] | None:
+    """Which repository the checkout is (device and inode of its git directory): a checkout
+    that was removed and made again is another one."""
     try:
-        st = os.stat(gitops.Repo(into).git_dir())
+        st = os.stat(checkout.git_dir())
     except (OSError, gitops.GitError):
         return None
     return [st.st_dev, st.st_ino]
@@ -838,12 +846,13 @@ def _describe_head(journal: dict) -> str:
     return f"{head} on branch {branch}" if branch else f"{head} (detached)"
 
 
-def _recover_interrupted(into: Path) -> str | None:
+def _recover_interrupted(checkout: gitops.Repo) -> str | None:
     """Finish the roll-back of a publish that was killed before it could clean up.
 
     Acts only when the checkout is exactly as the killed run left it; otherwise refuses,
     naming what changed, and keeps the journal. Returns a line saying what it did, if any.
     """
+    into = checkout.path
     path = _journal_path(into)
     for stale in leftovers(path):  # a journal write that was killed
         stale.unlink(missing_ok=True)
@@ -861,27 +870,27 @@ def _recover_interrupted(into: Path) -> str | None:
         ) from None
     head = journal.get("head")
     if (
-        not gitops.is_repository(into)
-        or _git_dir_identity(into) != journal.get("git_dir")
-        or (head and not gitops.has_commit(into, head))
+        not gitops.is_repository(checkout)
+        or _git_dir_identity(checkout) != journal.get("git_dir")
+        or (head and not gitops.has_commit(checkout, head))
     ):
         path.unlink()  # the checkout it describes is gone: nothing to put back
         return f"removed {path.name}: the checkout it described no longer exists"
-    return _recover(into, journal)[1]
+    return _recover(checkout, journal)[1]
 
 
-def _recover(into: Path, journal: dict) -> tuple[str, str]:
+def _recover(checkout: gitops.Repo, journal: dict) -> tuple[str, str]:
     """Undo (or, when it had finished, complete) the publish the journal describes: the
     state found ("finished", or what was put back) and a line saying what was done."""
-    repo = gitops.Repo(into)
+    into = checkout.path
     state, changed = gitops.interrupted_checkout_state(
-        repo,
+        checkout,
         journal.get("head"),
         journal.get("branch"),
         journal["result"],
         journal.get("result_branch") or "",
     )
-    git_dir = repo.git_dir()
+    git_dir = checkout.git_dir()
     if state == "changed":
         shown = "; ".join(changed[:4]) + (
             f"; and {len(changed) - 4} more" if len(changed) > 4 else ""
@@ -901,22 +910,22 @@ def _recover(into: Path, journal: dict) -> tuple[str, str]:
             hint=f"{undo}; when the checkout is as you want it, "
             f"remove {_journal_path(into)} and run again",
         )
-    locks = [p for p in gitops.stale_lock_files(git_dir) if p.name.endswith(".lock")]
+    locks = [p for p in gitops.stale_lock_files(checkout) if p.name.endswith(".lock")]
     gitops.remove_leftovers(locks)
     if state == "finished":
         _journal_path(into).unlink(missing_ok=True)
         return state, f"the interrupted apply of {into} had finished; its journal was removed"
     head = journal.get("head")
     if head or journal.get("branch"):
-        start = head or gitops.empty_tree(into)  # no head: an unborn branch
-        written = gitops.files_written_by_checkout(into, start, journal["result"])
+        start = head or gitops.empty_tree(checkout)  # no head: an unborn branch
+        written = gitops.files_written_by_checkout(checkout, start, journal["result"])
         if head:
-            gitops.force_checkout(into, head, journal.get("branch"))
+            gitops.force_checkout(checkout, head, journal.get("branch"))
         else:
-            gitops.unborn_checkout(into, journal["branch"])
+            gitops.unborn_checkout(checkout, journal["branch"])
         for rel in written:
             (into / rel).unlink(missing_ok=True)
-    _restore_refs(into, journal)
+    _restore_refs(checkout, journal)
     return (
         state,
         f"put {into} back at {_describe_head(journal)}, where an interrupted apply left it",
@@ -934,10 +943,11 @@ def _undo_by_hand(into: Path, journal: dict) -> str:
     )
 
 
-def _restore_refs(into: Path, journal: dict) -> None:
+def _restore_refs(checkout: gitops.Repo, journal: dict) -> None:
+    into = checkout.path
     for name, sha in journal.get("refs", {}).items():
         if sha:
-            gitops.update_ref(into, name, sha)
+            gitops.update_ref(checkout, name, sha)
         else:
-            gitops.delete_ref(into, name)
+            gitops.delete_ref(checkout, name)
     _journal_path(into).unlink(missing_ok=True)

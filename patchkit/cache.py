@@ -85,20 +85,21 @@ def survey(
         if path.is_symlink() or not (path / "HEAD").is_file():
             continue  # patchkit makes its mirrors in place: a link leads to someone's repository
         name = path.name[: -len(".git")]
+        repo = gitops.Repo.bare_at(path)
         if not prune:  # reading only: no lock, so a read-only cache can be shown
-            report.mirrors.append(_mirror(path, name, cutoff, prune))
+            report.mirrors.append(_mirror(repo, name, cutoff, prune))
             continue
         with locked(root / "locks" / f"mirror-{name}.lock", f"the {name} mirror"):
-            report.mirrors.append(_mirror(path, name, cutoff, prune))
+            report.mirrors.append(_mirror(repo, name, cutoff, prune))
     report.download_bytes = sum(
         _size(p) for folder in ("sdists", "wheels") for p in _files(root / folder)
     )
     return report
 
 
-def _mirror(path: Path, name: str, cutoff: float, prune: bool) -> MirrorUsage:
-    usage = MirrorUsage(name, path)
-    objects = path / "objects"
+def _mirror(repo: gitops.Repo, name: str, cutoff: float, prune: bool) -> MirrorUsage:
+    usage = MirrorUsage(name, repo.path)
+    objects = repo.path / "objects"
     for pack in _files(objects / "pack"):
         if pack.name.startswith("pack-") and pack.suffix == ".pack":
             usage.packs += 1
@@ -111,12 +112,12 @@ def _mirror(path: Path, name: str, cutoff: float, prune: bool) -> MirrorUsage:
                     loose[folder.name + entry.name] = entry
     usage.loose = len(loose)
     usage.loose_bytes = sum(_size(p) for p in loose.values())
-    unreferenced = [oid for oid in gitops.unreachable_loose_objects(path) if oid in loose]
+    unreferenced = [oid for oid in gitops.unreachable_loose_objects(repo) if oid in loose]
     usage.unreferenced = len(unreferenced)
     old = {loose[oid]: _size(loose[oid]) for oid in unreferenced if _mtime(loose[oid]) < cutoff}
     usage.prunable, usage.prunable_bytes = len(old), sum(old.values())
     if prune and old:
-        gitops.prune_unreachable(path, cutoff)
+        gitops.prune_unreachable(repo, cutoff)
         gone = [p for p in old if not p.exists()]
         usage.pruned, usage.pruned_bytes = len(gone), sum(old[p] for p in gone)
     return usage

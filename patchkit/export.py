@@ -131,10 +131,14 @@ def _subject(message: bytes) -> str:
         return re.sub(r"\n[ \t]+", " ", match.group(1)).strip()
 
 
-def export_commits(repo: Path, base: str, tip: str, *, bare: bool = False) -> list[ExportedPatch]:
-    """The patch files the commits base..tip export to, in order."""
-    commits = gitops.rev_list_bare(repo, base, tip, bare=bare)
-    messages = split_mbox(gitops.format_patches(repo, base, tip, bare=bare)) if commits else []
+def export_commits(
+    repo: gitops.Repo, base: str, tip: str, *, bare: bool = False
+) -> list[ExportedPatch]:
+    """The patch files the commits base..tip export to, in order (`bare` is for
+    patchkit/import_ only, which still passes a path; every other caller passes a Repo)."""
+    repo = gitops.as_repo(repo, bare)
+    commits = gitops.rev_list(repo, base, tip, first_parent=True)
+    messages = split_mbox(gitops.format_patches(repo, base, tip)) if commits else []
     if len(messages) != len(commits):
         raise UsageError(
             f"{base[:12]}..{tip[:12]} holds {len(commits)} commits but exported "
@@ -161,18 +165,18 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def worktree_range(worktree: Path, target: str) -> tuple[str, str]:
+def worktree_range(worktree: gitops.Repo, target: str) -> tuple[str, str]:
     """(base, HEAD) of a work tree made by `apply` (base from refs/patchkit/<target>/base)."""
     base = gitops.resolve(worktree, BASE_REF.format(target=target))
     head = gitops.head(worktree)
     if base is None or head is None:
         raise UsageError(
-            f"{worktree} has no {BASE_REF.format(target=target)} ref",
+            f"{worktree.path} has no {BASE_REF.format(target=target)} ref",
             hint="export a work tree made by `patchkit apply`",
         )
     if not gitops.is_ancestor(worktree, base, head):
         raise UsageError(
-            f"{worktree}: HEAD does not descend from the {target} base {base[:12]}",
+            f"{worktree.path}: HEAD does not descend from the {target} base {base[:12]}",
             hint="rebase the branch onto refs/patchkit/<target>/base first",
         )
     return base, head
@@ -394,7 +398,7 @@ def render_series(series_path: Path, names: list[str]) -> str:
 
 
 def export_worktree(
-    worktree: Path,
+    worktree: gitops.Repo,
     target: str,
     directory: Path,
     *,
@@ -415,7 +419,7 @@ def export_worktree(
 
 
 def _no_patch_added_since(
-    worktree: Path, target: str, base: str, directory: Path, patches: list[ExportedPatch]
+    worktree: gitops.Repo, target: str, base: str, directory: Path, patches: list[ExportedPatch]
 ) -> Callable[[], None] | None:
     made = gitops.resolve(worktree, SERIES_REF.format(target=target))
     if made is None or not gitops.is_ancestor(worktree, base, made):
@@ -431,7 +435,7 @@ def _no_patch_added_since(
         ]
         if added:
             raise UsageError(
-                f"{', '.join(added)} joined the series in {directory} after {worktree} was "
+                f"{', '.join(added)} joined the series in {directory} after {worktree.path} was "
                 "made (or belong to another series): the export would delete them; nothing "
                 "was written",
                 hint="apply the series to that checkout again (patchkit apply --target "

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit.errors import UsageError, did_you_mean
 from patchkit.project import Project
 from patchkit.series import Series, load_series
 from patchkit.targets import Target
+
+if TYPE_CHECKING:
+    from patchkit import gitops
 
 
 def line_series(project: Project, target: Target) -> Series:
@@ -78,7 +82,7 @@ def _release_by_commit(target: Target, ref: str):
     return hits[0] if len(hits) == 1 else None
 
 
-def checkout_line(directory: Path, target: Target, line: str | None = None) -> Target:
+def checkout_line(checkout: gitops.Repo, target: Target, line: str | None = None) -> Target:
     """The line a work tree made by `patchkit apply` carries: the line pinned to the release
     its base stands for (`--line` overrides; a base no release names: the default line)."""
     from patchkit import gitops
@@ -88,12 +92,12 @@ def checkout_line(directory: Path, target: Target, line: str | None = None) -> T
 
     if line is not None:
         return target.on_line(line)
-    base = gitops.resolve(directory, BASE_REF.format(target=target.name))
+    base = gitops.resolve(checkout, BASE_REF.format(target=target.name))
     release = None
     if base is not None:
         release = next((r for r in target.releases if r.commit == base), None)
         if release is None:
-            fields = import_fields(gitops.commit_message(directory, base))
+            fields = import_fields(gitops.commit_message(checkout, base))
             wheel, sdist = fields.get("Patchkit-Wheel"), fields.get("Patchkit-Sdist")
             for candidate in target.releases:
                 if wheel and any(w.filename == wheel for w in candidate.wheels):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchkit import gitops
 from patchkit.classify import PatchOutcome, carry_series
 from patchkit.errors import FetchError, UsageError
 from patchkit.files import replace_file
@@ -201,7 +202,7 @@ class BaseSource:
     old_base: Callable[[Target], object]  # -> patchkit.upstream.Base
     new_base: Callable[[Target, str], object]
     facts: Callable[[object], object]  # Base -> patchkit.classify.NewBase
-    mirror: Callable[[Target], Path]
+    mirror: Callable[[Target], gitops.Repo]
 
 
 def line_outlook(
@@ -309,8 +310,8 @@ def index_source(cache: Path, progress: Progress = _quiet) -> BaseSource:
     from patchkit.upstream import Mirror, acquire, resolve_new_base
     from patchkit.upstream.releases import releases_after
 
-    def mirror(target: Target) -> Path:
-        return Mirror(target, cache).path
+    def mirror(target: Target) -> gitops.Repo:
+        return Mirror(target, cache).repo
 
     return BaseSource(
         releases=releases_after,

@@ -136,7 +136,7 @@ def _base_json(base: Base) -> dict:
 
 
 def classify_rebase(
-    mirror: Path,
+    mirror: gitops.Repo,
     target: Target,
     series: Series,
     old_base: Base,
@@ -167,14 +167,12 @@ def classify_rebase(
             {f.path for p in series.patches for f in p.files}
             | {f.source for p in series.patches for f in p.files if f.source}
         )
-        range_ids = gitops.patch_ids_in_range(
-            mirror, old_base.commit, new_base.commit, paths, bare=True
-        )
+        range_ids = gitops.patch_ids_in_range(mirror, old_base.commit, new_base.commit, paths)
     carry = carry_series(
         mirror,
         series,
         old_base.commit,
-        new_base_facts(new_base, mirror.parent.parent),  # the cache: <cache>/mirrors/<name>.git
+        new_base_facts(new_base, mirror.path.parent.parent),  # <cache>/mirrors/<name>.git
         range_ids=range_ids,
         progress=progress,
     )
@@ -195,10 +193,10 @@ def new_base_facts(base: Base, cache: Path) -> NewBase:
     return NewBase(base.commit, base.release.version if base.release else None, requires)
 
 
-def _has_history(mirror: Path, old: Base, new: Base) -> bool:
+def _has_history(mirror: gitops.Repo, old: Base, new: Base) -> bool:
     if old.source in IMPORTS or new.source in IMPORTS:
         return False
-    return gitops.is_ancestor(mirror, old.commit, new.commit, bare=True)
+    return gitops.is_ancestor(mirror, old.commit, new.commit)
 
 
 # --- conflicts: a scratch work tree and --continue -------------------------------------------
@@ -210,7 +208,7 @@ def rebase_dir(work_dir: Path, target: str) -> Path:
 
 def leave_conflict_tree(
     report: RebaseReport,
-    mirror: Path,
+    mirror: gitops.Repo,
     series: Series,
     dest: Path,
     *,
@@ -254,7 +252,7 @@ def leave_conflict_tree(
             shutil.rmtree(scratch, ignore_errors=True)
     report.conflict_tree = dest
     try:
-        report.next_steps = conflict_steps(dest, report.target, finished)
+        report.next_steps = conflict_steps(gitops.Repo.checkout(dest), report.target, finished)
     except KeyboardInterrupt:
         raise Interrupted(
             f"the conflict work tree in {dest} is complete; resolve it and "
@@ -264,7 +262,7 @@ def leave_conflict_tree(
 
 def _make_conflict_tree(
     report: RebaseReport,
-    mirror: Path,
+    mirror: gitops.Repo,
     series: Series,
     dest: Path,
     *,
@@ -283,12 +281,12 @@ def _make_conflict_tree(
             break
         if outcome.commit and outcome.label not in _UPSTREAM_HAS_IT:
             carried = outcome.commit
-    gitops.clone_local(mirror, dest)
+    tree = gitops.clone_local(mirror, dest)
     for sha in {old_tip, carried, report.new_base.commit}:
-        gitops.fetch_commit_from(dest, mirror, sha)
-    gitops.update_ref(dest, BASE_REF.format(target=report.target), report.new_base.commit)
+        gitops.fetch_commit_from(tree, mirror, sha)
+    gitops.update_ref(tree, BASE_REF.format(target=report.target), report.new_base.commit)
     finished, _ = gitops.rebase_onto(
-        dest, carried, upstream, old_tip, BRANCH.format(target=report.target), REBASE_IDENTITY
+        tree, carried, upstream, old_tip, BRANCH.format(target=report.target), REBASE_IDENTITY
     )
     state = {
         "target": report.target,
@@ -303,12 +301,12 @@ def _make_conflict_tree(
         "outcomes": [{k: v for k, v in o.to_json().items()} for o in report.outcomes],
         "series_read": read.to_json() if read is not None else None,
     }
-    state["fingerprint"] = worktree_fingerprint(dest)
+    state["fingerprint"] = worktree_fingerprint(tree)
     _state_path(dest).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     return finished
 
 
-def _replayed_series(report: RebaseReport, mirror: Path, series: Series):
+def _replayed_series(report: RebaseReport, mirror: gitops.Repo, series: Series):
     """The old series as commits for the replay, without the patches upstream already has: the
     replay would otherwise re-add them next to upstream's own version (an equivalent upstream
     applies cleanly as a duplicate).  When a later patch needs one of them, all are kept."""
@@ -320,21 +318,21 @@ def _replayed_series(report: RebaseReport, mirror: Path, series: Series):
     )
     if upstreamed:
         try:
-            return build_series(mirror, report.old_base.commit, kept, ApplyOptions(), bare=True)
+            return build_series(mirror, report.old_base.commit, kept, ApplyOptions())
         except ApplyError:
             pass
-    return build_series(mirror, report.old_base.commit, series, ApplyOptions(), bare=True)
+    return build_series(mirror, report.old_base.commit, series, ApplyOptions())
 
 
-def conflict_steps(dest: Path, target: str, finished: bool) -> list[str]:
-    """The shell commands that finish a stopped rebase; every path from data is quoted (a
-    folder or an upstream file name may hold spaces, `;` or `$(...)`)."""
+def conflict_steps(tree: gitops.Repo, target: str, finished: bool) -> list[str]:
+    """The shell commands that finish a rebase stopped in the work tree `tree`; every path
+    from data is quoted (a folder or an upstream file name may hold spaces, `;` or `$(...)`)."""
     if finished:
         return [f"patchkit rebase --target {target} --continue"]
-    files = gitops.conflicted_files(dest)
+    files = gitops.conflicted_files(tree)
     quoted = " ".join(shlex.quote(f) for f in files)
     return [
-        f"cd {shlex.quote(str(dest))}",
+        f"cd {shlex.quote(str(tree.path))}",
         "git status --short        # conflicted: see git status",
         f"$EDITOR {quoted or '<files>'}   # resolve the <<<<<<< markers",
         f"git add -- {quoted or '<files>'}",
@@ -347,12 +345,12 @@ def _state_path(dest: Path) -> Path:
     return dest / ".git" / STATE_FILE
 
 
-def worktree_fingerprint(dest: Path) -> str:
+def worktree_fingerprint(tree: gitops.Repo) -> str:
     """What a conflict work tree holds: HEAD, each changed path's status and bytes."""
-    digest = hashlib.sha256(f"{gitops.head(dest)}\n".encode())
-    for entry in gitops.status_entries(dest):
+    digest = hashlib.sha256(f"{gitops.head(tree)}\n".encode())
+    for entry in gitops.status_entries(tree):
         digest.update(entry.encode() + b"\0")
-        path = dest / entry[3:]
+        path = tree.path / entry[3:]
         if path.is_file() and not path.is_symlink():
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
@@ -389,7 +387,7 @@ def replace_untouched(dest: Path) -> bool:
             f".git/{STATE_FILE}); nothing was touched",
             hint=f"move it elsewhere or remove it ({shlex.quote(str(dest))}), then run again",
         )
-    if state.get("fingerprint") == worktree_fingerprint(dest):
+    if state.get("fingerprint") == worktree_fingerprint(gitops.Repo.checkout(dest)):
         _remove_tree(dest)
         return True
     raise UsageError(
@@ -422,15 +420,16 @@ def continue_rebase(
             hint=f"start one: patchkit rebase --target {target.name}@<ref>",
         )
     state = json.loads(path.read_text(encoding="utf-8"))
-    if gitops.rebase_in_progress(dest):
-        unresolved = gitops.conflicted_files(dest)
+    tree = gitops.Repo.checkout(dest)
+    if gitops.rebase_in_progress(tree):
+        unresolved = gitops.conflicted_files(tree)
         if unresolved:
             raise UsageError(
                 f"{dest} still has unresolved conflicts: {', '.join(unresolved)}",
                 hint=f"resolve them, `git add` the files in {dest}, then --continue again",
             )
         progress("git rebase --continue")
-        gitops.rebase_continue(dest, REBASE_IDENTITY)
+        gitops.rebase_continue(tree, REBASE_IDENTITY)
     old_base, new_base = _base_from(state["old_base"]), _base_from(state["new_base"])
     pin = NewPin(**state["pin"]) if state.get("pin") else None
     report = RebaseReport(
@@ -446,21 +445,21 @@ def continue_rebase(
         new_line=state.get("new_line"),
     )
     by_label = {o["name"]: o for o in state["outcomes"]}
-    base, head = new_base.commit, gitops.head(dest)
-    exported = {p.name: p for p in export_commits(dest, base, head)}
-    if gitops.rebase_in_progress(dest):
-        stopped = gitops.rebase_stopped_at(dest)
-        name = gitops.trailers_of(dest, stopped).get(PATCH_FILE_TRAILER) if stopped else None
+    base, head = new_base.commit, gitops.head(tree)
+    exported = {p.name: p for p in export_commits(tree, base, head)}
+    if gitops.rebase_in_progress(tree):
+        stopped = gitops.rebase_stopped_at(tree)
+        name = gitops.trailers_of(tree, stopped).get(PATCH_FILE_TRAILER) if stopped else None
         for entry in state["outcomes"]:
             outcome = _stored_outcome(entry)
             if entry["name"] == name:
                 outcome.label = "conflict"
-                outcome.conflicts = gitops.conflicted_files(dest)
+                outcome.conflicts = gitops.conflicted_files(tree)
             elif entry["label"] == "conflict" and entry["name"] in exported:
                 outcome.label = "resolved"  # replayed since: resolved at an earlier stop
                 outcome.note = f"resolved by hand in {dest}"
             report.outcomes.append(outcome)
-        report.next_steps = conflict_steps(dest, target.name, False)
+        report.next_steps = conflict_steps(tree, target.name, False)
         return report, bool(state["write"])
     for name in series.names:
         entry = by_label.get(name, {"name": name, "label": "clean", "note": ""})

@@ -56,13 +56,14 @@ class StatusReport:
         }
 
 
-def detect_target(directory: Path) -> str:
+def detect_target(checkout: gitops.Repo) -> str:
     """The target a work tree was made for, from its refs/patchkit/<target>/base ref."""
-    if not gitops.is_repository(directory):
+    directory = checkout.path
+    if not gitops.is_repository(checkout):
         raise UsageError(f"{directory} is not a git checkout made by `patchkit apply`")
     names = sorted(
         ref.split("/")[2]
-        for ref in gitops.refs(directory, "refs/patchkit/")
+        for ref in gitops.refs(checkout, "refs/patchkit/")
         if ref.endswith("/base")
     )
     if not names:
@@ -72,12 +73,12 @@ def detect_target(directory: Path) -> str:
     return names[0]
 
 
-def describe_base(directory: Path, target: Target, base: str) -> tuple[str, str | None]:
+def describe_base(checkout: gitops.Repo, target: Target, base: str) -> tuple[str, str | None]:
     """What the base commit stands for: a pinned release (git) or an sdist import."""
     for release in target.releases:
         if release.commit == base:
             return f"{release.tag or release.version} (git {base[:12]})", base
-    message = gitops.commit_message(directory, base)
+    message = gitops.commit_message(checkout, base)
     fields = import_fields(message)
     upstream = fields.get("Patchkit-Upstream-Commit", "unknown")
     upstream = None if upstream == "unknown" else upstream
@@ -90,24 +91,27 @@ def describe_base(directory: Path, target: Target, base: str) -> tuple[str, str 
     return f"unpinned commit {base[:12]}", None
 
 
-def status(directory: Path, target: Target, series: Series, series_version: str) -> StatusReport:
+def status(
+    checkout: gitops.Repo, target: Target, series: Series, series_version: str
+) -> StatusReport:
     """Compare the work tree with base + series, patch by patch."""
-    base = gitops.resolve(directory, BASE_REF.format(target=target.name))
+    directory = checkout.path
+    base = gitops.resolve(checkout, BASE_REF.format(target=target.name))
     if base is None:
         raise UsageError(f"{directory} has no {BASE_REF.format(target=target.name)} ref")
-    stands_for, upstream = describe_base(directory, target, base)
-    head = gitops.head(directory)
+    stands_for, upstream = describe_base(checkout, target, base)
+    head = gitops.head(checkout)
     report = StatusReport(
         target.name, directory, base, stands_for, upstream, series_version, series.hash(), head
     )
-    by_name = _commits_by_patch(directory, base, head or base, report)
-    expected, results = _series_result(directory, base, series, report)
+    by_name = _commits_by_patch(checkout, base, head or base, report)
+    expected, results = _series_result(checkout, base, series, report)
     report.expected = expected
-    drift = set(gitops.changed_paths(directory, expected)) if expected else set()
+    drift = set(gitops.changed_paths(checkout, expected)) if expected else set()
     owned = _owned_paths(series, results)
     for result in results:
         commit = by_name.get(result.name)
-        state = _state_of(directory, result, commit)
+        state = _state_of(checkout, result, commit)
         changed = sorted(owned[result.name] & drift)
         if state == "applied" and changed:
             state = "modified"
@@ -118,12 +122,12 @@ def status(directory: Path, target: Target, series: Series, series_version: str)
 
 
 def _commits_by_patch(
-    directory: Path, base: str, head: str, report: StatusReport
+    checkout: gitops.Repo, base: str, head: str, report: StatusReport
 ) -> dict[str, str]:
     """patch file -> the commit of base..head its trailer names; commits without the trailer
     are the report's extra commits."""
     by_name: dict[str, str] = {}
-    for commit, trailers in gitops.trailers_in_range(directory, base, head):
+    for commit, trailers in gitops.trailers_in_range(checkout, base, head):
         name = trailers.get(PATCH_FILE_TRAILER)
         if name:
             by_name[name] = commit
@@ -133,12 +137,12 @@ def _commits_by_patch(
 
 
 def _series_result(
-    directory: Path, base: str, series: Series, report: StatusReport
+    checkout: gitops.Repo, base: str, series: Series, report: StatusReport
 ) -> tuple[str | None, list[PatchResult]]:
     """The series built on the base: (its commit, the patches' results), the commit None and
     the results of the patches reached when it no longer applies (said in `report.error`)."""
     try:
-        return build_series(directory, base, series, ApplyOptions())
+        return build_series(checkout, base, series, ApplyOptions())
     except ApplyError as exc:
         report.error = f"the series no longer applies to this base: {exc.message}"
         return None, getattr(exc, "results", [])
@@ -160,16 +164,16 @@ def _owned_paths(series: Series, results: list[PatchResult]) -> dict[str, set[st
     }
 
 
-def _state_of(directory: Path, result: PatchResult, commit: str | None) -> str:
+def _state_of(checkout: gitops.Repo, result: PatchResult, commit: str | None) -> str:
     """What the work tree did with a patch, before drift is looked at."""
     if result.status == "already-applied":
         return "already-applied"
     if commit is None:
         return "missing"
-    if result.commit and _same_change(directory, commit, result.commit):
+    if result.commit and _same_change(checkout, commit, result.commit):
         return "applied"
     return "modified"
 
 
-def _same_change(repo: Path, a: str, b: str) -> bool:
+def _same_change(repo: gitops.Repo, a: str, b: str) -> bool:
     return a == b or gitops.patch_id_of_commit(repo, a) == gitops.patch_id_of_commit(repo, b)

@@ -40,7 +40,7 @@ def sglang_0510(shared_cache, warm_mirrors, workspace) -> str:
         version="0.5.10", commit="0" * 40, sdist="sglang==0.5.10", sdist_sha256=SGLANG_0510_SHA256
     )
     with locked(mirror.lock_path, "the sglang mirror"):
-        sha = gitops.resolve(mirror.path, SDIST_REF.format(version="0.5.10"), bare=True)
+        sha = gitops.resolve(mirror.repo, SDIST_REF.format(version="0.5.10"))
         if sha is None:
             archive = download_sdist(release, shared_cache)
             sha = import_sdist(mirror, target, release, archive)

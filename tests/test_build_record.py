@@ -52,7 +52,7 @@ def test_an_unchanged_series_is_read_and_gives_the_same_checkout(run):
     assert patches_of(again) == patches_of(first) and again["result"] == first["result"]
     assert sha_of(tree_again, "HEAD") == first["result"]
     assert git(tree_again, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", "HEAD^{tree}")
-    gitops.run(tree_again, "fsck", "--strict", "--no-dangling")
+    gitops.Repo.checkout(tree_again).run("fsck", "--strict", "--no-dangling")
     assert not git(tree_again, "status", "--porcelain").strip()
 
 
@@ -86,7 +86,7 @@ def test_a_record_whose_objects_are_gone_is_built_again(run):
     (mirror / "objects" / tree[:2] / tree[2:]).unlink()  # a tree of the fourth commit
     again, count, checkout = run()
     assert count > 0 and again["result"] == first["result"]
-    gitops.run(checkout, "fsck", "--strict", "--no-dangling")
+    gitops.Repo.checkout(checkout).run("fsck", "--strict", "--no-dangling")
     assert (mirror / "objects" / tree[:2] / tree[2:]).is_file(), "the build wrote it again"
 
 
@@ -143,7 +143,9 @@ def test_reading_a_record_keeps_its_objects_from_a_prune(run):
     first, _, _ = run()
     mirror = run.cache / "mirrors" / "sglang.git"
     built = json.loads(record_of(run.cache).read_text().split("\n", 1)[1])["built"]
-    lines = gitops.objects_since(mirror, built[-1][1], sha_of(mirror, BASE_REF))
+    lines = gitops.objects_since(
+        gitops.Repo.bare_at(mirror), built[-1][1], sha_of(mirror, BASE_REF)
+    )
     ids = [line.split(" ", 1)[0] for line in lines]
     files = [mirror / "objects" / i[:2] / i[2:] for i in ids]
     month_ago = time.time() - 30 * 86400
@@ -164,4 +166,4 @@ def test_reading_a_record_keeps_its_objects_from_a_prune(run):
     assert not any(f.exists() for f in files)
     report, count, checkout = run()
     assert count > 0 and report["result"] == first["result"]
-    gitops.run(checkout, "fsck", "--strict", "--no-dangling")
+    gitops.Repo.checkout(checkout).run("fsck", "--strict", "--no-dangling")

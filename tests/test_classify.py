@@ -254,7 +254,7 @@ def test_the_0_5_9_line_on_the_0_5_23_wheel_moved_gate_and_declared_parts(
     old = acquire(target, None, cache=cache)
     new = resolve_new_base(target, "0.5.23", cache=cache)[0]
 
-    carry = carry_series(Mirror(target, cache).path, series, old.commit, new_base_facts(new, cache))
+    carry = carry_series(Mirror(target, cache).repo, series, old.commit, new_base_facts(new, cache))
 
     fusion, aux = carry.outcomes
     parts = {p.path.rsplit("/", 1)[1]: p for p in fusion.parts}

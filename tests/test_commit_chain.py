@@ -49,20 +49,21 @@ def _repo(tmp_path: Path, bare: bool) -> tuple[Path, str, list[str]]:
 @pytest.mark.parametrize("bare", [True, False], ids=["bare", "work-tree"])
 @pytest.mark.parametrize("who", IDENTITIES, ids=lambda w: f"{w.name!r}/{w.date}")
 def test_chain_matches_commit_tree(tmp_path, who, bare):
-    repo, base, trees = _repo(tmp_path, bare)
+    path, base, trees = _repo(tmp_path, bare)
+    repo = gitops.Repo.bare_at(path) if bare else gitops.Repo.checkout(path)
     commits = [(tree, MESSAGES[i % len(MESSAGES)], who) for i, tree in enumerate(trees)]
     expected, parent = [], base
     for tree, message, ident in commits:
-        parent = gitops.commit_tree(repo, tree, parent, message, ident, bare=bare)
+        parent = gitops.commit_tree(repo, tree, parent, message, ident)
         expected.append(parent)
     # Remove the commit-tree objects so the chain has to write its own.
     for sha in expected:
-        loose = Path(gitops.Repo(repo, bare).git_dir()) / "objects" / sha[:2] / sha[2:]
+        loose = Path(repo.git_dir()) / "objects" / sha[:2] / sha[2:]
         loose.unlink()
-    assert gitops.commit_chain(repo, base, commits, bare=bare) == expected
+    assert gitops.commit_chain(repo, base, commits) == expected
     for sha in expected:
-        assert gitops.has_commit(repo, sha, bare=bare)
-    git(repo, "fsck", "--strict", "--no-dangling")
+        assert gitops.has_commit(repo, sha)
+    git(path, "fsck", "--strict", "--no-dangling")
 
 
 def test_plain_identity_is_only_what_commit_tree_keeps():
@@ -71,5 +72,5 @@ def test_plain_identity_is_only_what_commit_tree_keeps():
 
 
 def test_empty_chain_is_the_base(tmp_path):
-    repo, base, _ = _repo(tmp_path, True)
-    assert gitops.commit_chain(repo, base, [], bare=True) == []
+    path, base, _ = _repo(tmp_path, True)
+    assert gitops.commit_chain(gitops.Repo.bare_at(path), base, []) == []

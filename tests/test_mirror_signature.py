@@ -42,7 +42,7 @@ def _by_listing(mirror: Mirror, commit: str) -> str:
         for name in os.listdir(entry.path)
     }
     if loose:
-        wanted = loose.intersection(gitops.object_ids(mirror.path, commit, bare=True))
+        wanted = loose.intersection(gitops.object_ids(mirror.repo, commit))
         files += [objects / oid[:2] / oid[2:] for oid in sorted(wanted)]
     for path in files:
         st = os.stat(path)
@@ -99,5 +99,5 @@ def test_the_mirror_sweep_leaves_loose_temporaries_alone(tmp_path):
     stale.write_bytes(b"killed")
     mirror.sweep()
     assert in_flight.exists() and not stale.exists()
-    assert in_flight in gitops.stale_lock_files(mirror.path)
-    assert in_flight not in gitops.stale_lock_files(mirror.path, loose_temporaries=False)
+    assert in_flight in gitops.stale_lock_files(mirror.repo)
+    assert in_flight not in gitops.stale_lock_files(mirror.repo, loose_temporaries=False)

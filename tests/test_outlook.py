@@ -109,7 +109,7 @@ def test_the_series_tables_are_what_outlook_renders_from_its_cache(workspace, sh
 
     def imported(mirror, version):
         for kind in ("sdist", "wheel"):
-            commit = gitops.resolve(mirror, f"refs/patchkit/{kind}/{version}", bare=True)
+            commit = gitops.resolve(gitops.Repo.bare_at(mirror), f"refs/patchkit/{kind}/{version}")
             if commit:
                 return SimpleNamespace(source=kind, commit=commit, stands_for=version)
         raise NotCached(version)

@@ -78,7 +78,7 @@ def classified(cache_0510, workspace):  # noqa: F811
     old = acquire(target, None)
     new, pin = resolve_new_base(target, "0.5.10")
     return classify_rebase(
-        Mirror(target).path,
+        Mirror(target).repo,
         target,
         series,
         old,

@@ -112,10 +112,11 @@ def upstream(tmp_path_factory):
 
 
 def _signal(upstream, new_base: str):
+    from patchkit import gitops
     from patchkit.classify.definitions import definitions_signal
 
     bare, revs, patch = upstream
-    return definitions_signal(bare, revs[new_base], revs["old"], patch)
+    return definitions_signal(gitops.Repo.bare_at(bare), revs[new_base], revs["old"], patch)
 
 
 def test_equivalent_upstream_with_its_call_and_the_resets_gone_fires(upstream):

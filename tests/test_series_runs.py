@@ -88,7 +88,7 @@ def _one_by_one(monkeypatch) -> None:
 
 
 def _build(mirror: Path, base: str, series: Series):
-    tip, results = build_series(mirror, base, series, ApplyOptions(), bare=True)
+    tip, results = build_series(gitops.Repo.bare_at(mirror), base, series, ApplyOptions())
     return tip, [(r.name, r.status, r.commit) for r in results]
 
 
@@ -154,7 +154,7 @@ def test_a_failing_patch_in_a_run_is_found_and_named(authored, monkeypatch):
         if split:
             _one_by_one(monkeypatch)
         with pytest.raises(ApplyError) as caught:
-            build_series(mirror, base, _series(bad), bare=True)
+            build_series(gitops.Repo.bare_at(mirror), base, _series(bad))
         results = caught.value.results
         outcomes.append((caught.value.message, [(r.name, r.status, r.commit) for r in results]))
     assert outcomes[0] == outcomes[1]
@@ -198,7 +198,7 @@ def test_tree_model_matches_write_tree(authored, tmp_path):
     """Each change set, made by the model and by git's own index + write-tree, gives the
     same tree id; the bodies the model computes are what git writes."""
     mirror, base, _ = authored
-    model = gitops.TreeModel.read(mirror, base, bare=True)
+    model = gitops.TreeModel.read(gitops.Repo.bare_at(mirror), base)
     blobs = {tag: _blob(mirror, tag) for tag in ("x", "y", "z", "w", "v", "u")}
     index = tmp_path / "index"
     env = {"GIT_INDEX_FILE": str(index)}
@@ -255,7 +255,7 @@ def _classify(workspace, ref: str):
     target = workspace.target("sglang")
     new, pin = resolve_new_base(target, ref)
     report = classify_rebase(
-        Mirror(target).path,
+        Mirror(target).repo,
         target,
         workspace.series("sglang"),
         acquire(target, None),
@@ -329,13 +329,13 @@ def test_git_reads_the_file_sections_patchkit_reads(authored, tmp_path):
         files.append(tmp_path / name)
     series = _series(patches)
     expected = [change.path for patch in series.patches for change in patch.files]
-    assert gitops.patch_file_paths(mirror, files, bare=True) == expected
+    assert gitops.patch_file_paths(gitops.Repo.bare_at(mirror), files) == expected
     assert "pkg/new_name.py" in expected and "pkg/gone/only.py" in expected
 
 
 def test_a_run_git_reads_otherwise_is_built_patch_by_patch(authored, monkeypatch):
     mirror, base, patches = authored
     expected = _build(mirror, base, _series(patches))
-    monkeypatch.setattr(gitops, "patch_file_paths", lambda repo, files, bare: ["elsewhere"])
+    monkeypatch.setattr(gitops, "patch_file_paths", lambda repo, files: ["elsewhere"])
     monkeypatch.setattr(gitops, "apply_all_to_index", lambda *a, **k: pytest.fail("applied"))
     assert _build(mirror, base, _series(patches)) == expected

@@ -68,7 +68,7 @@ class Carry:
 
 @dataclass
 class _Context:
-    mirror: Path
+    mirror: gitops.Repo
     old_base: str
     new: NewBase
     range_ids: dict[str, str] | None
@@ -85,14 +85,14 @@ class _Context:
     def paths(self) -> tuple[set[str], set[str]]:
         """(paths of the new base, paths of the old base)."""
         if self._paths is None:
-            new = set(gitops.tree_paths(self.mirror, self.new.commit, bare=True))
-            old = set(gitops.tree_paths(self.mirror, self.old_base, bare=True))
+            new = set(gitops.tree_paths(self.mirror, self.new.commit))
+            old = set(gitops.tree_paths(self.mirror, self.old_base))
             self._paths = (new, old)
         return self._paths
 
 
 def carry_series(
-    mirror: Path,
+    mirror: gitops.Repo,
     series: Series,
     old_base: str,
     new: NewBase,
@@ -108,12 +108,12 @@ def carry_series(
     left_out: list[str] = []
     carried: list[tuple[PatchOutcome, Patch]] = []
     out = Carry()
-    runs = RunTrees(mirror, bare=True)
+    runs = RunTrees(mirror)
     # One scratch index for the whole carry: after a carried patch it already holds the new
     # tip, so it is only re-read when a 3-way attempt left it elsewhere.
     with (
         temporary_folder("rebase-") as tmp,
-        gitops.scratch_index(mirror, tip, bare=True) as env,
+        gitops.scratch_index(mirror, tip) as env,
     ):
         for run in disjoint_runs(series.patches):
             files = []
@@ -126,7 +126,7 @@ def carry_series(
             for i, (patch, patch_file) in enumerate(zip(run, files, strict=True)):
                 outcome = outcomes[i] if outcomes else _carry_one(ctx, env, tip, patch, patch_file)
                 if outcome.label in ("upstreamed", "obsolete", "conflict"):
-                    gitops.read_tree_into(mirror, env, tip, bare=True)
+                    gitops.read_tree_into(mirror, env, tip)
                 if outcome.label in ("clean", "offset", "merged"):
                     tip = outcome.tree  # the signals read trees; the commits are written below
                     carried.append((outcome, patch))
@@ -143,7 +143,7 @@ def carry_series(
 
 
 def _commit_carried(
-    mirror: Path, base: str, carried: list[tuple[PatchOutcome, Patch]], runs: RunTrees
+    mirror: gitops.Repo, base: str, carried: list[tuple[PatchOutcome, Patch]], runs: RunTrees
 ) -> str:
     """Write the carried commits as one first-parent chain (their computed trees first) and
     export them with one format-patch: refreshed bytes, clean or offset."""
@@ -152,12 +152,11 @@ def _commit_carried(
         mirror,
         base,
         [(o.tree, commit_message_for(p), patch_identity(p)) for o, p in carried],
-        bare=True,
     )
     tip = commits[-1] if commits else base
     for (outcome, _), commit in zip(carried, commits, strict=True):
         outcome.commit = commit
-    refreshed = export_commits(mirror, base, tip, bare=True) if carried else []
+    refreshed = export_commits(mirror, base, tip) if carried else []
     for (outcome, patch), exported in zip(carried, refreshed, strict=True):
         outcome.refreshed = exported.raw
         outcome.changed = exported.raw != patch.raw
@@ -183,7 +182,7 @@ def _carry_run(
     if trees is None:
         return None
     if any(definitions_signal(ctx.mirror, tip, ctx.old_base, patch).fired for patch in run):
-        gitops.read_tree_into(ctx.mirror, env, tip, bare=True)
+        gitops.read_tree_into(ctx.mirror, env, tip)
         return None
     runs.accept()
     outcomes = []
@@ -200,13 +199,13 @@ def _carry_one(
     """Classify one patch against the index `env` (holding `tip`); `git apply` is atomic, so
     a failed forward apply leaves the index as it was for the signals."""
     outcome = PatchOutcome(patch.name, "clean")
-    applied, _ = gitops.apply_to_index(ctx.mirror, env, patch_file, bare=True)
+    applied, _ = gitops.apply_to_index(ctx.mirror, env, patch_file)
     if applied:
         # It applies as text, but upstream may define the same API elsewhere in the file:
         # carrying it then defines everything twice.
         same_api = definitions_signal(ctx.mirror, tip, ctx.old_base, patch)
         if not same_api.fired:
-            outcome.tree = gitops.write_tree(ctx.mirror, env, bare=True)
+            outcome.tree = gitops.write_tree(ctx.mirror, env)
             return outcome
         outcome.signals = [same_api]
         outcome.label = "upstreamed"
@@ -253,7 +252,7 @@ def _explain_conflict(
     outcome: PatchOutcome,
 ) -> None:  # fmt: skip
     """Where the files it edits went, and which of its files are still needed."""
-    gitops.read_tree_into(ctx.mirror, env, tip, bare=True)
+    gitops.read_tree_into(ctx.mirror, env, tip)
     if not outcome.conflicts:
         present, old_paths = ctx.paths()
         merge = next(s for s in outcome.signals if s.name == "empty-after-3way")

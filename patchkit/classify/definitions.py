@@ -14,7 +14,6 @@ removed too, counted over the whole tree (files moved and renamed included).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from unidiff import PatchSet
 
@@ -90,7 +89,7 @@ def _read_hunk(shape: PatchShape, path: str, counts: dict[str, int], hunk) -> No
             shape.outside.setdefault(path, []).append(normalize(line.value))
 
 
-def definitions_signal(mirror: Path, tip: str, old_base: str, patch: Patch) -> Signal:
+def definitions_signal(mirror: gitops.Repo, tip: str, old_base: str, patch: Patch) -> Signal:
     """Definitions the patch adds that the new base defines too, in the same files."""
     shape = patch_shape(patch)
     public = shape.public
@@ -99,13 +98,13 @@ def definitions_signal(mirror: Path, tip: str, old_base: str, patch: Patch) -> S
     have = [
         (p, n)
         for p, n in public
-        if n in definitions(gitops.show_file(mirror, tip, p, bare=True))
-        and n not in definitions(gitops.show_file(mirror, old_base, p, bare=True))
+        if n in definitions(gitops.show_file(mirror, tip, p))
+        and n not in definitions(gitops.show_file(mirror, old_base, p))
     ]
     missing = left = 0
     for path, counts in shape.balance.items():
-        new = line_counts(gitops.show_file(mirror, tip, path, bare=True))
-        old = line_counts(gitops.show_file(mirror, old_base, path, bare=True))
+        new = line_counts(gitops.show_file(mirror, tip, path))
+        old = line_counts(gitops.show_file(mirror, old_base, path))
         missing += sum(1 for line in shape.outside.get(path, []) if not new.get(line))
         left += sum(
             1

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 from patchkit import gitops
 from patchkit.classify.text import DEF_RE, effects
@@ -50,15 +49,15 @@ class Delta:
         return sorted({path for path, line in self._call_sites if f"{name}(" in line})
 
 
-_CACHE: dict[tuple[str, str, str], Delta] = {}
+_CACHE: dict[tuple[gitops.Repo, str, str], Delta] = {}
 
 
-def upstream_delta(mirror: Path, old: str, new: str) -> Delta:
+def upstream_delta(mirror: gitops.Repo, old: str, new: str) -> Delta:
     """The delta between two commits of the mirror (read once per pair in a process)."""
-    key = (str(mirror), old, new)
+    key = (mirror, old, new)
     if key not in _CACHE:
         _CACHE.clear()  # one pair at a time: a diff of two releases is tens of MB
-        _CACHE[key] = read_delta(gitops.diff_trees(mirror, old, new, bare=True))
+        _CACHE[key] = read_delta(gitops.diff_trees(mirror, old, new))
     return _CACHE[key]
 
 

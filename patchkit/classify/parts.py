@@ -24,7 +24,7 @@ ANCHOR_SHARE = 0.5
 
 
 def patch_parts(
-    mirror: Path, env: dict[str, str], tip: str, patch: Patch, patch_file: Path,
+    mirror: gitops.Repo, env: dict[str, str], tip: str, patch: Patch, patch_file: Path,
     delta: Delta, release: str | None,
 ) -> list[Part]:  # fmt: skip
     """One Part per file of a multi-file patch (none for a one-file patch: the patch's own
@@ -57,7 +57,7 @@ def _part(mirror, env, tip, pf, patch_file: Path, delta: Delta) -> Part:
         return Part(path, "upstreamed", "git apply --reverse --check succeeds for this file")
     source = pf.source_file[2:] if pf.source_file.startswith("a/") else path
     where = delta.renames.get(source, source)
-    text = decode(gitops.show_file(mirror, tip, where, bare=True))
+    text = decode(gitops.show_file(mirror, tip, where))
     if not text and not pf.is_added_file:
         moved = moved_code(pf, delta, source)
         if moved is not None:
@@ -90,5 +90,5 @@ def _read_against(pf, path: str, where: str, have: set[str]) -> Part:
 
 def _applies(mirror, env, patch_file: Path, path: str, reverse: bool = False) -> bool:
     return gitops.apply_to_index(
-        mirror, env, patch_file, check=True, reverse=reverse, include=path, bare=True
+        mirror, env, patch_file, check=True, reverse=reverse, include=path
     )[0]

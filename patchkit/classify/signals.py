@@ -28,11 +28,11 @@ from patchkit.series import Patch
 _VERSION_RE = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:\.?post\d+)?)")
 
 
-def patch_id_signal(mirror: Path, patch: Patch, range_ids: dict[str, str] | None) -> Signal:
+def patch_id_signal(mirror: gitops.Repo, patch: Patch, range_ids: dict[str, str] | None) -> Signal:
     if range_ids is None:
         detail = "not available: a base is an sdist or wheel import (no upstream history)"
         return Signal("patch-id", None, detail)
-    pid = gitops.patch_id_bare(mirror, patch.diff.encode(), bare=True)
+    pid = gitops.patch_id(mirror, patch.diff.encode())
     hit = range_ids.get(pid or "")
     if hit:
         return Signal("patch-id", True, f"equal to upstream commit {hit}")
@@ -41,13 +41,11 @@ def patch_id_signal(mirror: Path, patch: Patch, range_ids: dict[str, str] | None
     )
 
 
-def reverse_signals(mirror: Path, env: dict[str, str], patch_file: Path) -> list[Signal]:
-    full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True, bare=True)[0]
+def reverse_signals(mirror: gitops.Repo, env: dict[str, str], patch_file: Path) -> list[Signal]:
+    full = gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True)[0]
     reduced = (
         full
-        or gitops.apply_to_index(
-            mirror, env, patch_file, reverse=True, check=True, context=1, bare=True
-        )[0]
+        or gitops.apply_to_index(mirror, env, patch_file, reverse=True, check=True, context=1)[0]
     )
     return [
         Signal(
@@ -64,14 +62,14 @@ def reverse_signals(mirror: Path, env: dict[str, str], patch_file: Path) -> list
 
 
 def three_way(
-    mirror: Path, env: dict[str, str], tip: str, patch_file: Path
+    mirror: gitops.Repo, env: dict[str, str], tip: str, patch_file: Path
 ) -> tuple[Signal, str | None, list[str]]:
     """The empty-after-3way signal, the merged tree (None: conflict, impossible or empty) and
     the conflicted paths.  Leaves the index wherever the merge left it."""
-    result, conflicts, err = gitops.apply_three_way(mirror, env, patch_file, bare=True)
+    result, conflicts, err = gitops.apply_three_way(mirror, env, patch_file)
     if result == "applied":
-        tree = gitops.write_tree(mirror, env, bare=True)
-        empty = tree == gitops.tree_of(mirror, tip, bare=True)
+        tree = gitops.write_tree(mirror, env)
+        empty = tree == gitops.tree_of(mirror, tip)
         words = "nothing left (empty)" if empty else "changes remain"
         return (
             Signal("empty-after-3way", empty, f"3-way merge applied: {words}"),
@@ -85,11 +83,11 @@ def three_way(
     return Signal("empty-after-3way", None, f"3-way merge impossible: {first}"), None, []
 
 
-def added_lines_signal(mirror: Path, tip: str, patch: Patch) -> Signal:
+def added_lines_signal(mirror: gitops.Repo, tip: str, patch: Patch) -> Signal:
     """Every non-trivial added line of the patch already present in the new base's file."""
     wanted = present = 0
     for pf in PatchSet(patch.diff):
-        blob = gitops.show_file(mirror, tip, target_path(pf), bare=True)
+        blob = gitops.show_file(mirror, tip, target_path(pf))
         have = {normalize(ln) for ln in decode(blob).splitlines()}
         for hunk in pf:
             for line in hunk:

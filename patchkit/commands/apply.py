@@ -84,7 +84,7 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
         )
         try:
             report = apply_series(
-                Mirror(target).path,
+                Mirror(target).repo,
                 base,
                 series,
                 dest.absolute(),

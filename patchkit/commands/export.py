@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from patchkit import completion
+from patchkit import completion, gitops
 from patchkit.export import SeriesRead, export_worktree
 from patchkit.lines import checkout_line
 from patchkit.status import detect_target
@@ -42,17 +42,18 @@ from patchkit.workspace import Workspace
 def command(directory, target, line, out, dry_run, as_json) -> int:
     """One .patch per commit of DIRECTORY (base..HEAD), in deterministic bytes."""
     output = Output(json_mode=as_json)
-    name = target or detect_target(directory.absolute())
+    checkout = gitops.Repo.checkout(directory.absolute())
+    name = target or detect_target(checkout)
     by = "while the export ran"
     if out is None:
         ws = Workspace.load()
         ws.project.refuse_unnamed("export", when=not dry_run)
-        view = checkout_line(directory.absolute(), ws.target(name), line)
+        view = checkout_line(checkout, ws.target(name), line)
         out = ws.project.patches_dir / view.current_line.series
         read = SeriesRead.take(out, ws.project, seen=ws.targets_digest, by=by)
     else:
         read = SeriesRead.take(out, by=by)
-    report = export_worktree(directory.absolute(), name, out, dry_run=dry_run, read=read)
+    report = export_worktree(checkout, name, out, dry_run=dry_run, read=read)
     if as_json:
         output.document(report.to_json())
     else:

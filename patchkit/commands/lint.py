@@ -59,7 +59,7 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
     def reexporter(target: Target):
         def reexport(_label: str) -> dict[str, bytes]:
             base = acquire(target, None, progress=out.progress)
-            mirror = Mirror(target).path
+            mirror = Mirror(target).repo
             patches = line_series(ws.project, target)
             stamp = RoundTripStamp.of(
                 cache_root() / "verified",
@@ -74,8 +74,8 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
             from patchkit.apply import ApplyOptions, build_series
             from patchkit.export import export_commits
 
-            tip, _ = build_series(mirror, base.commit, patches, ApplyOptions(), bare=True)
-            exported = {p.name: p.raw for p in export_commits(mirror, base.commit, tip, bare=True)}
+            tip, _ = build_series(mirror, base.commit, patches, ApplyOptions())
+            exported = {p.name: p.raw for p in export_commits(mirror, base.commit, tip)}
             stamp.record(patches.patches, exported)
             return exported
 

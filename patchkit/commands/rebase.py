@@ -144,7 +144,7 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     old = acquire(target, None, progress=out.progress)
     new, pin = resolve_new_base(target, parsed.ref, upstream=upstream, progress=out.progress)
     report = classify_rebase(
-        Mirror(target).path,
+        Mirror(target).repo,
         target,
         series,
         old,
@@ -159,7 +159,7 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     if report.conflicted and keep_tree:
         leave_conflict_tree(
             report,
-            Mirror(target).path,
+            Mirror(target).repo,
             series,
             dest,
             write=write,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from patchkit import completion
+from patchkit import completion, gitops
 from patchkit.lines import checkout_line, line_series
 from patchkit.report import render_status
 from patchkit.status import detect_target, status
@@ -41,11 +41,12 @@ def command(directory, target, line, as_json) -> int:
     reports = []
     lines = []
     for d in dirs:
-        name = target or detect_target(d)
-        view = checkout_line(d.absolute(), ws.target(name), line)
+        checkout = gitops.Repo.checkout(d.absolute())
+        name = target or detect_target(checkout)
+        view = checkout_line(checkout, ws.target(name), line)
         lines.append(view.line)
         reports.append(
-            status(d.absolute(), view, line_series(ws.project, view), ws.targets.series_version)
+            status(checkout, view, line_series(ws.project, view), ws.targets.series_version)
         )
     if as_json:
         out.document(

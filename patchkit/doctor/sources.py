@@ -253,7 +253,7 @@ def _pinned_line(ws, target, progress, cache_dir: Path) -> ModelSource:
             progress(f"acquiring {target.name} {release.version} and applying line {target.line}")
             base = acquire(target, None, progress=progress, cache=cache_dir)
             commit, _ = build_series(
-                Mirror(target, cache_dir).path, base.commit, series, ApplyOptions(), bare=True
+                Mirror(target, cache_dir).repo, base.commit, series, ApplyOptions()
             )
             state["tip"] = commit
         return str(state["tip"])
@@ -261,10 +261,10 @@ def _pinned_line(ws, target, progress, cache_dir: Path) -> ModelSource:
     prefix = f"{target.subdir}/" if target.subdir else ""
 
     def read_git(rel: str) -> bytes | None:
-        return gitops.show_file(Mirror(target, cache_dir).path, tip(), prefix + rel, bare=True)
+        return gitops.show_file(Mirror(target, cache_dir).repo, tip(), prefix + rel)
 
     def list_git() -> list[str]:
-        paths = gitops.tree_paths(Mirror(target, cache_dir).path, tip(), bare=True)
+        paths = gitops.tree_paths(Mirror(target, cache_dir).repo, tip())
         return [p[len(prefix) :] for p in paths if p.startswith(prefix)]
 
     return ModelSource(label, bool(series.patches), key, read_git, cache, provenance, list_git)

@@ -5,11 +5,12 @@ stop a running git on an interrupt, which the lock and rollback guarantees need.
 Callers never spell git options; they ask for `import_directory`, `apply_to_index`,
 `commit_tree`, `clone_local` and so on, all importable from here.
 
-A `Repo` (a path, bare or not) owns the one command funnel, `Repo.run`: every git process
-gets an environment built from scratch and the pinned settings (see BASE_ENV, SETTINGS), so
-no user or system configuration and no inherited GIT_* variable changes a result. Every verb
-takes a `Repo` (its bareness known once) or a path with `bare=` (the `verb` decorator turns
-the one into the other) and goes through the same funnel.
+A `Repo` owns one repository and the one command funnel, `Repo.run`: every git process gets
+an environment built from scratch and the pinned settings (see BASE_ENV, SETTINGS), so no
+user or system configuration and no inherited GIT_* variable changes a result. A Repo is
+made once where a repository enters the code, `Repo.bare_at(path)` for a mirror of the
+cache and `Repo.checkout(path)` for a work tree, and passed down: every verb takes a `Repo`
+(its bareness known once, never threaded) and goes through the same funnel.
 
 The modules, by concern: `repo` (the environment, settings and funnel), `faults` (git's
 failures as exceptions), `refs` (refs, commits, history), `trees` (indexes, trees and
@@ -57,7 +58,6 @@ from patchkit.gitops.patches import (
     format_patches,
     patch_file_paths,
     patch_id,
-    patch_id_bare,
     patch_id_of_commit,
     patch_ids_in_range,
     unmerged_paths,
@@ -71,13 +71,10 @@ from patchkit.gitops.refs import (
     has_commit,
     head,
     is_ancestor,
-    project_file_at,
     read_commits,
     refs,
     resolve,
-    resolve_project_rev,
     rev_list,
-    rev_list_bare,
     show_file,
     trailers_in_range,
     trailers_of,
@@ -106,9 +103,7 @@ from patchkit.gitops.repo import (
     Repo,
     as_repo,
     filter_overrides,
-    ok,
     program_identity,
-    run,
     sealed_env,
     verb,
 )
@@ -220,17 +215,14 @@ __all__ = [
     "loose_objects_of",
     "object_ids",
     "objects_since",
-    "ok",
     "operation_in_progress",
     "pack_objects",
     "parents_of",
     "patch_file_paths",
     "patch_id",
-    "patch_id_bare",
     "patch_id_of_commit",
     "patch_ids_in_range",
     "program_identity",
-    "project_file_at",
     "prune_unreachable",
     "read_commits",
     "read_tree_into",
@@ -243,11 +235,8 @@ __all__ = [
     "remove_leftovers",
     "reset_hard",
     "resolve",
-    "resolve_project_rev",
     "restore_head",
     "rev_list",
-    "rev_list_bare",
-    "run",
     "scratch_index",
     "sealed_env",
     "show_file",

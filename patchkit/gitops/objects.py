@@ -14,50 +14,60 @@ from pathlib import Path
 
 from patchkit.gitops.faults import DamagedObjectError, GitError
 from patchkit.gitops.refs import _read_batch, update_refs
-from patchkit.gitops.repo import Repo, _algorithm_of, _hash_name, ok, run, verb
+from patchkit.gitops.repo import Repo, _algorithm_of, _hash_name, verb
 
 
-def init_bare(path: Path) -> None:
-    """Create a bare mirror repository (no-op when it exists)."""
-    if (path / "HEAD").is_file():
-        return
-    path.mkdir(parents=True, exist_ok=True)
-    run(path, "init", "--bare", "--quiet", str(path))
+def init_bare(path: Path) -> Repo:
+    """Create a bare mirror repository (no-op when it exists); returns it."""
+    repo = Repo.bare_at(path)
+    if not (path / "HEAD").is_file():
+        path.mkdir(parents=True, exist_ok=True)
+        repo.run("init", "--bare", "--quiet", str(repo.path))
+    return repo
 
 
-@verb(bare=True)
+@verb
 def pack_objects(repo: Repo) -> None:
     """Pack loose objects without deltas: clones hard-link one file and checkouts read fast."""
     repo.run("repack", "-a", "-d", "-q", "--window=0")
     repo.run("prune-packed")
 
 
-def is_repository(path: Path) -> bool:
-    return (path / ".git").exists() and ok(path, "rev-parse", "--git-dir")
+def is_repository(repo: Repo) -> bool:
+    """True when a repository of `repo`'s kind is at its path (git reads it as one)."""
+    marker = repo.path / ("HEAD" if repo.bare else ".git")
+    return marker.exists() and repo.ok("rev-parse", "--git-dir")
 
 
-def clone_local(mirror: Path, dest: Path, tips: list[str] | None = None) -> None:
+def _init_checkout(dest: Path) -> Repo:
+    """An empty work tree at `dest` (its parent folder exists)."""
+    Repo.checkout(dest.parent).run("init", "--quiet", "--", str(dest))
+    return Repo.checkout(dest)
+
+
+def clone_local(mirror: Repo, dest: Path, tips: list[str] | None = None) -> Repo:
     """A new repository at `dest` holding the mirror's objects (no checkout, no remote).
 
     `dest` shares no file with the mirror, so damage to one never reaches the other, and the
     two may live on different file systems: the mirror's packs are copied (a reflink where the
     file system offers one), and the loose objects reachable from `tips` (default: every ref)
     are streamed as one pack that `git index-pack` writes inside `dest`. Nothing is written
-    into the mirror.
+    into the mirror. Returns the new checkout.
     """
-    run(dest.parent, "init", "--quiet", "--", str(dest))
-    _copy_objects(mirror, dest, tips)
+    clone = _init_checkout(dest)
+    _copy_objects(mirror, clone, tips)
+    return clone
 
 
 def clone_checked_out(
-    mirror: Path,
+    mirror: Repo,
     dest: Path,
     tips: list[str],
     refs: dict[str, str],
     branch: str,
     sha: str,
     base: str | None = None,
-) -> None:
+) -> Repo:
     """`clone_local(mirror, dest, tips)` with `refs` set and `branch` at `sha` checked out.
 
     The files are written while the objects are copied in (packs and loose objects): until
@@ -67,17 +77,18 @@ def clone_checked_out(
     the base's object list and those the tips add to it, not by walking every tip's tree,
     and the clone ends at the base: a base with parents is named in its `shallow` file.
     """
-    run(dest.parent, "init", "--quiet", "--", str(dest))
+    clone = _init_checkout(dest)
     alternates = dest / ".git" / "objects" / "info" / "alternates"
     alternates.parent.mkdir(parents=True, exist_ok=True)
-    alternates.write_bytes(_quoted_path(mirror.resolve() / "objects") + b"\n")
-    with Repo(dest).running("checkout", "--quiet", "-B", branch, sha):
-        _copy_objects(mirror, dest, tips, base)
-        update_refs(dest, refs)
+    alternates.write_bytes(_quoted_path(mirror.path.resolve() / "objects") + b"\n")
+    with clone.running("checkout", "--quiet", "-B", branch, sha):
+        _copy_objects(mirror, clone, tips, base)
+        update_refs(clone, refs)
     alternates.unlink()
     # Every object of the result is the clone's own (a mirror missing some would otherwise
     # have lent them through the entry just removed): one walk, about 4 ms for sglang.
-    run(dest, "rev-list", "--objects", "--quiet", *tips)
+    clone.run("rev-list", "--objects", "--quiet", *tips)
+    return clone
 
 
 def _quoted_path(path: Path) -> bytes:
@@ -89,7 +100,7 @@ def _quoted_path(path: Path) -> bytes:
 
 
 def _copy_objects(
-    mirror: Path, dest: Path, tips: list[str] | None, base: str | None = None
+    mirror: Repo, dest: Repo, tips: list[str] | None, base: str | None = None
 ) -> None:
     """The loose objects reachable from `tips` copied first, then the packs: a repack of
     the mirror in between (an import) packs those objects into a pack copied after, or
@@ -108,27 +119,28 @@ def _copy_objects(
         for tip in tips:
             if tip != base:
                 named += [line.split(" ", 1)[0] for line in objects_since(mirror, tip, base)]
-        rest = _copy_loose(mirror, dest / ".git", list(dict.fromkeys(named)))
+        rest = _copy_loose(mirror, dest.path / ".git", list(dict.fromkeys(named)))
         if rest:
             _stream_objects(mirror, dest, [], rest)
-        copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
+        copy_packs(mirror.path / "objects" / "pack", dest.path / ".git" / "objects" / "pack")
         # shallow at the base: its history is named by no copy, read by no verb, slow to walk
-        if parents_of(mirror, base, bare=True) or base in _shallow_commits(mirror):
-            _write_shallow(dest / ".git", [base])
+        if parents_of(mirror, base) or base in _shallow_commits(mirror):
+            _write_shallow(dest.path / ".git", [base])
         return
     _stream_objects(
         mirror, dest, ["--revs", "--incremental", *([] if tips else ["--all"])], tips or []
     )
-    copy_packs(mirror / "objects" / "pack", dest / ".git" / "objects" / "pack")
-    if (mirror / "shallow").is_file():  # a shallow fetch: the clone ends where the mirror does
-        _copy_file(mirror / "shallow", dest / ".git" / "shallow")
+    copy_packs(mirror.path / "objects" / "pack", dest.path / ".git" / "objects" / "pack")
+    shallow = mirror.path / "shallow"
+    if shallow.is_file():  # a shallow fetch: the clone ends where the mirror does
+        _copy_file(shallow, dest.path / ".git" / "shallow")
 
 
 def _shallow_commits(repo: Repo) -> set[str]:
     """The commits the bare `repo`'s `shallow` file names (a fetch with --depth cut their
     parents off)."""
     try:
-        return set((repo / "shallow").read_text(encoding="ascii").split())
+        return set((repo.path / "shallow").read_text(encoding="ascii").split())
     except FileNotFoundError:
         return set()
 
@@ -141,30 +153,28 @@ def _write_shallow(git_dir: Path, commits: list[str]) -> None:
     os.replace(tmp, git_dir / "shallow")
 
 
-def _stream_objects(mirror: Path, dest: Path, args: list[str], lines: list[str]) -> None:
+def _stream_objects(mirror: Repo, dest: Repo, args: list[str], lines: list[str]) -> None:
     """`pack-objects` of the mirror into `index-pack` of `dest` (`lines`: its input)."""
     # No delta search (--window=0) and zlib's fastest level: git am writes these objects
     # loose, undeltified and at that level (core.looseCompression); the search was a third
     # of a 1,000-patch apply, the default level two thirds of this stream's time.
     stream = bytes(
-        run(
-            mirror,
+        mirror.run(
             *("-c", "pack.compression=1", "pack-objects", "--quiet", "--window=0", "--stdout"),
             *args,
             stdin="".join(f"{line}\n" for line in lines).encode(),
             binary=True,
-            bare=True,
         )
     )
     if len(stream) > 32:  # header and trailer only: no object was missing
-        run(dest, "index-pack", "--stdin", stdin=stream)
+        dest.run("index-pack", "--stdin", stdin=stream)
 
 
-def _copy_loose(mirror: Path, git_dir: Path, oids: list[str]) -> list[str]:
+def _copy_loose(mirror: Repo, git_dir: Path, oids: list[str]) -> list[str]:
     """Copy those of `oids` that are loose in the bare `mirror` into `git_dir`'s objects as
     files (each written whole, then renamed), after checking that each inflates to bytes
     that hash to its id; return the others (packed, or packed meanwhile)."""
-    source, target = mirror / "objects", git_dir / "objects"
+    source, target = mirror.path / "objects", git_dir / "objects"
     rest, folders = [], set()
     for oid in oids:
         try:
@@ -218,14 +228,14 @@ def _copy_file(source: Path, dest: Path) -> None:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
-@verb(bare=True)
+@verb
 def unreachable_loose_objects(repo: Repo) -> list[str]:
     """The loose objects of a bare repository that no ref reaches (whatever their age)."""
     out = str(repo.run("prune", "--dry-run", "--expire=now"))
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-@verb(bare=True)
+@verb
 def prune_unreachable(repo: Repo, older_than: float) -> None:
     """Remove the loose objects no ref reaches whose files are older than `older_than` (a
     Unix time); git keeps any object a younger unreachable object needs."""
@@ -240,7 +250,7 @@ def verify_commit_object(repo: Repo, sha: str) -> bool:
     ) and repo.ok("cat-file", "-e", f"{sha}^{{tree}}")
 
 
-@verb(bare=True)
+@verb
 def loose_objects_of(repo: Repo, commit: str) -> tuple[str, ...]:
     """`commit`'s objects (itself, its trees and blobs) that are loose in the bare `repo`.
 
@@ -268,7 +278,7 @@ def _loose_objects_of(repo: Repo, commit: str, packs: tuple[str, ...]) -> tuple[
 _SINCE: dict[tuple[str, str, str], tuple[str, ...]] = {}
 
 
-@verb(bare=True)
+@verb
 def objects_since(repo: Repo, tip: str, base: str, fresh: bool = False) -> tuple[str, ...]:
     """`rev-list --objects --parents tip --not base` of the bare `repo`, as lines: the
     commits first (each with its parents), then every tree and blob they add to the base's
@@ -282,7 +292,7 @@ def objects_since(repo: Repo, tip: str, base: str, fresh: bool = False) -> tuple
     return _SINCE[key]
 
 
-@verb(bare=True)
+@verb
 def chain_present(repo: Repo, base: str, commits: list[str]) -> bool:
     """True when `commits` (oldest first) are a chain on `base`, each the one parent of the
     next, and every object they bring beside the base's is in the bare `repo` now
@@ -350,7 +360,8 @@ def corrupt_objects(repo: Repo, commit: str) -> list[str]:
     return bad
 
 
-def stale_lock_files(git_dir: Path, loose_temporaries: bool = True) -> list[Path]:
+@verb
+def stale_lock_files(repo: Repo, loose_temporaries: bool = True) -> list[Path]:
     """What a git killed with SIGKILL leaves in a repository: its `*.lock` files and its
     temporary packs and objects (`tmp_pack_*`, `tmp_idx_*`, `tmp_obj_*`, `incoming-*`).
     `loose_temporaries=False` leaves out the `tmp_obj_*` files of the loose-object folders
@@ -359,6 +370,7 @@ def stale_lock_files(git_dir: Path, loose_temporaries: bool = True) -> list[Path
     Only for a repository whose writers all hold a patchkit lock (the mirrors), or in a
     checkout whose journal proves patchkit's git was the one killed there.
     """
+    git_dir = repo.git_dir()
     found = [
         p
         for p in (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from patchkit.gitops.faults import GitError
-from patchkit.gitops.repo import Repo, run, verb
+from patchkit.gitops.repo import Repo, verb
 
 
 @verb
@@ -85,8 +85,7 @@ def apply_three_way(
     "failed" (the recorded pre-image blobs are missing or the patch is unusable).
     """
     try:
-        run(
-            repo,
+        repo.run(
             "apply",
             "--cached",
             "--3way",
@@ -148,10 +147,6 @@ def patch_id(repo: Repo, diff: bytes) -> str | None:
     return out.split()[0] if out else None
 
 
-# The name rebase.py calls it by (a bare repository is a `Repo` or `bare=True`, as for any verb).
-patch_id_bare = patch_id
-
-
 @verb
 def patch_id_of_commit(repo: Repo, commit: str) -> str | None:
     diff = repo.run("diff-tree", "-p", "--full-index", commit, binary=True)
@@ -162,8 +157,7 @@ def patch_id_of_commit(repo: Repo, commit: str) -> str | None:
 def patch_ids_in_range(repo: Repo, base: str, tip: str, paths: list[str]) -> dict[str, str]:
     """patch-id -> commit for the non-merge commits of base..tip that touch `paths`."""
     log = bytes(
-        run(
-            repo,
+        repo.run(
             "log",
             "--no-merges",
             "-p",

@@ -71,11 +71,6 @@ def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
 
 
 @verb
-def resolve_project_rev(repo: Repo, rev: str) -> str | None:
-    return resolve(repo, rev)
-
-
-@verb
 def tree_of(repo: Repo, commit: str) -> str:
     return str(repo.run("rev-parse", f"{commit}^{{tree}}")).strip()
 
@@ -147,16 +142,10 @@ def _read_batch(repo: Repo, names: list[str]) -> list[tuple[str, bytes, bytes] |
 
 
 @verb
-def rev_list(repo: Repo, base: str, tip: str) -> list[str]:
-    """Commits in base..tip, oldest first."""
-    out = str(repo.run("rev-list", "--reverse", f"{base}..{tip}"))
-    return out.split()
-
-
-@verb
-def rev_list_bare(repo: Repo, base: str, tip: str) -> list[str]:
-    """Commits in base..tip, oldest first (first-parent), in a bare or non-bare repository."""
-    out = str(repo.run("rev-list", "--reverse", "--first-parent", f"{base}..{tip}"))
+def rev_list(repo: Repo, base: str, tip: str, *, first_parent: bool = False) -> list[str]:
+    """Commits in base..tip, oldest first (with `first_parent`, along first parents only)."""
+    walk = ["--first-parent"] if first_parent else []
+    out = str(repo.run("rev-list", "--reverse", *walk, f"{base}..{tip}"))
     return out.split()
 
 
@@ -204,12 +193,6 @@ def show_file(repo: Repo, rev: str, path: str) -> bytes | None:
         return bytes(repo.run("show", f"{rev}:{path}", binary=True))
     except GitError:
         return None
-
-
-@verb
-def project_file_at(repo: Repo, rev: str, path: str) -> bytes | None:
-    """A file of this project's own repository at `rev` (None when absent)."""
-    return show_file(repo, rev, path)
 
 
 @verb

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from patchkit.errors import UsageError
-from patchkit.gitops.repo import _NOWHERE, ALLOWED_SCHEMES, Repo, run, verb
+from patchkit.gitops.repo import _NOWHERE, ALLOWED_SCHEMES, Repo, verb
 
 
 class UnsafeSourceError(UsageError):
@@ -57,20 +56,20 @@ def fetch(repo: Repo, source: str, refspecs: list[str], *, depth: int | None = N
 
 
 @verb
-def fetch_commit_from(repo: Repo, source: Path, sha: str) -> None:
+def fetch_commit_from(repo: Repo, source: Repo, sha: str) -> None:
     """Bring one commit (and its history) from another local repository. Where the source
     is shallow (a mirror's `--depth=1` fetch) and `repo` lacks what it cut off, the cut is
     added to `repo`'s `shallow` file (`--update-shallow`): else git takes the objects, says
     nothing, and `repo` names parents it does not hold."""
-    run(
-        repo, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--update-shallow",
-        "--", str(source), sha,
+    repo.run(
+        "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--update-shallow",
+        "--", str(source.path), sha,
     )  # fmt: skip
 
 
 def list_remote(source: str) -> dict[str, str]:
     """ref name -> sha of a remote (tags peeled)."""
-    out = Repo(_NOWHERE, bare=True).run("ls-remote", "--", _source_argument(source))
+    out = Repo.bare_at(_NOWHERE).run("ls-remote", "--", _source_argument(source))
     refs = {}
     for line in str(out).splitlines():
         sha, _, name = line.partition("\t")
@@ -81,7 +80,7 @@ def list_remote(source: str) -> dict[str, str]:
 def remote_tag(source: str, tag: str) -> str | None:
     """The commit the tag `tag` names in a remote (peeled), or None when it has no such tag."""
     out = str(
-        Repo(_NOWHERE, bare=True).run(
+        Repo.bare_at(_NOWHERE).run(
             "ls-remote",
             "--tags",
             "--",

@@ -1,8 +1,8 @@
 """The one funnel every git process of patchkit goes through: the sealed environment, the
 pinned settings, and `Repo`, which knows its path and whether it is bare.
 
-Every verb of this package takes a `Repo`, or a path with `bare=` (the `verb` decorator
-makes the one from the other, so a verb's body never threads bareness).
+Every verb of this package takes a `Repo`, made once where a repository enters the code:
+`Repo.bare_at(path)` for a mirror, `Repo.checkout(path)` for a work tree.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def filter_overrides(work_tree: Path) -> list[str]:
         for m in _FILTER_RE.finditer(raw)
     }
     if b"include" in lowered:  # included files may define more: ask git for every key
-        keys = Repo(_NOWHERE, bare=True).run(
+        keys = Repo.bare_at(_NOWHERE).run(
             "config", "--file", str(config), "--includes", "--name-only", "--get-regexp",
             r"^filter\.", check=False,
         )  # fmt: skip
@@ -236,8 +236,19 @@ class Repo:
         self.path = Path(os.path.abspath(path)) if bare else Path(path)
         self.bare = bare
 
+    @classmethod
+    def bare_at(cls, path: Path | str) -> Repo:
+        """The bare repository at `path` (a mirror of the cache)."""
+        return cls(path, bare=True)
+
+    @classmethod
+    def checkout(cls, path: Path | str) -> Repo:
+        """The work tree at `path` (a user's checkout, a rebase's scratch clone)."""
+        return cls(path, bare=False)
+
     def __repr__(self) -> str:
-        return f"Repo({str(self.path)!r}, bare={self.bare})"
+        kind = "bare_at" if self.bare else "checkout"
+        return f"Repo.{kind}({str(self.path)!r})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Repo) and (self.path, self.bare) == (other.path, other.bare)
@@ -351,38 +362,18 @@ def as_repo(repo: Repo | Path | str, bare: bool = False) -> Repo:
     return repo if isinstance(repo, Repo) else Repo(repo, bare)
 
 
-def verb(func: Callable | None = None, *, bare: bool = False) -> Callable:
-    """Make a verb written against a `Repo` callable with a Repo, or with a path and `bare=`
-    (default `bare`: True for the verbs of a mirror). The one place bareness is threaded."""
+def verb(func: Callable) -> Callable:
+    """Mark a verb: it takes a `Repo` (made where the repository enters the code, with
+    `Repo.bare_at` or `Repo.checkout`), never a path.
 
-    def wrap(func: Callable) -> Callable:
-        @functools.wraps(func)
-        def call(repo: Repo | Path | str, *args, bare: bool = bare, **kwargs):
-            return func(as_repo(repo, bare), *args, **kwargs)
+    Until patchkit/import_ passes Repos too, a path with `bare=` is still turned into one
+    here; nothing else of patchkit calls a verb so."""
 
-        return call
+    @functools.wraps(func)
+    def call(repo: Repo | Path | str, *args, bare: bool = False, **kwargs):
+        return func(as_repo(repo, bare), *args, **kwargs)
 
-    return wrap(func) if func is not None else wrap
-
-
-def run(
-    repo: Repo | Path | str,
-    *args: str,
-    env: dict[str, str] | None = None,
-    stdin: bytes | None = None,
-    binary: bool = False,
-    check: bool = True,
-    bare: bool = False,
-) -> str | bytes:
-    """Run one git command in `repo` (see Repo.run)."""
-    return as_repo(repo, bare).run(*args, env=env, stdin=stdin, binary=binary, check=check)
-
-
-def ok(
-    repo: Repo | Path | str, *args: str, env: dict[str, str] | None = None, bare: bool = False
-) -> bool:
-    """True when the git command exits 0."""
-    return as_repo(repo, bare).ok(*args, env=env)
+    return call
 
 
 def _algorithm_of(oid: str) -> str:

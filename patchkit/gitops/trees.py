@@ -13,7 +13,7 @@ from pathlib import Path
 
 from patchkit import scratch
 from patchkit.gitops.faults import GitError
-from patchkit.gitops.repo import _LITERAL, Identity, Repo, _algorithm_of, as_repo, run, verb
+from patchkit.gitops.repo import _LITERAL, Identity, Repo, _algorithm_of, verb
 
 
 @verb
@@ -37,7 +37,7 @@ def read_tree_into(repo: Repo, env: dict[str, str], treeish: str) -> None:
     repo.run("read-tree", treeish, env=env)
 
 
-@verb(bare=True)
+@verb
 def import_directory(repo: Repo, source: Path, message: str, who: Identity) -> str:
     """Commit every file under `source` (ignore rules off) as a parentless commit."""
     index = scratch.new_path("import-index-")
@@ -69,9 +69,7 @@ def index_entries(
     for start in range(0, len(paths), _PATHS_PER_CALL):
         chunk = paths[start : start + _PATHS_PER_CALL]
         out = bytes(
-            run(
-                repo, "ls-files", "-s", "-z", "--", *chunk, env={**env, **_LITERAL}, binary=True,
-            )
+            repo.run("ls-files", "-s", "-z", "--", *chunk, env={**env, **_LITERAL}, binary=True)
         )  # fmt: skip
         for entry in out.split(b"\0"):
             meta, _, raw = entry.partition(b"\t")
@@ -97,9 +95,8 @@ class TreeModel:
         self.algorithm = algorithm
 
     @classmethod
-    def read(cls, repo: Repo | Path, treeish: str, bare: bool = False) -> TreeModel:
+    def read(cls, repo: Repo, treeish: str) -> TreeModel:
         """Every folder of `treeish`, read by one `ls-tree -r -t`."""
-        repo = as_repo(repo, bare)
         out = bytes(repo.run("ls-tree", "-r", "-t", "-z", "--full-tree", treeish, binary=True))
         dirs: dict[str, dict[str, tuple[str, str]]] = {"": {}}
         oid = ""

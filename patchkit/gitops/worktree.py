@@ -10,7 +10,7 @@ from pathlib import Path
 
 from patchkit.gitops.faults import GitError
 from patchkit.gitops.refs import current_branch, resolve
-from patchkit.gitops.repo import _LITERAL, Identity, Repo, _hash_name, run, verb
+from patchkit.gitops.repo import _LITERAL, Identity, Repo, _hash_name, verb
 from patchkit.gitops.trees import empty_tree
 
 
@@ -90,8 +90,7 @@ def rebase_onto(
     repo.run("checkout", "--quiet", "-B", branch, tip)
     env = {**_committer_env(who), "GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true"}
     try:
-        out = run(
-            repo,
+        out = repo.run(
             "rebase",
             "--empty=drop",
             "--no-autosquash",

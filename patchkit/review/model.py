@@ -8,7 +8,6 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from patchkit import gitops
 from patchkit.apply import ApplyOptions, build_series
@@ -222,10 +221,10 @@ def target_review(
         review.base = base.stands_for
         review.base_commit = base.commit
         if with_delta:
-            mirror = Mirror(target).path
-            tip, _ = build_series(mirror, base.commit, series, ApplyOptions(), bare=True)
-            review.diffstat = gitops.diff_trees(mirror, base.commit, tip, stat=True, bare=True)
-            review.delta = gitops.diff_trees(mirror, base.commit, tip, bare=True)
+            mirror = Mirror(target).repo
+            tip, _ = build_series(mirror, base.commit, series, ApplyOptions())
+            review.diffstat = gitops.diff_trees(mirror, base.commit, tip, stat=True)
+            review.delta = gitops.diff_trees(mirror, base.commit, tip)
         if against:
             _classify_against(review, target, series, base, against, ws, progress)
     except PatchkitError as exc:
@@ -238,7 +237,7 @@ def _classify_against(
 ) -> None:
     new, pin = resolve_new_base(target, ref, progress=progress)
     report: RebaseReport = classify_rebase(
-        Mirror(target).path,
+        Mirror(target).repo,
         target,
         series,
         base,
@@ -308,24 +307,24 @@ def _series_names(raw: bytes) -> list[str]:
     return names
 
 
-def _series_at(root: Path, rev: str, target: str, folder: str) -> dict[str, bytes]:
+def _series_at(project: gitops.Repo, rev: str, target: str, folder: str) -> dict[str, bytes]:
     """The series of `target` at `rev`: in `folder` (its line's folder now), else in the
     one-folder-per-target layout of projects before series lines."""
     directory = folder
-    raw = gitops.project_file_at(root, rev, f"{directory}/series")
+    raw = gitops.show_file(project, rev, f"{directory}/series")
     if raw is None:
         directory = f"patches/{target}"
-        raw = gitops.project_file_at(root, rev, f"{directory}/series")
+        raw = gitops.show_file(project, rev, f"{directory}/series")
     out = {}
     for name in _series_names(raw or b""):
-        data = gitops.project_file_at(root, rev, f"{directory}/{name}")
+        data = gitops.show_file(project, rev, f"{directory}/{name}")
         if data is not None:
             out[name] = data
     return out
 
 
-def _series_version_at(root: Path, rev: str) -> str | None:
-    raw = gitops.project_file_at(root, rev, "patches/targets.toml")
+def _series_version_at(project: gitops.Repo, rev: str) -> str | None:
+    raw = gitops.show_file(project, rev, "patches/targets.toml")
     try:
         return str(tomllib.loads(raw.decode("utf-8"))["series"]["version"]) if raw else None
     except (tomllib.TOMLDecodeError, KeyError, UnicodeDecodeError):
@@ -360,14 +359,15 @@ def _subject(raw: bytes) -> str | None:
 def compare_series(ws: Workspace, since: str, targets: list[str]) -> SeriesComparison:
     """Per patch: unchanged, changed (with the interdiff), added or dropped since `since`."""
     root = ws.project.root
-    commit = gitops.resolve_project_rev(root, since) if gitops.is_repository(root) else None
+    project = gitops.Repo.checkout(root)
+    commit = gitops.resolve(project, since) if gitops.is_repository(project) else None
     if commit is None:
         raise UsageError(f"--since {since}: not a commit of this project's repository ({root})")
-    since_version = _series_version_at(root, commit)
+    since_version = _series_version_at(project, commit)
     comparison = SeriesComparison(since, commit, since_version, ws.targets.series_version)
     for name in targets:
         folder = ws.project.series_dir(name).relative_to(root).as_posix()
-        old = _series_at(root, commit, name, folder)
+        old = _series_at(project, commit, name, folder)
         new = {p.name: p.raw for p in ws.series(name).patches}
         old_by_subject = {_subject(raw): n for n, raw in old.items() if n not in new}
         paired: set[str] = set()

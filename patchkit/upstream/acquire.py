@@ -225,7 +225,7 @@ def _chain(
 ) -> Base | None:
     """The sources in order; the first that gives a base wins."""
     # What the mirror holds of them, read at once: the pinned commit, the release's imports.
-    held = gitops.read_commits(mirror.path, _held_names(release, want_sha), bare=True)
+    held = gitops.read_commits(mirror.repo, _held_names(release, want_sha))
     # A git commit already in the mirror, then an explicit --upstream.
     base = _from_mirror(mirror, target, release, want_sha, ref, held, sdist=False)
     if base is None and upstream:
@@ -397,7 +397,7 @@ def _from_mirror(
     sdist: bool,
 ) -> Base | None:
     """A base the mirror holds (`held`: what `_held_names` named, as the mirror has it)."""
-    repo = mirror.path
+    repo = mirror.repo
     if not sdist and want_sha and len(want_sha) == 40 and held.get(want_sha) == want_sha:
         return Base(target.name, want_sha, "git", release, want_sha, pinned=release is not None)
     if sdist and release is not None:
@@ -405,7 +405,7 @@ def _from_mirror(
         if imported:
             return _sdist_base(repo, target, release, imported)
     if not sdist and release is None and HEX_RE.match(ref.lower()):
-        sha = gitops.resolve(repo, ref.lower(), bare=True)
+        sha = gitops.resolve(repo, ref.lower())
         if sha:
             return Base(
                 target.name,
@@ -436,7 +436,7 @@ def _from_git(
     attempts: list[Attempt],
     progress: Progress,
 ) -> Base | None:
-    repo = mirror.path
+    repo = mirror.repo
     progress(f"fetching {target.name}@{ref} from {source}")
     try:
         if release is not None and release.tag:
@@ -444,13 +444,9 @@ def _from_git(
         if want_sha and len(want_sha) == 40:
             local = Path(source)
             if local.exists():
-                gitops.fetch(
-                    repo, str(local), [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"], bare=True
-                )
+                gitops.fetch(repo, str(local), [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"])
             else:
-                gitops.fetch(
-                    repo, source, [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"], depth=1, bare=True
-                )
+                gitops.fetch(repo, source, [f"{want_sha}:{GIT_REF.format(sha=want_sha)}"], depth=1)
             sha = want_sha
         else:
             remote_refs = gitops.list_remote(source)
@@ -458,11 +454,11 @@ def _from_git(
             if sha is None:
                 attempts.append(Attempt(label, f"{source} has no ref '{ref}'"))
                 return None
-            gitops.fetch(repo, source, [f"{sha}:{GIT_REF.format(sha=sha)}"], bare=True)
+            gitops.fetch(repo, source, [f"{sha}:{GIT_REF.format(sha=sha)}"])
     except gitops.GitError as exc:
         attempts.append(Attempt(label, first_line(str(exc))))
         return None
-    if not gitops.has_commit(repo, sha, bare=True):
+    if not gitops.has_commit(repo, sha):
         attempts.append(Attempt(label, f"{source} did not provide {sha[:12]}"))
         return None
     pinned_release = release or _release_for_commit(target, sha)
@@ -508,11 +504,11 @@ def _from_sdist(
         return None
     progress(f"importing {archive.name} into the {target.name} mirror")
     sha = import_sdist(mirror, target, release, archive)
-    return _sdist_base(mirror.path, target, release, sha)
+    return _sdist_base(mirror.repo, target, release, sha)
 
 
-def _sdist_base(repo: Path, target: Target, release: Release, sha: str) -> Base:
-    message = gitops.commit_message(repo, sha, bare=True)
+def _sdist_base(repo: gitops.Repo, target: Target, release: Release, sha: str) -> Base:
+    message = gitops.commit_message(repo, sha)
     fields = import_fields(message)
     upstream = fields.get("Patchkit-Upstream-Commit")
     recorded_sha = fields.get("Patchkit-Sdist-Sha256")
@@ -520,7 +516,7 @@ def _sdist_base(repo: Path, target: Target, release: Release, sha: str) -> Base:
         raise PinError(
             f"the mirror's import of {release.sdist} has sha256 {recorded_sha}, the pin says "
             f"{release.sdist_sha256}; refusing",
-            hint=f"remove {repo} and run again",
+            hint=f"remove {repo.path} and run again",
         )
     return Base(
         target=target.name,
@@ -541,7 +537,7 @@ def _cached_wheel(
     mirror: Mirror, target: Target, release: Release, held: dict[str, str | None]
 ) -> Base | None:
     sha = held.get(WHEEL_REF.format(version=release.version))
-    return _wheel_base(mirror.path, target, release, sha) if sha else None
+    return _wheel_base(mirror.repo, target, release, sha) if sha else None
 
 
 def _from_wheel(
@@ -558,18 +554,18 @@ def _from_wheel(
         return None
     progress(f"importing {archive.name} into the {target.name} mirror")
     sha = import_wheel(mirror, target, release, pin, archive)
-    return _wheel_base(mirror.path, target, release, sha)
+    return _wheel_base(mirror.repo, target, release, sha)
 
 
-def _wheel_base(repo: Path, target: Target, release: Release, sha: str) -> Base:
-    fields = wheel_fields(gitops.commit_message(repo, sha, bare=True))
+def _wheel_base(repo: gitops.Repo, target: Target, release: Release, sha: str) -> Base:
+    fields = wheel_fields(gitops.commit_message(repo, sha))
     pins = {w.filename: w.sha256 for w in release.wheels}
     name, recorded = fields.get("Patchkit-Wheel"), fields.get("Patchkit-Wheel-Sha256")
     if release.wheels and (name not in pins or pins[name] != recorded):
         raise PinError(
             f"the mirror's import of {target.name} {release.version} stands for {name} "
             f"(sha256 {recorded}), which the pin does not name; refusing",
-            hint=f"remove {repo} and run again",
+            hint=f"remove {repo.path} and run again",
         )
     upstream = fields.get("Patchkit-Upstream-Commit")
     return Base(

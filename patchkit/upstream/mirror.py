@@ -35,10 +35,15 @@ class Mirror:
         return self.root / "mirrors" / f"{self.target.name}.git"
 
     @property
+    def repo(self) -> gitops.Repo:
+        """The mirror as the bare repository every git verb of it is given."""
+        return gitops.Repo.bare_at(self.path)
+
+    @property
     def lock_path(self) -> Path:
         return self.root / "locks" / f"mirror-{self.target.name}.lock"
 
-    def ensure(self) -> Path:
+    def ensure(self) -> gitops.Repo:
         """Create the mirror (atomically: init off to the side, then rename) if it is missing."""
         if not (self.path / "HEAD").is_file():
             scratch = self.root / "tmp"
@@ -51,7 +56,7 @@ class Mirror:
                 os.replace(tmp / "repo", self.path)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        return self.path
+        return self.repo
 
     def sweep(self) -> None:
         """Remove what a killed holder of the mirror lock left: scratch dirs, partial downloads,
@@ -70,7 +75,7 @@ class Mirror:
             # shared by every target: another run may be downloading there (it holds an flock)
             sweep_dead_temp_files(folder, ".*.download-*")
         if self.path.is_dir():
-            for lock in gitops.stale_lock_files(self.path, loose_temporaries=False):
+            for lock in gitops.stale_lock_files(self.repo, loose_temporaries=False):
                 lock.unlink(missing_ok=True)
 
     def _objects_signature(self, commit: str) -> str:
@@ -84,7 +89,7 @@ class Mirror:
             # Each of the base's objects looked up where it would be loose: the mirror's other
             # loose objects (every series build writes some) are never listed.
             # (an object loose then and packed since is skipped below, as if not listed)
-            loose = sorted(gitops.loose_objects_of(self.path, commit))
+            loose = sorted(gitops.loose_objects_of(self.repo, commit))
             files += [objects / o[:2] / o[2:] for o in loose]
         for path in files:
             try:
@@ -116,7 +121,7 @@ class Mirror:
         if stamp.holds():
             return
         try:
-            bad = gitops.corrupt_objects(self.path, commit, bare=True)
+            bad = gitops.corrupt_objects(self.repo, commit)
         except gitops.GitError as exc:
             bad = [first_line(str(exc))]
         if bad:

@@ -76,8 +76,8 @@ def from_index_unpinned(
     if name is None:
         raise FetchError(f"{target.name}: no release names a package on the index")
     requirement = f"{name}=={version}"
-    sha = gitops.resolve(mirror.path, SDIST_REF.format(version=version), bare=True)
-    wheel_sha = gitops.resolve(mirror.path, WHEEL_REF.format(version=version), bare=True)
+    sha = gitops.resolve(mirror.repo, SDIST_REF.format(version=version))
+    wheel_sha = gitops.resolve(mirror.repo, WHEEL_REF.format(version=version))
     if sha is None and wheel_sha is None:
         files = project_files(name)
         sdists = [f for f in files if f["filename"].endswith(".tar.gz")]
@@ -187,7 +187,7 @@ def _recalled_wheels(mirror: Mirror, version: str) -> list[WheelPin]:
 def _sdist_release(
     mirror: Mirror, version: str, requirement: str, sha: str
 ) -> tuple[Release, str, str]:
-    fields = import_fields(gitops.commit_message(mirror.path, sha, bare=True))
+    fields = import_fields(gitops.commit_message(mirror.repo, sha))
     sha256 = fields.get("Patchkit-Sdist-Sha256")
     recorded = fields.get("Patchkit-Sdist-Commit-Id")
     recorded = None if recorded in (None, "none") else recorded
@@ -207,7 +207,7 @@ def _sdist_release(
 
 
 def _wheel_release(mirror: Mirror, version: str, sha: str) -> tuple[Release, str, str]:
-    fields = wheel_fields(gitops.commit_message(mirror.path, sha, bare=True))
+    fields = wheel_fields(gitops.commit_message(mirror.repo, sha))
     first = WheelPin(fields.get("Patchkit-Wheel", ""), fields.get("Patchkit-Wheel-Sha256", ""))
     pins = _recalled_wheels(mirror, version) or [first]
     if pins[0] != first:

@@ -148,7 +148,7 @@ def sdist_identity(archive: Path) -> gitops.Identity:
 
 def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path) -> str:
     """Import an sdist's tree under the target's subdir as a deterministic commit."""
-    repo = mirror.path
+    repo = mirror.repo
     scratch_root = mirror.root / "tmp"
     scratch_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch_root, prefix=f"import-{target.name}-") as tmp:
@@ -168,7 +168,7 @@ def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path
             f"Patchkit-Upstream-Commit: {upstream or 'unknown'}\n"
         )
         sha = gitops.import_directory(repo, layout, message, sdist_identity(archive))
-    gitops.update_ref(repo, SDIST_REF.format(version=release.version), sha, bare=True)
+    gitops.update_ref(repo, SDIST_REF.format(version=release.version), sha)
     gitops.pack_objects(repo)
     return sha
 

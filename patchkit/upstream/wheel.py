@@ -176,7 +176,7 @@ def import_wheel(
         )
         if not layout.sources:
             raise FetchError(f"{pin.filename}: holds no source files to import")
-        sha = gitops.import_directory(mirror.path, root, message, who)
-    gitops.update_ref(mirror.path, WHEEL_REF.format(version=release.version), sha, bare=True)
-    gitops.pack_objects(mirror.path)
+        sha = gitops.import_directory(mirror.repo, root, message, who)
+    gitops.update_ref(mirror.repo, WHEEL_REF.format(version=release.version), sha)
+    gitops.pack_objects(mirror.repo)
     return sha

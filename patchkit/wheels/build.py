@@ -413,10 +413,10 @@ def _build_here(project_dir: Path, outdir: Path, runner) -> tuple[Path, dict[str
     return Path(wheel), _tool_versions(sys.executable, requires)
 
 
-def base_build_requires(mirror: Path, base: Base, subdir: str) -> list[str]:
+def base_build_requires(mirror: gitops.Repo, base: Base, subdir: str) -> list[str]:
     """`[build-system] requires` of the base's pyproject.toml (what an isolated env needs)."""
     path = f"{subdir}/pyproject.toml" if subdir else "pyproject.toml"
-    raw = gitops.show_file(mirror, base.commit, path, bare=True)
+    raw = gitops.show_file(mirror, base.commit, path)
     if raw is None:
         return []
     try:
@@ -460,7 +460,7 @@ def _apply_into(
 ) -> ApplyReport:
     """The series applied into `tree`, a new directory (apply's build record in the cache)."""
     return apply_series(
-        mirror.path,
+        mirror.repo,
         base,
         series,
         tree,
@@ -545,14 +545,14 @@ def build_target(
         mirror = Mirror(target, cache) if cache else Mirror(target)
         children = stack.enter_context(scratch.children_contained())  # pip, the backend
         isolated = (
-            IsolatedEnvironment(base_build_requires(mirror.path, base, target.subdir))
+            IsolatedEnvironment(base_build_requires(mirror.repo, base, target.subdir))
             if options.isolation
             else None
         )
         try:
             report = _apply_into(tree, mirror, base, series, series_version, progress)
             sweeper = _sweep(work)  # after the checkout, which it would slow down
-            epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
+            epoch = gitops.commit_date(mirror.repo, base.commit)
             _check_submodules(tree, target, base)
             # Build as from an sdist: backends that ask git for versions or file lists would
             # see the patch commits, not upstream.  (Moved aside: the next build sweeps it.)
@@ -771,7 +771,7 @@ def repack_target(
         applied = _apply_into(tree, mirror, base, series, series_version, progress)
         sweeper = _sweep(work)
         changes = tree_changes(tree, target.subdir, layout, zbase)
-        epoch = gitops.commit_date(mirror.path, base.commit, bare=True)
+        epoch = gitops.commit_date(mirror.repo, base.commit)
         name = BytesHeaderParser().parsebytes(zbase.read(f"{layout.dist_info}/METADATA"))["Name"]
         log = work / "build.log"
         for pin in pins:

@@ -119,7 +119,7 @@ def prepare_tree(target: str, patched: bool, line: str | None = None) -> Path:
     tree = _cache_root() / "trees" / f"{target}-{spec.pin}-{kind}-{series.hash()[:16]}"
     try:
         apply_series(
-            Mirror(spec).path, base, series, tree, series_version=ws.targets.series_version
+            Mirror(spec).repo, base, series, tree, series_version=ws.targets.series_version
         )
     except NothingToDo:
         pass

@@ -160,7 +160,7 @@ def test_a_checkout_another_user_owns_is_named_as_gits_ownership_check(toy):
 
 def test_git_naming_a_path_too_long_is_named_as_such(tmp_path):
     with pytest.raises(gitops.PathTooLongError) as raised:
-        gitops.run(tmp_path, "init", "-q", "x" * 300)  # git's own words, not a stand-in
+        gitops.Repo.checkout(tmp_path).run("init", "-q", "x" * 300)  # git's own words
     assert "too long" in raised.value.message and raised.value.hint
 
 

@@ -21,10 +21,10 @@ KILL_IN_UNBORN = """
 import os, signal, sys
 from patchkit import cli, gitops
 def partial(repo, branch, sha):
-    paths = gitops.run(repo, "ls-tree", "-r", "--name-only", "-z", sha).split("\\0")
+    paths = repo.run("ls-tree", "-r", "--name-only", "-z", sha).split("\\0")
     for path in [p for p in paths if p][::2]:
-        gitops.run(repo, "checkout", sha, "--", path)
-    open(os.path.join(repo, ".git", "index.lock"), "w").close()
+        repo.run("checkout", sha, "--", path)
+    open(os.path.join(repo.path, ".git", "index.lock"), "w").close()
     os.kill(os.getpid(), signal.SIGKILL)
 gitops.checkout_branch = partial
 sys.exit(cli.main(sys.argv[1:], exiting=True))  # as the console script

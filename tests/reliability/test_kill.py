@@ -66,17 +66,17 @@ import os, random, signal, subprocess, sys
 from patchkit import cli, gitops
 def partial(repo, branch, sha):
     rng = random.Random(int(os.environ["KILL_SEED"]))
-    changed = gitops.run(repo, "diff", "--no-renames", "--name-status", "-z", "HEAD", sha)
+    changed = repo.run("diff", "--no-renames", "--name-status", "-z", "HEAD", sha)
     changed = changed.split("\\0")
     pairs = [(changed[i], changed[i + 1]) for i in range(0, len(changed) - 1, 2)]
     for status, path in pairs:
         if rng.random() < 0.5:
             continue
         if status == "D":
-            os.unlink(os.path.join(repo, path))
+            os.unlink(os.path.join(repo.path, path))
         else:
-            gitops.run(repo, "checkout", sha, "--", path)
-    open(os.path.join(repo, ".git", "index.lock"), "w").close()
+            repo.run("checkout", sha, "--", path)
+    open(os.path.join(repo.path, ".git", "index.lock"), "w").close()
     os.kill(os.getpid(), signal.SIGKILL)
 gitops.checkout_branch = partial
 sys.exit(cli.main(sys.argv[1:]))
@@ -533,7 +533,7 @@ from patchkit import gitops
 from patchkit.locks import locked
 with locked(Path(sys.argv[1]), "a test lock"):
     print("locked", flush=True)
-    gitops.run(Path(sys.argv[2]), "-c", "alias.nap=!sleep 3", "nap")
+    gitops.Repo.checkout(Path(sys.argv[2])).run("-c", "alias.nap=!sleep 3", "nap")
 """
 
 

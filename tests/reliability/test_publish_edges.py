@@ -102,8 +102,9 @@ def test_a_rewritten_loose_object_of_the_series_is_refused(tmp_path):
     assert cli("apply", "--target", "toy", "--into", str(first), env=toy.env).returncode == 0
     mirror = toy.cache / "mirrors" / "toy.git"
     head, base = rev(first, "HEAD"), rev(first, "refs/patchkit/toy/base")
-    added = [line.split(" ")[0] for line in gitops.objects_since(mirror, head, base)]
-    blob = next(o for o in added if gitops.run(mirror, "cat-file", "-t", o, bare=True) == "blob\n")
+    repo = gitops.Repo.bare_at(mirror)
+    added = [line.split(" ")[0] for line in gitops.objects_since(repo, head, base)]
+    blob = next(o for o in added if repo.run("cat-file", "-t", o) == "blob\n")
     path = mirror / "objects" / blob[:2] / blob[2:]
     path.chmod(0o644)
     path.write_bytes(zlib.compress(b"blob 5\0evil\n"))

@@ -325,8 +325,9 @@ def test_a_call_on_a_bare_mirror_writes_nothing_where_patchkit_runs(tmp_path, mo
     before = snapshot(user)
     monkeypatch.chdir(user)
     env = {"GIT_INDEX_FILE": str(tmp_path / "scratch.index")}
-    gitops.run(mirror, "read-tree", "HEAD", env=env, bare=True)
-    assert gitops.apply_three_way(mirror, env, patch, bare=True)[0] == "applied"
+    repo = gitops.Repo.bare_at(mirror)
+    repo.run("read-tree", "HEAD", env=env)
+    assert gitops.apply_three_way(repo, env, patch)[0] == "applied"
     assert snapshot(user) == before
     assert os.listdir(scratch.cwd()) == []
 

@@ -267,7 +267,7 @@ def test_tampered_mirror_object_refused(tmp_path, cache):
     from patchkit import gitops
 
     start = time.monotonic()
-    assert gitops.corrupt_objects(mirror, base, bare=True) == []
+    assert gitops.corrupt_objects(gitops.Repo.bare_at(mirror), base) == []
     seconds = time.monotonic() - start
     objects = len(git(mirror, "rev-list", "--objects", "--no-walk", base).splitlines())
     blob = git(mirror, "rev-parse", f"{base}:python/README.md").strip()
