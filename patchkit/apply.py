@@ -17,13 +17,12 @@ import shlex
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from unidiff import PatchSet
 
-from patchkit import gitops
+from patchkit import gitops, ui
 from patchkit.errors import (
     ApplyError,
     DirtyTreeError,
@@ -52,12 +51,6 @@ BRANCH = "patchkit/{target}"
 BASE_REF = "refs/patchkit/{target}/base"
 SERIES_REF = "refs/patchkit/{target}/series"
 FULL_CONTEXT = 3
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass
@@ -171,7 +164,6 @@ def build_series(
     options: ApplyOptions = ApplyOptions(),
     *,
     bare: bool = False,
-    progress: Progress = _quiet,
 ) -> tuple[str, list[PatchResult]]:
     """Apply every patch of `series` onto `base` as commits in `repo`; never touches a work tree.
 
@@ -208,7 +200,7 @@ def build_series(
         ):
             files = []
             for patch in run:
-                progress(f"applying {patch.name}")
+                ui.progress(f"applying {patch.name}")
                 _refuse_symlinked_paths(
                     patch, links if links is not None else _symlinks_at(repo, tree, patch)
                 )
@@ -472,7 +464,6 @@ def apply_series(
     *,
     series_version: str,
     options: ApplyOptions = ApplyOptions(),
-    progress: Progress = _quiet,
     verified: Path | None = None,
 ) -> ApplyReport:
     """Apply `series` onto `base` and make `into` a checkout of the result, atomically.
@@ -487,16 +478,16 @@ def apply_series(
         _sweep_scratch(into)
         recovered = _recover_interrupted(checkout)
         if recovered:
-            progress(recovered)
+            ui.progress(recovered)
         state = _target_state(checkout)
         if state == "repo":
             _refuse_unsafe_checkout(checkout)
-            result = _build(mirror, base, series, options, progress, report, verified)
+            result = _build(mirror, base, series, options, report, verified)
             if gitops.head(checkout) == result:
                 _nothing_to_do(report, series, series_version, into, result)
             _publish_existing(mirror, checkout, series.target, base, result)
         else:
-            result = _build(mirror, base, series, options, progress, report, verified)
+            result = _build(mirror, base, series, options, report, verified)
             _publish_new(mirror, into, series.target, base, result)
     return report
 
@@ -506,7 +497,6 @@ def _build(
     base: Base,
     series: Series,
     options: ApplyOptions,
-    progress: Progress,
     report: ApplyReport,
     verified: Path | None,
 ) -> str:
@@ -517,7 +507,7 @@ def _build(
         report.result = recalled[-1].commit if recalled else base.commit
         return report.result
     try:
-        result, results = build_series(mirror, base.commit, series, options, progress=progress)
+        result, results = build_series(mirror, base.commit, series, options)
     except ApplyError as exc:
         report.patches = getattr(exc, "results", [])
         report.status = "failed"

@@ -22,14 +22,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchkit import gitops
+from patchkit import gitops, ui
 from patchkit.classify import PatchOutcome, carry_series
 from patchkit.errors import FetchError, UsageError
 from patchkit.files import replace_file
 from patchkit.series import Series
 from patchkit.targets import Target
-
-Progress = Callable[[str], None]
 
 # Bump when the classification changes what it says: cached states of older versions are
 # then classified again.
@@ -54,10 +52,6 @@ LEGEND = {
     "upstreamed": "upstream has it (see the evidence): retire it",
     "obsolete": "what it edits is gone and the release meets its purpose: retire it",
 }
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass
@@ -212,7 +206,6 @@ def line_outlook(
     cache: Path,
     *,
     since: str | None = None,
-    progress: Progress = _quiet,
 ) -> LineOutlook:
     """Carry `series` (the line `target` is seen through) onto every release after its pin
     (and after `since`), reading states from the cache where they are."""
@@ -231,14 +224,14 @@ def line_outlook(
         return result
     old = source.old_base(target)
     for version in versions:
-        progress(f"{target.name} {version}: obtaining its base")
+        ui.progress(f"{target.name} {version}: obtaining its base")
         try:
             new = source.new_base(target, version)
         except FetchError as exc:
-            progress(f"{target.name} {version}: skipped ({exc.message})")
+            ui.progress(f"{target.name} {version}: skipped ({exc.message})")
             continue
         column = ReleaseColumn(version, new.source, new.commit, new.stands_for)
-        cells = _classified(target, series, source, old, new, cache, column, progress)
+        cells = _classified(target, series, source, old, new, cache, column)
         for row, cell in zip(result.patches, cells, strict=True):
             row.cells[version] = cell
         result.releases.append(column)
@@ -247,17 +240,15 @@ def line_outlook(
     return result
 
 
-def _classified(target, series, source, old, new, cache: Path, column, progress) -> list[Cell]:
+def _classified(target, series, source, old, new, cache: Path, column) -> list[Cell]:
     keys = _keys(series, old.commit, new.commit)
     paths = [cache / "outlook" / target.name / new.commit / f"{k}.json" for k in keys]
     cells = [_read_cell(p) for p in paths]
     if all(c is not None for c in cells):
         column.cached = True
         return cells  # type: ignore[return-value]
-    progress(f"{target.name} {column.version}: carrying {len(series.patches)} patch(es)")
-    carry = carry_series(
-        source.mirror(target), series, old.commit, source.facts(new), progress=progress
-    )
+    ui.progress(f"{target.name} {column.version}: carrying {len(series.patches)} patch(es)")
+    carry = carry_series(source.mirror(target), series, old.commit, source.facts(new))
     cells = [Cell.of(o) for o in carry.outcomes]
     for path, cell in zip(paths, cells, strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -302,7 +293,7 @@ def _retire_at(row: PatchRow, versions: list[str]) -> str | None:
     return first
 
 
-def index_source(cache: Path, progress: Progress = _quiet) -> BaseSource:
+def index_source(cache: Path) -> BaseSource:
     """Bases as every verb obtains them: the package index's releases, each imported into
     the target's mirror (`patchkit.upstream`: sdist, else the wheel for the pinned platforms,
     sha256-checked, downloads bounded)."""
@@ -315,10 +306,8 @@ def index_source(cache: Path, progress: Progress = _quiet) -> BaseSource:
 
     return BaseSource(
         releases=releases_after,
-        old_base=lambda target: acquire(target, None, cache=cache, progress=progress),
-        new_base=lambda target, version: resolve_new_base(
-            target, version, cache=cache, progress=progress
-        )[0],
+        old_base=lambda target: acquire(target, None, cache=cache),
+        new_base=lambda target, version: resolve_new_base(target, version, cache=cache)[0],
         facts=lambda base: new_base_facts(base, cache),
         mirror=mirror,
     )

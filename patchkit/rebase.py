@@ -15,11 +15,10 @@ import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit import gitops
+from patchkit import gitops, ui
 from patchkit.apply import BASE_REF, BRANCH, ApplyOptions, build_series
 from patchkit.classify import (
     LABELS,
@@ -61,12 +60,6 @@ _UPSTREAM_HAS_IT = ("upstreamed", "obsolete")
 STATE_FILE = "patchkit-rebase.json"
 REBASE_DIR = "rebase"
 REBASE_IDENTITY = gitops.Identity("patchkit rebase", "rebase@patchkit.invalid", "946684800 +0000")
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass
@@ -145,7 +138,6 @@ def classify_rebase(
     series_version: str,
     ref: str,
     pin: NewPin | None = None,
-    progress: Progress = _quiet,
 ) -> RebaseReport:
     """Carry every patch of `series` from `old_base` onto `new_base` and label each one.
 
@@ -174,7 +166,6 @@ def classify_rebase(
         old_base.commit,
         new_base_facts(new_base, mirror.path.parent.parent),  # <cache>/mirrors/<name>.git
         range_ids=range_ids,
-        progress=progress,
     )
     report.outcomes = carry.outcomes
     report.tip = carry.tip
@@ -214,7 +205,6 @@ def leave_conflict_tree(
     *,
     write: bool,
     read: SeriesRead | None = None,
-    progress: Progress = _quiet,
 ) -> None:
     """Replay the series from the first conflicting patch with `git rebase` in a scratch clone,
     stopping at the conflict with markers in the files; records what --continue needs (with
@@ -228,7 +218,7 @@ def leave_conflict_tree(
     with locked(
         dest.parent / f".{dest.name}.patchkit.lock",
         f"the conflict work tree {dest}",
-        notify=progress,
+        notify=ui.progress,
     ):
         if dest.exists():
             raise UsageError(
@@ -236,11 +226,11 @@ def leave_conflict_tree(
                 hint="`patchkit rebase --continue` or `patchkit rebase --abort`",
             )
         sweep_removed(dest)  # left by a killed run
-        progress(f"leaving a work tree with the conflict in {dest}")
+        ui.progress(f"leaving a work tree with the conflict in {dest}")
         scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))
         try:
             finished = _make_conflict_tree(
-                report, mirror, series, scratch / "tree", write=write, read=read, progress=progress
+                report, mirror, series, scratch / "tree", write=write, read=read
             )
             os.replace(scratch / "tree", dest)
         except KeyboardInterrupt:
@@ -268,7 +258,6 @@ def _make_conflict_tree(
     *,
     write: bool,
     read: SeriesRead | None,
-    progress: Progress,
 ) -> bool:
     """Build the conflict tree and its state file in `dest`; True if git finished the replay."""
     first = report.conflicted[0]
@@ -409,9 +398,7 @@ def _base_from(data: dict) -> Base:
     return Base(**data)
 
 
-def continue_rebase(
-    dest: Path, target: Target, series: Series, progress: Progress = _quiet
-) -> tuple[RebaseReport, bool]:
+def continue_rebase(dest: Path, target: Target, series: Series) -> tuple[RebaseReport, bool]:
     """Resume a rebase stopped on a conflict; returns (report, wants_write)."""
     path = _state_path(dest)
     if not path.is_file():
@@ -428,7 +415,7 @@ def continue_rebase(
                 f"{dest} still has unresolved conflicts: {', '.join(unresolved)}",
                 hint=f"resolve them, `git add` the files in {dest}, then --continue again",
             )
-        progress("git rebase --continue")
+        ui.progress("git rebase --continue")
         gitops.rebase_continue(tree, REBASE_IDENTITY)
     old_base, new_base = _base_from(state["old_base"]), _base_from(state["new_base"])
     pin = NewPin(**state["pin"]) if state.get("pin") else None

@@ -586,7 +586,7 @@ def test_a_release_no_line_carries_is_the_unpatched_index_wheel(tmp_path, sglang
     # A stand-in for the 0.5.10 index download (a real wheel under that name): only which
     # source is chosen, and its label, are under test here.
     os.link(sglang_wheels["cp311"], wheels / "sglang-0.5.10-py3-none-any.whl")
-    loose = sources._wheel_line("0.5.10", lambda _m: None, tmp_path / "c")
+    loose = sources._wheel_line("0.5.10", tmp_path / "c")
     assert loose.patched is False and "(unpatched: no line is pinned to it)" in loose.label
 
 

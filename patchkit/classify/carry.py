@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from unidiff import PatchSet
 
-from patchkit import gitops
+from patchkit import gitops, ui
 from patchkit.apply import RunTrees, commit_message_for, disjoint_runs, patch_identity
 from patchkit.classify.definitions import definitions_signal, relocated_signal
 from patchkit.classify.delta import Delta, upstream_delta
@@ -33,8 +32,6 @@ from patchkit.export import export_commits
 from patchkit.scratch import temporary_folder
 from patchkit.series import Patch, Series
 
-Progress = Callable[[str], None]
-
 EQUIVALENT_NOTE = (
     "the new base has an equivalent implementation (not the same text): "
     "read it before dropping the patch"
@@ -43,10 +40,6 @@ DECLARED_NOTE = (
     "the patch's own Applied-Upstream: trailer names this release or an earlier one, and it "
     "no longer applies: read upstream's version before dropping it"
 )
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass
@@ -98,7 +91,6 @@ def carry_series(
     new: NewBase,
     *,
     range_ids: dict[str, str] | None = None,
-    progress: Progress = _quiet,
 ) -> Carry:
     """Carry every patch of `series` from `old_base` onto `new` and label each one; the
     carried patches are committed in a chain and exported (clean vs offset).  `range_ids`:
@@ -118,7 +110,7 @@ def carry_series(
         for run in disjoint_runs(series.patches):
             files = []
             for patch in run:
-                progress(f"carrying {patch.name}")
+                ui.progress(f"carrying {patch.name}")
                 patch_file = Path(tmp) / patch.name
                 patch_file.write_bytes(patch.raw)
                 files.append(patch_file)

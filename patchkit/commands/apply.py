@@ -75,35 +75,29 @@ def _run(out, targets, into, line, upstream, fuzz, threeway, allow_unpinned) -> 
             dest = into / spec.target if len(specs) > 1 else into
         _refuse_inside_cache(dest)
         _refuse_the_project(dest, ws.project.root)
-        base = acquire(
-            target,
-            spec.ref,
-            upstream=upstream,
-            allow_unpinned=allow_unpinned,
-            progress=out.progress,
-        )
-        try:
-            report = apply_series(
-                Mirror(target).repo,
-                base,
-                series,
-                dest.absolute(),
-                series_version=ws.targets.series_version,
-                options=ApplyOptions(fuzz=fuzz, threeway=threeway),
-                progress=out.progress,
-                verified=cache_root() / "verified",
-            )
-        except (ApplyError, NothingToDo) as exc:
-            report = getattr(exc, "report", None)
-            if report is None or (
-                isinstance(exc, ApplyError)
-                and not as_json
-                and len(specs) == 1
-                and not report.patches
-            ):
-                raise
-            if isinstance(exc, ApplyError):
-                report.next_step = exc.hint
+        with out.reporting():
+            base = acquire(target, spec.ref, upstream=upstream, allow_unpinned=allow_unpinned)
+            try:
+                report = apply_series(
+                    Mirror(target).repo,
+                    base,
+                    series,
+                    dest.absolute(),
+                    series_version=ws.targets.series_version,
+                    options=ApplyOptions(fuzz=fuzz, threeway=threeway),
+                    verified=cache_root() / "verified",
+                )
+            except (ApplyError, NothingToDo) as exc:
+                report = getattr(exc, "report", None)
+                if report is None or (
+                    isinstance(exc, ApplyError)
+                    and not as_json
+                    and len(specs) == 1
+                    and not report.patches
+                ):
+                    raise
+                if isinstance(exc, ApplyError):
+                    report.next_step = exc.hint
         reports.append(report)
         if not as_json:
             out.echo(render_apply(report))

@@ -107,14 +107,8 @@ def command(
         platforms=tuple(platforms),
         backend_output=output.backend_line if verbose else None,
     )
-    report = build_wheels(
-        ws,
-        ws.expand(targets),
-        profile=profile,
-        options=options,
-        progress=output.progress,
-        line=line,
-    )
+    with output.reporting():
+        report = build_wheels(ws, ws.expand(targets), profile=profile, options=options, line=line)
     if as_json:
         output.document(report.to_json())
     else:

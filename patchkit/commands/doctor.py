@@ -65,19 +65,16 @@ def draft_command(draft, target, line, sglang_source, fix_out, as_json, verbose)
         raise UsageError("pass --line or --sglang-source, not both")
     if not target.exists():
         raise UsageError(f"--target-config {target}: no such file or folder")
-    source = (
-        sources.from_path(sglang_source)
-        if sglang_source
-        else sources.for_line(line, progress=out.progress)
-    )
-    report = check_draft(draft, target, source)
-    fixed_report, fix = None, None
-    if fix_out is not None:
-        if not report.rename and report.fixed_config is None:
-            out.progress("nothing --fix can repair by renaming; no copy written")
-        else:
-            fix = write_fixed(report, draft, fix_out)
-            fixed_report = check_draft(fix.out, target, source)
+    with out.reporting():
+        source = sources.from_path(sglang_source) if sglang_source else sources.for_line(line)
+        report = check_draft(draft, target, source)
+        fixed_report, fix = None, None
+        if fix_out is not None:
+            if not report.rename and report.fixed_config is None:
+                out.progress("nothing --fix can repair by renaming; no copy written")
+            else:
+                fix = write_fixed(report, draft, fix_out)
+                fixed_report = check_draft(fix.out, target, source)
     if as_json:
         doc = report.to_json()
         if fix is not None:

@@ -35,13 +35,10 @@ def _run(out: Output, targets, upstream, allow_unpinned) -> int:
     ws = Workspace.load()
     docs = []
     for spec in ws.expand(targets):
-        base = acquire(
-            ws.target(spec.target),
-            spec.ref,
-            upstream=upstream,
-            allow_unpinned=allow_unpinned,
-            progress=out.progress,
-        )
+        with out.reporting():
+            base = acquire(
+                ws.target(spec.target), spec.ref, upstream=upstream, allow_unpinned=allow_unpinned
+            )
         docs.append(
             {
                 "target": spec.target,

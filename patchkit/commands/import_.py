@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from patchkit import completion, gitops
+from patchkit import completion, gitops, ui
 from patchkit.errors import FetchError, PatchkitError, UsageError
 from patchkit.export import SeriesRead
 from patchkit.import_.overlay import read_overlay
@@ -33,7 +33,7 @@ from patchkit.workspace import Workspace
 SCAN_RELEASES = 6
 
 
-def _releases_not_imported(target, base, mirror, progress):
+def _releases_not_imported(target, base, mirror):
     """(version, commit) of up to SCAN_RELEASES releases after the base the mirror lacks,
     nearest first (its post-releases), each imported from the index when reached."""
     from patchkit.import_.release import imported_releases
@@ -43,9 +43,9 @@ def _releases_not_imported(target, base, mirror, progress):
     have = {version for version, _ in imported_releases(mirror)}
     after = base.release.version if base.release else target.pin
     for version in [v for v in releases_after(target, after) if v not in have][:SCAN_RELEASES]:
-        progress(f"comparing the diff's index lines with {target.name} {version}")
+        ui.progress(f"comparing the diff's index lines with {target.name} {version}")
         try:
-            yield version, resolve_new_base(target, version, progress=progress)[0].commit
+            yield version, resolve_new_base(target, version)[0].commit
         except FetchError:
             continue
 
@@ -108,7 +108,8 @@ def command(
     by = "while the import was proved"
     read = SeriesRead.take(series_dir, ws.project, seen=ws.targets_digest, by=by)
     existing = line_series(ws.project, target)
-    base = acquire(target, spec.ref, progress=output.progress)
+    with output.reporting():
+        base = acquire(target, spec.ref)
     mirror = gitops.Repo(Mirror(target).path, bare=True)
     options = ImportOptions(
         mapping=load_mapping(mapping) if mapping else None,
@@ -118,7 +119,7 @@ def command(
         today=dt.datetime.now(dt.timezone.utc).date(),
         line=target.line,
         lines_at=lines_at(target),
-        more_releases=lambda: _releases_not_imported(target, base, mirror, output.progress),
+        more_releases=lambda: _releases_not_imported(target, base, mirror),
     )
     if overlay is not None:
         paths = set(gitops.tree_paths(mirror, base.commit))
@@ -133,23 +134,24 @@ def command(
             if base.release and release.version == base.release.version:
                 continue
             try:
-                other = acquire(target, release.version, progress=output.progress)
+                other = acquire(target, release.version)
             except PatchkitError:
                 continue
             found.append((f"{target.name} {release.version}", other.commit))
         return found
 
-    output.progress(f"proposing a series for {source.label}")
-    report = propose_import(
-        mirror,
-        base,
-        source,
-        subdir=target.subdir,
-        existing=existing,
-        on_top=into_series,
-        options=options,
-        other_bases=other_bases,
-    )
+    with output.reporting():
+        output.progress(f"proposing a series for {source.label}")
+        report = propose_import(
+            mirror,
+            base,
+            source,
+            subdir=target.subdir,
+            existing=existing,
+            on_top=into_series,
+            options=options,
+            other_bases=other_bases,
+        )
     if report.status == "proposed" and not dry_run and (out is not None or into_series):
         write_proposal(
             report,

@@ -58,7 +58,7 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
 
     def reexporter(target: Target):
         def reexport(_label: str) -> dict[str, bytes]:
-            base = acquire(target, None, progress=out.progress)
+            base = acquire(target, None)
             mirror = Mirror(target).repo
             patches = line_series(ws.project, target)
             stamp = RoundTripStamp.of(
@@ -82,22 +82,23 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
         return reexport
 
     report = LintReport()
-    for name in names:
-        whole = ws.target(name)
-        for line in whole.line_names:
-            if line_names and line not in line_names:
-                continue
-            target = whole.on_line(line)
-            label = target.current_line.series  # the folder under patches/, e.g. sglang/0.5.9
-            out.progress(f"linting {label}")
-            one = lint_target(
-                label,
-                ws.project.patches_dir / label,
-                target.subdir,
-                reexport=None if no_reexport else reexporter(target),
-            )
-            report.findings += one.findings
-            report.checked.update(one.checked)
+    with out.reporting():
+        for name in names:
+            whole = ws.target(name)
+            for line in whole.line_names:
+                if line_names and line not in line_names:
+                    continue
+                target = whole.on_line(line)
+                label = target.current_line.series  # the folder under patches/, e.g. sglang/0.5.9
+                out.progress(f"linting {label}")
+                one = lint_target(
+                    label,
+                    ws.project.patches_dir / label,
+                    target.subdir,
+                    reexport=None if no_reexport else reexporter(target),
+                )
+                report.findings += one.findings
+                report.checked.update(one.checked)
     if as_json:
         out.document(report.to_json())
     else:

@@ -61,16 +61,15 @@ def command(target_name, line, since, html_file, markdown, as_json, verbose) -> 
     ws = Workspace.load()
     names = [ws.targets.get(target_name).name] if target_name else list(ws.targets.targets)
     cache = cache_root()
-    source = index_source(cache, progress=out.progress)
+    source = index_source(cache)
     report = OutlookReport()
-    for name in names:
-        whole = ws.targets.get(name)
-        for line_name in [line] if line else whole.line_names:
-            target = ws.targets.get(name, line_name)
-            series = line_series(ws.project, target)
-            report.lines.append(
-                line_outlook(target, series, source, cache, since=since, progress=out.progress)
-            )
+    with out.reporting():
+        for name in names:
+            whole = ws.targets.get(name)
+            for line_name in [line] if line else whole.line_names:
+                target = ws.targets.get(name, line_name)
+                series = line_series(ws.project, target)
+                report.lines.append(line_outlook(target, series, source, cache, since=since))
     if html_file:
         from patchkit.files import replace_file
         from patchkit.review.render.outlook import render_page

@@ -100,36 +100,7 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     if new_line is not None and not write:
         raise UsageError("--new-line starts a line in patches/: it needs --write")
     if cont or abort:
-        name = ws.targets.get(parse_target_spec(spec).target).name if spec else _only_one(ws)
-        dest = rebase_dir(ws.project.work_dir, name)
-        if not rebase_stopped(dest):  # the same outcome for both, with or without --target
-            abort_rebase(dest)  # sweeps what a removal killed part-way left beside it
-            raise NothingToDo(
-                f"no rebase in progress for {name}"
-                + (f" ({dest} is not a conflict work tree patchkit left)" if dest.exists() else "")
-            )
-        if abort:
-            abort_rebase(dest)
-            out.echo(f"{name}: removed {dest}")
-            return 0
-        target = _stopped_target(ws, name, dest, line)
-        read = stopped_read(dest) or _read(ws, target)
-        report, wanted = continue_rebase(
-            dest, target, line_series(ws.project, target), progress=out.progress
-        )
-        if not report.conflicted and (write or wanted):
-            try:
-                _write(ws, target, report, report.new_line if new_line is None else new_line, read)
-            except SeriesChangedError as exc:
-                exc.hint = (
-                    f"the conflict work tree {dest} is kept (the resolution is in its commits); "
-                    f"`patchkit rebase --target {target.name} --abort` and rebase again from "
-                    "the series as it is now"
-                )
-                raise
-            abort_rebase(dest)
-            report.next_steps = [f"removed the scratch work tree {dest}"]
-        return _finish(out, report, as_json)
+        return _resume(out, ws, spec, line, write, new_line, abort)
     if not spec or "@" not in spec:
         raise UsageError("--target NAME@REF is required (e.g. --target sglang@0.5.10)")
     parsed = parse_target_spec(spec)
@@ -141,31 +112,24 @@ def _run(out, spec, line, write, new_line, conflict_tree, cont, abort, upstream)
     replaced = False
     if keep_tree and dest.exists():
         replaced = replace_untouched(dest)  # refuses a tree holding someone's work
-    old = acquire(target, None, progress=out.progress)
-    new, pin = resolve_new_base(target, parsed.ref, upstream=upstream, progress=out.progress)
-    report = classify_rebase(
-        Mirror(target).repo,
-        target,
-        series,
-        old,
-        new,
-        series_version=ws.targets.series_version,
-        ref=parsed.ref,
-        pin=pin,
-        progress=out.progress,
-    )
-    report.line = target.line
-    report.new_line = _new_line_name(new_line, report)
-    if report.conflicted and keep_tree:
-        leave_conflict_tree(
-            report,
+    with out.reporting():
+        old = acquire(target, None)
+        new, pin = resolve_new_base(target, parsed.ref, upstream=upstream)
+        report = classify_rebase(
             Mirror(target).repo,
+            target,
             series,
-            dest,
-            write=write,
-            read=read,
-            progress=out.progress,
+            old,
+            new,
+            series_version=ws.targets.series_version,
+            ref=parsed.ref,
+            pin=pin,
         )
+        report.line = target.line
+        report.new_line = _new_line_name(new_line, report)
+        if report.conflicted and keep_tree:
+            leave_conflict_tree(report, Mirror(target).repo, series, dest, write=write, read=read)
+    if report.conflicted and keep_tree:
         if replaced:
             report.next_steps.insert(0, f"replaced the untouched conflict work tree in {dest}")
     elif report.conflicted:
@@ -190,6 +154,39 @@ def _new_line_name(new_line: str | None, report: RebaseReport) -> str | None:
             "folder under patches/)"
         )
     return name
+
+
+def _resume(out, ws: Workspace, spec, line, write, new_line, abort: bool) -> int:
+    """--continue or --abort the rebase stopped in the target's conflict work tree."""
+    name = ws.targets.get(parse_target_spec(spec).target).name if spec else _only_one(ws)
+    dest = rebase_dir(ws.project.work_dir, name)
+    if not rebase_stopped(dest):  # the same outcome for both, with or without --target
+        abort_rebase(dest)  # sweeps what a removal killed part-way left beside it
+        raise NothingToDo(
+            f"no rebase in progress for {name}"
+            + (f" ({dest} is not a conflict work tree patchkit left)" if dest.exists() else "")
+        )
+    if abort:
+        abort_rebase(dest)
+        out.echo(f"{name}: removed {dest}")
+        return 0
+    target = _stopped_target(ws, name, dest, line)
+    read = stopped_read(dest) or _read(ws, target)
+    with out.reporting():
+        report, wanted = continue_rebase(dest, target, line_series(ws.project, target))
+    if not report.conflicted and (write or wanted):
+        try:
+            _write(ws, target, report, report.new_line if new_line is None else new_line, read)
+        except SeriesChangedError as exc:
+            exc.hint = (
+                f"the conflict work tree {dest} is kept (the resolution is in its commits); "
+                f"`patchkit rebase --target {target.name} --abort` and rebase again from "
+                "the series as it is now"
+            )
+            raise
+        abort_rebase(dest)
+        report.next_steps = [f"removed the scratch work tree {dest}"]
+    return _finish(out, report, out.json_mode)
 
 
 def _read(ws: Workspace, target) -> SeriesRead:

@@ -65,9 +65,8 @@ def command(targets, line, against, since, html_file, no_diff, as_json, verbose)
         ws.target(name)
     if line is not None:
         check_line_names([ws.target(name) for name in names or ws.targets.targets], [line])
-    review = build_review(
-        ws, targets=names, against=refs, since=since, progress=out.progress, line=line
-    )
+    with out.reporting():
+        review = build_review(ws, targets=names, against=refs, since=since, line=line)
     if html_file is not None:
         replace_file(html_file, html.render(review).encode("utf-8"))
     if as_json:

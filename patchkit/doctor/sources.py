@@ -23,6 +23,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from patchkit import ui
 from patchkit.errors import FetchError, UsageError
 from patchkit.project import cache_root
 
@@ -169,7 +170,6 @@ def from_wheel(
 def for_line(
     line: str | None,
     *,
-    progress=lambda _m: None,
     project: Path | None = None,
     cache: Path | None = None,
 ) -> ModelSource:
@@ -194,8 +194,8 @@ def for_line(
         )
     view = _line_view(target, line) if target is not None else None
     if view is not None:
-        return _pinned_line(ws, view, progress, cache or cache_root())
-    return _wheel_line(line, progress, cache or cache_root())
+        return _pinned_line(ws, view, cache or cache_root())
+    return _wheel_line(line, cache or cache_root())
 
 
 def _line_view(target, line: str | None):
@@ -211,7 +211,7 @@ def _line_view(target, line: str | None):
     return target.on_line(chosen.name) if chosen is not None else None
 
 
-def _pinned_line(ws, target, progress, cache_dir: Path) -> ModelSource:
+def _pinned_line(ws, target, cache_dir: Path) -> ModelSource:
     from patchkit import gitops
     from patchkit.apply import ApplyOptions, build_series
     from patchkit.lines import line_series
@@ -250,8 +250,10 @@ def _pinned_line(ws, target, progress, cache_dir: Path) -> ModelSource:
         if "tip" not in state:
             from patchkit.upstream import acquire
 
-            progress(f"acquiring {target.name} {release.version} and applying line {target.line}")
-            base = acquire(target, None, progress=progress, cache=cache_dir)
+            ui.progress(
+                f"acquiring {target.name} {release.version} and applying line {target.line}"
+            )
+            base = acquire(target, None, cache=cache_dir)
             commit, _ = build_series(
                 Mirror(target, cache_dir).repo, base.commit, series, ApplyOptions()
             )
@@ -270,11 +272,11 @@ def _pinned_line(ws, target, progress, cache_dir: Path) -> ModelSource:
     return ModelSource(label, bool(series.patches), key, read_git, cache, provenance, list_git)
 
 
-def _wheel_line(version: str, progress, cache_dir: Path) -> ModelSource:
+def _wheel_line(version: str, cache_dir: Path) -> ModelSource:
     wheels = cache_dir / "doctor" / "wheels"
     found = sorted(wheels.glob(f"{PACKAGE}-{version}-*.whl")) if wheels.is_dir() else []
     if not found:
-        progress(f"downloading the sglang {version} wheel from the package index")
+        ui.progress(f"downloading the sglang {version} wheel from the package index")
         wheels.mkdir(parents=True, exist_ok=True)
         # Any platform's wheel carries the same Python sources; ask for one pip can name.
         cmd = [

@@ -244,7 +244,7 @@ class Repo:
     @classmethod
     def checkout(cls, path: Path | str) -> Repo:
         """The work tree at `path` (a user's checkout, a rebase's scratch clone)."""
-        return cls(path, bare=False)
+        return cls(path)
 
     def __repr__(self) -> str:
         kind = "bare_at" if self.bare else "checkout"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from patchkit import gitops
@@ -19,12 +18,7 @@ from patchkit.series import Patch, Series, parse_patch
 from patchkit.upstream import Mirror, acquire
 from patchkit.workspace import Workspace
 
-Progress = Callable[[str], None]
 URL_RE = re.compile(r"https?://\S+")
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass
@@ -205,7 +199,6 @@ def target_review(
     *,
     against: str | None = None,
     with_delta: bool = True,
-    progress: Progress = _quiet,
     line: str | None = None,
 ) -> TargetReview:
     """One target's line (default: its default line): its patch table, the combined delta
@@ -217,7 +210,7 @@ def target_review(
     )
     review.line = target.line
     try:
-        base = acquire(target, None, progress=progress)
+        base = acquire(target, None)
         review.base = base.stands_for
         review.base_commit = base.commit
         if with_delta:
@@ -226,16 +219,16 @@ def target_review(
             review.diffstat = gitops.diff_trees(mirror, base.commit, tip, stat=True)
             review.delta = gitops.diff_trees(mirror, base.commit, tip)
         if against:
-            _classify_against(review, target, series, base, against, ws, progress)
+            _classify_against(review, target, series, base, against, ws)
     except PatchkitError as exc:
         review.error = exc.message
     return review
 
 
 def _classify_against(
-    review: TargetReview, target, series: Series, base, ref: str, ws: Workspace, progress: Progress
+    review: TargetReview, target, series: Series, base, ref: str, ws: Workspace
 ) -> None:
-    new, pin = resolve_new_base(target, ref, progress=progress)
+    new, pin = resolve_new_base(target, ref)
     report: RebaseReport = classify_rebase(
         Mirror(target).repo,
         target,
@@ -245,7 +238,6 @@ def _classify_against(
         series_version=ws.targets.series_version,
         ref=ref,
         pin=pin,
-        progress=progress,
     )
     review.against = ref
     review.against_base = new.stands_for
@@ -270,7 +262,6 @@ def build_review(
     against: dict[str, str] | None = None,
     since: str | None = None,
     with_delta: bool = True,
-    progress: Progress = _quiet,
     line: str | None = None,
 ) -> Review:
     """The whole review: every target (or `targets`), `against` = {target: ref}; with
@@ -285,7 +276,6 @@ def build_review(
                 name,
                 against=(against or {}).get(name),
                 with_delta=with_delta,
-                progress=progress,
                 line=line,
             )
         )

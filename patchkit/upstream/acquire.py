@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit import gitops
+from patchkit import gitops, ui
 from patchkit.errors import (
     ConfigError,
     FetchError,
@@ -43,12 +42,6 @@ if TYPE_CHECKING:
 # sdist and wheel importers) is imported there: a run on a base already held never loads it.
 
 GIT_REF = "refs/patchkit/git/{sha}"
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -157,7 +150,6 @@ def acquire(
     upstream: str | None = None,
     allow_unpinned: bool = False,
     offline_git: bool | None = None,
-    progress: Progress = _quiet,
     cache: Path | None = None,
 ) -> Base:
     """Resolve `target@ref` to a commit in the mirror, fetching or importing as needed.
@@ -189,9 +181,7 @@ def acquire(
     with locked(mirror.lock_path, f"the {target.name} mirror"):
         mirror.sweep()
         mirror.ensure()
-        base = _chain(
-            mirror, target, release, want_sha, ref, upstream, offline_git, attempts, progress
-        )
+        base = _chain(mirror, target, release, want_sha, ref, upstream, offline_git, attempts)
         if base is not None:
             mirror.check_objects(base.commit)
     if base is None:
@@ -221,7 +211,6 @@ def _chain(
     upstream: str | None,
     offline_git: bool | None,
     attempts: list[Attempt],
-    progress: Progress,
 ) -> Base | None:
     """The sources in order; the first that gives a base wins."""
     # What the mirror holds of them, read at once: the pinned commit, the release's imports.
@@ -229,9 +218,7 @@ def _chain(
     # A git commit already in the mirror, then an explicit --upstream.
     base = _from_mirror(mirror, target, release, want_sha, ref, held, sdist=False)
     if base is None and upstream:
-        base = _from_git(
-            mirror, target, release, want_sha, ref, upstream, "upstream", attempts, progress
-        )
+        base = _from_git(mirror, target, release, want_sha, ref, upstream, "upstream", attempts)
     # Imports already in the mirror (pinned: their recorded sha256 is checked).
     if base is None:
         base = _from_mirror(mirror, target, release, want_sha, ref, held, sdist=True)
@@ -245,17 +232,15 @@ def _chain(
                 Attempt("git", f"release {release.version} pins no upstream commit to fetch")
             )
         else:
-            base = _from_git(
-                mirror, target, release, want_sha, ref, target.git, "git", attempts, progress
-            )
+            base = _from_git(mirror, target, release, want_sha, ref, target.git, "git", attempts)
     if base is None and release is not None and release.sdist:
-        base = _from_sdist(mirror, target, release, attempts, progress)
+        base = _from_sdist(mirror, target, release, attempts)
     elif base is None and release is not None and release.wheels:
-        base = _from_wheel(mirror, target, release, attempts, progress)
+        base = _from_wheel(mirror, target, release, attempts)
     elif base is None:
         version = _index_version(target, ref) if release is None else None
         if version:
-            base = _from_index_unpinned(mirror, target, version, attempts, progress)
+            base = _from_index_unpinned(mirror, target, version, attempts)
         else:
             attempts.append(
                 Attempt("index", "no pinned release with an sdist or wheel for this ref")
@@ -271,12 +256,12 @@ def _index_version(target: Target, ref: str) -> str | None:
 
 
 def _from_index_unpinned(
-    mirror: Mirror, target: Target, version: str, attempts: list[Attempt], progress: Progress
+    mirror: Mirror, target: Target, version: str, attempts: list[Attempt]
 ) -> Base | None:
     from patchkit.upstream.newbase import from_index_unpinned
 
     try:
-        release, sha, trust = from_index_unpinned(mirror, target, version, progress)
+        release, sha, trust = from_index_unpinned(mirror, target, version)
     except FetchError as exc:
         attempts.append(Attempt("index", exc.message))
         return None
@@ -301,7 +286,6 @@ def resolve_new_base(
     *,
     upstream: str | None = None,
     cache: Path | None = None,
-    progress: Progress = _quiet,
 ) -> tuple[Base, NewPin | None]:
     """The base `target@ref` names, and the pin `--write` would record (None: no change).
 
@@ -313,7 +297,7 @@ def resolve_new_base(
 
     release = target.release(ref)
     if release is not None:
-        base = acquire(target, ref, upstream=upstream, cache=cache, progress=progress)
+        base = acquire(target, ref, upstream=upstream, cache=cache)
         if release.version == target.pin:
             return base, None
         return base, NewPin(
@@ -327,9 +311,7 @@ def resolve_new_base(
             trust="already pinned in targets.toml",
             wheels=[w.to_json() for w in release.wheels],
         )
-    base = acquire(
-        target, ref, upstream=upstream, allow_unpinned=True, cache=cache, progress=progress
-    )
+    base = acquire(target, ref, upstream=upstream, allow_unpinned=True, cache=cache)
     if base.source in ("sdist", "wheel") and base.release is not None:
         new = base.release
         tag = ref if ref.startswith("v") and version_of(ref) else None
@@ -434,10 +416,9 @@ def _from_git(
     source: str,
     label: str,
     attempts: list[Attempt],
-    progress: Progress,
 ) -> Base | None:
     repo = mirror.repo
-    progress(f"fetching {target.name}@{ref} from {source}")
+    ui.progress(f"fetching {target.name}@{ref} from {source}")
     try:
         if release is not None and release.tag:
             _refuse_moved_tag(target, release, source)
@@ -493,16 +474,16 @@ def _match_remote_ref(remote_refs: dict[str, str], ref: str) -> str | None:
 
 
 def _from_sdist(
-    mirror: Mirror, target: Target, release: Release, attempts: list[Attempt], progress: Progress
+    mirror: Mirror, target: Target, release: Release, attempts: list[Attempt]
 ) -> Base | None:
     from patchkit.upstream.sdist import download_sdist, import_sdist
 
     try:
-        archive = download_sdist(release, mirror.root, progress)
+        archive = download_sdist(release, mirror.root)
     except FetchError as exc:
         attempts.append(Attempt("sdist", exc.message))
         return None
-    progress(f"importing {archive.name} into the {target.name} mirror")
+    ui.progress(f"importing {archive.name} into the {target.name} mirror")
     sha = import_sdist(mirror, target, release, archive)
     return _sdist_base(mirror.repo, target, release, sha)
 
@@ -541,18 +522,18 @@ def _cached_wheel(
 
 
 def _from_wheel(
-    mirror: Mirror, target: Target, release: Release, attempts: list[Attempt], progress: Progress
+    mirror: Mirror, target: Target, release: Release, attempts: list[Attempt]
 ) -> Base | None:
     pin = release.base_wheel
     assert pin is not None
     from patchkit.upstream.wheel import download_wheel, import_wheel
 
     try:
-        archive = download_wheel(pin, mirror.root, progress)
+        archive = download_wheel(pin, mirror.root)
     except FetchError as exc:
         attempts.append(Attempt("wheel", exc.message))
         return None
-    progress(f"importing {archive.name} into the {target.name} mirror")
+    ui.progress(f"importing {archive.name} into the {target.name} mirror")
     sha = import_wheel(mirror, target, release, pin, archive)
     return _wheel_base(mirror.repo, target, release, sha)
 

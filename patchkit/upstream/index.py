@@ -14,21 +14,15 @@ import os
 import re
 import urllib.error
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
+from patchkit import ui
 from patchkit.errors import FetchError, PinError
 from patchkit.locks import locked_temp_file
 from patchkit.upstream import pipconf
 
 MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def index_url() -> str:
@@ -157,10 +151,9 @@ def download(
     *,
     expected_sha256: str | None,
     label: str,
-    progress: Progress = _quiet,
 ) -> Path:
     """Download `url` to `dest` (write-then-rename); refuse a sha256 other than expected."""
-    progress(f"downloading {url.rsplit('/', 1)[-1]}")
+    ui.progress(f"downloading {url.rsplit('/', 1)[-1]}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     # flocked until renamed: a mirror's sweep removes only the partial downloads of dead runs
     fd, tmp = locked_temp_file(dest.parent, prefix=f".{dest.name}.download-")

@@ -9,26 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import tarfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from patchkit import gitops
+from patchkit import gitops, ui
 from patchkit.errors import FetchError, PinError
 from patchkit.targets import SHA256_RE, SHA_RE, Release, Target, WheelPin
 from patchkit.upstream.index import normalize_name, project_files
 from patchkit.upstream.mirror import SDIST_REF, WHEEL_REF, Mirror, import_fields, wheel_fields
 from patchkit.upstream.sdist import COMMIT_ID_RES, download_sdist, import_sdist
 from patchkit.upstream.wheel import download_wheel, import_wheel
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass
@@ -66,9 +59,7 @@ def index_name(target: Target) -> str | None:
     return None
 
 
-def from_index_unpinned(
-    mirror: Mirror, target: Target, version: str, progress: Progress = _quiet
-) -> tuple[Release, str, str]:
+def from_index_unpinned(mirror: Mirror, target: Target, version: str) -> tuple[Release, str, str]:
     """Import release `version` from the index as no pin names it: its sdist when there is
     one, else its wheels for the platforms the target already pins.  Returns (provisional
     release, import commit, trust words).  The caller holds the mirror lock."""
@@ -82,9 +73,9 @@ def from_index_unpinned(
         files = project_files(name)
         sdists = [f for f in files if f["filename"].endswith(".tar.gz")]
         if any(_is_version(f["filename"], version, name) for f in sdists):
-            sha = _import_sdist_tofu(mirror, target, version, requirement, progress)
+            sha = _import_sdist_tofu(mirror, target, version, requirement)
         else:
-            wheel_sha = _import_wheels_tofu(mirror, target, name, version, files, progress)
+            wheel_sha = _import_wheels_tofu(mirror, target, name, version, files)
     if sha is not None:
         return _sdist_release(mirror, version, requirement, sha)
     assert wheel_sha is not None
@@ -102,11 +93,9 @@ def _is_version(filename: str, version: str, name: str) -> bool:
         return False
 
 
-def _import_sdist_tofu(
-    mirror: Mirror, target: Target, version: str, requirement: str, progress: Progress
-) -> str:
+def _import_sdist_tofu(mirror: Mirror, target: Target, version: str, requirement: str) -> str:
     provisional = Release(version=version, commit=None, sdist=requirement)
-    archive = download_sdist(provisional, mirror.root, progress)
+    archive = download_sdist(provisional, mirror.root)
     recorded = sdist_recorded_commit(archive, target)
     if recorded and not SHA_RE.match(recorded):
         raise PinError(
@@ -116,7 +105,7 @@ def _import_sdist_tofu(
             f"{target.name}@<full sha>",
         )
     provisional = dataclasses.replace(provisional, commit=recorded)
-    progress(f"importing {archive.name} into the {target.name} mirror")
+    ui.progress(f"importing {archive.name} into the {target.name} mirror")
     return import_sdist(mirror, target, provisional, archive)
 
 
@@ -129,7 +118,7 @@ def wanted_tags(target: Target) -> list[tuple[str, str]]:
 
 
 def _import_wheels_tofu(
-    mirror: Mirror, target: Target, name: str, version: str, files: list[dict], progress: Progress
+    mirror: Mirror, target: Target, name: str, version: str, files: list[dict]
 ) -> str:
     chosen: list[WheelPin] = []
     for python_tag, platform in wanted_tags(target):
@@ -150,12 +139,12 @@ def _import_wheels_tofu(
     if not chosen:
         raise FetchError(f"{name}=={version}: no sdist and no wheel for the pinned platforms")
     provisional = Release(version=version, commit=None, wheels=tuple(chosen))
-    archive = download_wheel(chosen[0], mirror.root, progress)
-    progress(f"importing {archive.name} into the {target.name} mirror")
+    archive = download_wheel(chosen[0], mirror.root)
+    ui.progress(f"importing {archive.name} into the {target.name} mirror")
     sha = import_wheel(mirror, target, provisional, chosen[0], archive)
     # The other wheels are fetched now too: their sha256 is what the index served today.
     for pin in chosen[1:]:
-        download_wheel(pin, mirror.root, progress)
+        download_wheel(pin, mirror.root)
     _remember_wheels(mirror, version, chosen)
     return sha
 

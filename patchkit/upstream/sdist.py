@@ -12,7 +12,6 @@ import re
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -41,19 +40,13 @@ COMMIT_ID_RES = (
     re.compile(r"""__git_version__\s*=\s*['"]([0-9a-f]{7,40})['"]"""),
 )
 
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
-
 
 def sdist_path(release: Release, cache: Path) -> Path:
     name, _, version = (release.sdist or "").partition("==")
     return cache / "sdists" / f"{normalize_name(name)}-{version.strip()}.tar.gz"
 
 
-def download_sdist(release: Release, cache: Path, progress: Progress = _quiet) -> Path:
+def download_sdist(release: Release, cache: Path) -> Path:
     """Download the release's sdist into the cache (write-then-rename) and check its sha256."""
     dest = sdist_path(release, cache)
     if dest.is_file() and file_sha256(dest) == release.sdist_sha256:
@@ -71,7 +64,6 @@ def download_sdist(release: Release, cache: Path, progress: Progress = _quiet) -
         dest,
         expected_sha256=release.sdist_sha256 or index_sha,
         label=release.sdist or name,
-        progress=progress,
     )
 
 

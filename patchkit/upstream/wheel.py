@@ -16,7 +16,6 @@ import re
 import stat
 import tempfile
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -35,25 +34,19 @@ if TYPE_CHECKING:
 COMPILED_RE = re.compile(r"\.(so(\.[0-9]+)*|pyd|dll|dylib)$")
 ELF_MAGIC = b"\x7fELF"
 
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
-
 
 def wheel_path(pin: WheelPin, cache: Path) -> Path:
     return cache / "wheels" / pin.filename
 
 
-def download_wheel(pin: WheelPin, cache: Path, progress: Progress = _quiet) -> Path:
+def download_wheel(pin: WheelPin, cache: Path) -> Path:
     """The pinned wheel in the cache: reused when its sha256 matches, else downloaded from the
     index (write-then-rename) and refused, with nothing written, on a sha256 mismatch."""
     dest = wheel_path(pin, cache)
     if dest.is_file() and file_sha256(dest) == pin.sha256:
         return dest
     url, _ = find_file(pin.distribution, {pin.filename}, f"{pin.filename}: no such wheel")
-    return download(url, dest, expected_sha256=pin.sha256, label=pin.filename, progress=progress)
+    return download(url, dest, expected_sha256=pin.sha256, label=pin.filename)
 
 
 def check_wheel_file(path: Path, pin: WheelPin) -> None:

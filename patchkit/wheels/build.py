@@ -1,7 +1,7 @@
 """Building patched wheels: apply the series into a clean tree, build it with the PyPA `build`
 frontend, then make the wheel reproducible and add its provenance and SBOM.
 
-The core returns `BuildReport`s and never prints; progress goes through the `progress` callable.
+The core returns `BuildReport`s and never prints; progress goes through `ui.progress`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 import build as pypa_build
-from patchkit import __version__, gitops, scratch
+from patchkit import __version__, gitops, scratch, ui
 from patchkit.apply import ApplyReport, apply_series
 from patchkit.compat import tomllib
 from patchkit.errors import BuildError, ConfigError, Interrupted, PinError, UsageError
@@ -46,14 +46,9 @@ from patchkit.wheels.repack import check_same_sources, check_series_paths, repac
 from patchkit.wheels.reproducible import dist_info_dir, normalize_wheel
 from patchkit.wheels.sbom import SBOM_DIR, SBOM_FILE, make_sbom
 
-Progress = Callable[[str], None]
 BackendOutput = Callable[[str], None]
 BACKEND_TAIL_LINES = 3  # lines of the backend's output a failure's one-line error quotes
 ATTR_VERSION_RE = re.compile(r"""^__version__\s*=\s*['"][^'"]*['"][ \t]*$""", re.M)
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def wheel_version(upstream_version: str, variant: str, series_hash: str) -> str:
@@ -456,7 +451,7 @@ def _move_aside(work: Path) -> None:
 
 
 def _apply_into(
-    tree: Path, mirror: Mirror, base: Base, series: Series, series_version: str, progress: Progress
+    tree: Path, mirror: Mirror, base: Base, series: Series, series_version: str
 ) -> ApplyReport:
     """The series applied into `tree`, a new directory (apply's build record in the cache)."""
     return apply_series(
@@ -465,7 +460,6 @@ def _apply_into(
         series,
         tree,
         series_version=series_version,
-        progress=progress,
         verified=mirror.root / "verified",
     )
 
@@ -519,7 +513,6 @@ def build_target(
     profile: BuildProfile,
     options: BuildOptions,
     cache: Path | None = None,
-    progress: Progress = _quiet,
 ) -> WheelBuild:
     """Apply `series` onto `base` in a clean tree and build the patched, versioned wheel."""
     started = time.monotonic()
@@ -534,7 +527,7 @@ def build_target(
     written: list[Path] = []
     with (
         locked(
-            options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
+            options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=ui.progress
         ),
         _say_what_was_left(options.out, work, written),
         ExitStack() as stack,
@@ -550,7 +543,7 @@ def build_target(
             else None
         )
         try:
-            report = _apply_into(tree, mirror, base, series, series_version, progress)
+            report = _apply_into(tree, mirror, base, series, series_version)
             sweeper = _sweep(work)  # after the checkout, which it would slow down
             epoch = gitops.commit_date(mirror.repo, base.commit)
             _check_submodules(tree, target, base)
@@ -564,7 +557,7 @@ def build_target(
                 **pin_version(project_dir, version, base.upstream_commit),
             }
             log = work / "build.log"
-            progress(
+            ui.progress(
                 f"building the {target.name} {version} wheel "
                 f"({'isolated environment' if isolated else 'this environment'})"
             )
@@ -603,7 +596,7 @@ def build_target(
             source_date_epoch=epoch,
         )
         sbom = make_sbom(prov, series)
-        progress(f"writing {raw.name} (reproducible layout, provenance, SBOM)")
+        ui.progress(f"writing {raw.name} (reproducible layout, provenance, SBOM)")
         with zipfile.ZipFile(raw) as zf:
             dist_info = dist_info_dir(zf.namelist())
         dest = options.out / raw.name
@@ -633,7 +626,6 @@ def build_wheels(
     profile: BuildProfile,
     options: BuildOptions,
     cache: Path | None = None,
-    progress: Progress = _quiet,
     line: str | None = None,
 ) -> BuildReport:
     """Build the patched wheel(s) of every target in `specs` (empty series are skipped).
@@ -659,7 +651,7 @@ def build_wheels(
         # a release with pinned wheels only is its own base.
         offline = True if release and (release.sdist or release.wheels) else None
         try:
-            base = acquire(target, spec.ref, progress=progress, cache=cache, offline_git=offline)
+            base = acquire(target, spec.ref, cache=cache, offline_git=offline)
         except PinError as exc:
             if exc.hint and "--allow-unpinned" in exc.hint:
                 raise PinError(
@@ -676,7 +668,6 @@ def build_wheels(
             profile=profile,
             options=options,
             cache=cache,
-            progress=progress,
         )
         if base.source == "wheel":
             report.wheels.extend(repack_target(target, series, base, **common))
@@ -743,7 +734,6 @@ def repack_target(
     profile: BuildProfile,
     options: BuildOptions,
     cache: Path | None = None,
-    progress: Progress = _quiet,
 ) -> list[WheelBuild]:
     """Apply `series` onto a wheel base and repack each chosen pinned wheel with the result."""
     started = time.monotonic()
@@ -752,13 +742,13 @@ def repack_target(
     pins = select_wheels(release, options)
     version = wheel_version(release.version, profile.variant, series.hash())
     mirror = Mirror(target, cache) if cache else Mirror(target)
-    base_wheel = download_wheel(release.base_wheel, mirror.root, progress)
+    base_wheel = download_wheel(release.base_wheel, mirror.root)
     work = options.work_root / f"{target.name}-{target.line}"
     builds: list[WheelBuild] = []
     written: list[Path] = []
     with (
         locked(
-            options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=progress
+            options.work_root / f".{target.name}.lock", f"the build tree {work}", notify=ui.progress
         ),
         _say_what_was_left(options.out, work, written),
         zipfile.ZipFile(base_wheel) as zbase,
@@ -768,7 +758,7 @@ def repack_target(
         _move_aside(work)
         work.mkdir(parents=True)
         tree = work / "tree"
-        applied = _apply_into(tree, mirror, base, series, series_version, progress)
+        applied = _apply_into(tree, mirror, base, series, series_version)
         sweeper = _sweep(work)
         changes = tree_changes(tree, target.subdir, layout, zbase)
         epoch = gitops.commit_date(mirror.repo, base.commit)
@@ -776,11 +766,11 @@ def repack_target(
         log = work / "build.log"
         for pin in pins:
             one = time.monotonic()
-            path = download_wheel(pin, mirror.root, progress)
+            path = download_wheel(pin, mirror.root)
             if pin != release.base_wheel:
                 with zipfile.ZipFile(path) as zother:
                     check_same_sources(zbase, zother, pin.filename)
-            progress(f"repacking {pin.filename} as {name} {version}")
+            ui.progress(f"repacking {pin.filename} as {name} {version}")
             prov = make_provenance(
                 distribution=name,
                 version=version,

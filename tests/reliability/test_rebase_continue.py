@@ -98,6 +98,7 @@ def test_a_patch_left_out_by_hand_is_dropped_and_an_upstreamed_one_keeps_its_evi
 def test_the_printed_commands_quote_every_path(tmp_path):
     """The steps printed at a conflict are pasted into a shell: a folder or a conflicted file
     whose name holds a space, `;` or `$(...)` must be a name there, never a command."""
+    from patchkit import gitops
     from patchkit.rebase import conflict_steps
 
     tree = tmp_path / "my proj $(touch PWNED)"
@@ -115,7 +116,7 @@ def test_the_printed_commands_quote_every_path(tmp_path):
     git(tree, "commit", "-qam", "main")
     merge = subprocess.run(["git", "merge", "-q", "other"], cwd=tree, capture_output=True)
     assert merge.returncode != 0
-    steps = conflict_steps(tree, "toy", False)
+    steps = conflict_steps(gitops.Repo.checkout(tree), "toy", False)
     (tree / name).write_text("resolved\n")
     script = "\n".join([steps[0], next(s for s in steps if s.startswith("git add"))])
     subprocess.run(["sh", "-ec", script], cwd=tmp_path, check=True, capture_output=True)
