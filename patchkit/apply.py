@@ -162,8 +162,6 @@ def build_series(
     base: str,
     series: Series,
     options: ApplyOptions = ApplyOptions(),
-    *,
-    bare: bool = False,
 ) -> tuple[str, list[PatchResult]]:
     """Apply every patch of `series` onto `base` as commits in `repo`; never touches a work tree.
 
@@ -178,11 +176,7 @@ def build_series(
     patch by patch. A run that does not apply as a whole is built patch by patch too (git
     applies none of it), which finds the failing patch and its already-applied, fuzz and
     3-way outcomes exactly as before.
-
-    (`bare` is for patchkit/import_ only, which still passes a path: every other caller passes
-    the mirror's `Repo`.)
     """
-    repo = gitops.as_repo(repo, bare)
     results: list[PatchResult] = []
     tree = base  # the tree-ish the next patch applies to (the scratch index holds it)
     links = _symlinks_of_series(repo, base, series)

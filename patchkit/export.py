@@ -131,12 +131,8 @@ def _subject(message: bytes) -> str:
         return re.sub(r"\n[ \t]+", " ", match.group(1)).strip()
 
 
-def export_commits(
-    repo: gitops.Repo, base: str, tip: str, *, bare: bool = False
-) -> list[ExportedPatch]:
-    """The patch files the commits base..tip export to, in order (`bare` is for
-    patchkit/import_ only, which still passes a path; every other caller passes a Repo)."""
-    repo = gitops.as_repo(repo, bare)
+def export_commits(repo: gitops.Repo, base: str, tip: str) -> list[ExportedPatch]:
+    """The patch files the commits base..tip export to, in order."""
     commits = gitops.rev_list(repo, base, tip, first_parent=True)
     messages = split_mbox(gitops.format_patches(repo, base, tip)) if commits else []
     if len(messages) != len(commits):

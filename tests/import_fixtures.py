@@ -185,7 +185,7 @@ def monolith(tmp_path_factory, warm_mirrors, workspace) -> Monolith:
     from patchkit.upstream import SDIST_REF, Mirror
 
     mirror = Mirror(workspace.target("sglang"), warm_mirrors).path
-    base = gitops.resolve(mirror, SDIST_REF.format(version="0.5.9"), bare=True)
+    base = gitops.resolve(gitops.Repo.bare_at(mirror), SDIST_REF.format(version="0.5.9"))
     return build_monolith(mirror, base, tmp_path_factory.mktemp("monolith"))
 
 

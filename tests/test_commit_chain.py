@@ -74,3 +74,10 @@ def test_plain_identity_is_only_what_commit_tree_keeps():
 def test_empty_chain_is_the_base(tmp_path):
     path, base, _ = _repo(tmp_path, True)
     assert gitops.commit_chain(gitops.Repo.bare_at(path), base, []) == []
+
+
+def test_a_verb_takes_a_repo_never_a_path(tmp_path):
+    path, base, _ = _repo(tmp_path, True)
+    with pytest.raises(TypeError, match="takes a Repo"):
+        gitops.has_commit(path, base)  # a guessed bareness would run git in the wrong place
+    assert gitops.has_commit(gitops.Repo.bare_at(path), base)

@@ -50,8 +50,8 @@ def _tree_of_series(directory, base_ref="0.5.9"):
     target = ws.target("sglang")
     base = acquire(target, base_ref)
     series = load_series(directory, "sglang")
-    tip, _ = build_series(Mirror(target).path, base.commit, series, bare=True)
-    return gitops.tree_of(Mirror(target).path, tip, bare=True), series
+    tip, _ = build_series(Mirror(target).repo, base.commit, series)
+    return gitops.tree_of(Mirror(target).repo, tip), series
 
 
 def test_monolithic_diff_by_area_dry_run_writes_nothing(cache, project, monolith):  # noqa: F811
@@ -189,7 +189,7 @@ def test_overlay_directory_with_backups(cache, monolith, tmp_path):  # noqa: F81
         dest = overlay / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes((monolith.tree / path).read_bytes())
-        original = gitops.show_file(monolith.tree, monolith.base, path)
+        original = gitops.show_file(gitops.Repo.checkout(monolith.tree), monolith.base, path)
         if original is not None:
             (overlay / (rel + ".bak")).write_bytes(original)
     out = tmp_path / "out"
@@ -380,7 +380,7 @@ def test_diff_against_another_pinned_release_says_which(cache_0510, project, mon
     from patchkit.upstream import SDIST_REF
 
     mirror = cache_0510 / "mirrors" / "sglang.git"
-    new = gitops.resolve(mirror, SDIST_REF.format(version="0.5.10"), bare=True)
+    new = gitops.resolve(gitops.Repo.bare_at(mirror), SDIST_REF.format(version="0.5.10"))
     work = tmp_path / "w"
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(mirror), str(work)], check=True)
     git(work, "checkout", "-q", new)
@@ -514,7 +514,7 @@ def test_plain_diff_made_in_site_packages(cache, monolith, tmp_path):  # noqa: F
             data = (
                 (source / path).read_bytes()
                 if source
-                else gitops.show_file(monolith.tree, monolith.base, path)
+                else gitops.show_file(gitops.Repo.checkout(monolith.tree), monolith.base, path)
             )
             if data is None:
                 continue
@@ -536,8 +536,8 @@ def test_plain_diff_made_in_site_packages(cache, monolith, tmp_path):  # noqa: F
         ["git", "diff", "--full-index", monolith.base, "HEAD", "--", *changed],
         cwd=monolith.tree, capture_output=True, check=True,
     ).stdout  # fmt: skip
-    proved = gitops.diff_trees(Mirror(Workspace.load().target("sglang")).path, monolith.base,
-                               report.proved_tree, bare=True)  # fmt: skip
+    proved = gitops.diff_trees(Mirror(Workspace.load().target("sglang")).repo, monolith.base,
+                               report.proved_tree)  # fmt: skip
     assert proved.encode() == expected
 
 
@@ -833,7 +833,7 @@ def test_a_diff_made_against_a_post_release_is_named_by_its_index_lines(
     for name, ref in (("post1", sglang_0512post1), ("plain", "refs/patchkit/wheel/0.5.12")):
         work = tmp_path / name
         subprocess.run(["git", "clone", "-q", "--no-checkout", str(mirror), str(work)], check=True)
-        git(work, "checkout", "-q", gitops.resolve(mirror, ref, bare=True))
+        git(work, "checkout", "-q", gitops.resolve(gitops.Repo.bare_at(mirror), ref))
         edit_function(work / GATE_FILE, "apply_aiter_all_reduce_fusion", "aiter-gate")
         diffs[name] = tmp_path / f"{name}.patch"
         diffs[name].write_text(git(work, "diff"))
@@ -842,7 +842,7 @@ def test_a_diff_made_against_a_post_release_is_named_by_its_index_lines(
     if not in_mirror:
         git(mirror, "update-ref", "-d", post1_ref)
     post1 = patchkit("import", str(diffs["post1"]), "--target", "sglang@0.5.12", "--dry-run")
-    assert gitops.resolve(mirror, post1_ref, bare=True) == sglang_0512post1
+    assert gitops.resolve(gitops.Repo.bare_at(mirror), post1_ref) == sglang_0512post1
     plain = patchkit("import", str(diffs["plain"]), "--target", "sglang@0.5.12", "--dry-run")
 
     assert post1.returncode == 1, post1.stdout + post1.stderr

@@ -10,7 +10,8 @@ an environment built from scratch and the pinned settings (see BASE_ENV, SETTING
 user or system configuration and no inherited GIT_* variable changes a result. A Repo is
 made once where a repository enters the code, `Repo.bare_at(path)` for a mirror of the
 cache and `Repo.checkout(path)` for a work tree, and passed down: every verb takes a `Repo`
-(its bareness known once, never threaded) and goes through the same funnel.
+(its bareness known once, never threaded; a path is refused) and goes through the same
+funnel.
 
 The modules, by concern: `repo` (the environment, settings and funnel), `faults` (git's
 failures as exceptions), `refs` (refs, commits, history), `trees` (indexes, trees and

@@ -364,14 +364,17 @@ def as_repo(repo: Repo | Path | str, bare: bool = False) -> Repo:
 
 def verb(func: Callable) -> Callable:
     """Mark a verb: it takes a `Repo` (made where the repository enters the code, with
-    `Repo.bare_at` or `Repo.checkout`), never a path.
-
-    Until patchkit/import_ passes Repos too, a path with `bare=` is still turned into one
-    here; nothing else of patchkit calls a verb so."""
+    `Repo.bare_at` or `Repo.checkout`), never a path; a path is refused at once, since a
+    guessed bareness would run git in the wrong place."""
 
     @functools.wraps(func)
-    def call(repo: Repo | Path | str, *args, bare: bool = False, **kwargs):
-        return func(as_repo(repo, bare), *args, **kwargs)
+    def call(repo: Repo, *args, **kwargs):
+        if not isinstance(repo, Repo):
+            raise TypeError(
+                f"gitops.{func.__name__} takes a Repo (Repo.bare_at or Repo.checkout), "
+                f"not {type(repo).__name__}"
+            )
+        return func(repo, *args, **kwargs)
 
     return call
 

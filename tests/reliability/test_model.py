@@ -160,7 +160,7 @@ def _named_refusal(code: int, stderr: str) -> str | None:
     """None when a run succeeded or refused properly; else what was wrong."""
     if code in (0, 3):
         return None
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("  [")]
     if code in (1, 2) and lines and lines[0].startswith("patchkit: error: "):
         if "internal error" not in stderr and "Traceback" not in stderr and len(lines) <= 2:
             return None
@@ -278,7 +278,8 @@ class NothingLost(RuleBasedStateMachine):
         self._wait_for_orphans()
         _count(f"interrupted apply ({signal_name}) exit {done.returncode}")
         if done.returncode == 130:
-            lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+            said = done.stderr.splitlines()
+            lines = [ln for ln in said if ln.strip() and not ln.startswith("  [")]  # no progress
             assert len(lines) == 1 and lines[0].startswith("patchkit: interrupted; "), done.stderr
         elif done.returncode != -9:
             problem = _named_refusal(done.returncode, done.stderr)
