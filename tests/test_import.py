@@ -38,7 +38,7 @@ def _propose(source, *, mapping=None, existing=None, threeway=False, by_area=Fal
         today=TODAY,
     )
     return propose_import(
-        Mirror(target).path, base, source, subdir="python", existing=existing, options=options
+        Mirror(target).repo, base, source, subdir="python", existing=existing, options=options
     )
 
 

@@ -110,7 +110,7 @@ def command(
     existing = line_series(ws.project, target)
     with output.reporting():
         base = acquire(target, spec.ref)
-    mirror = gitops.Repo(Mirror(target).path, bare=True)
+    mirror = Mirror(target).repo
     options = ImportOptions(
         mapping=load_mapping(mapping) if mapping else None,
         by_area=by_area,

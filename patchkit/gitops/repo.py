@@ -357,11 +357,6 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def as_repo(repo: Repo | Path | str, bare: bool = False) -> Repo:
-    """`repo` itself when it is a Repo (its bareness is known once), else a Repo of the path."""
-    return repo if isinstance(repo, Repo) else Repo(repo, bare)
-
-
 def verb(func: Callable) -> Callable:
     """Mark a verb: it takes a `Repo` (made where the repository enters the code, with
     `Repo.bare_at` or `Repo.checkout`), never a path; a path is refused at once, since a

@@ -198,7 +198,7 @@ OtherBases = Callable[[], list[tuple[str, str]]]
 
 
 def propose_import(
-    repo: gitops.Repo | Path,
+    mirror: gitops.Repo,
     base: Base,
     source: ImportSource,
     *,
@@ -209,9 +209,7 @@ def propose_import(
     other_bases: OtherBases | None = None,
 ) -> ImportReport:
     """Propose a series for `source` against `base`, or on top of the `existing` series with
-    `on_top`; overlaps with `existing` are reported either way. `repo` is the target's mirror
-    (a path is taken as the bare mirror)."""
-    mirror = gitops.as_repo(repo, bare=True)
+    `on_top`; overlaps with `existing` are reported either way. `mirror` is the target's."""
     options = options or ImportOptions()
     report = ImportReport(
         base.target, source.label, source.sha256, base, "series" if on_top else "base"
