@@ -503,6 +503,7 @@ def _build(
     try:
         result, results = build_series(mirror, base.commit, series, options)
     except ApplyError as exc:
+        exc.hint = _refresh_hint(base, series)
         report.patches = getattr(exc, "results", [])
         report.status = "failed"
         report.error = exc.message
@@ -514,6 +515,16 @@ def _build(
     report.patches = results
     report.result = result
     return result
+
+
+def _refresh_hint(base: Base, series: Series) -> str:
+    """The next step after a patch failed on `base`, with the ref and line spelled out."""
+    ref = base.release.version if base.release else (base.upstream_commit or base.commit)[:12]
+    line = f" --line {shlex.quote(series.directory.name)}" if series.directory.name else ""
+    return (
+        "retry with --3way (3-way merge on the recorded blobs) or --fuzz 1, or carry the "
+        f"series onto it: `patchkit rebase --target {base.target}@{ref}{line}`"
+    )
 
 
 # The modules whose code decides which commits a series build writes.

@@ -109,7 +109,10 @@ def test_failing_patch_leaves_new_dir_absent(tmp_path, project, small_series):
     assert result.returncode == 1
     assert "broken.patch does not apply" in result.stdout + result.stderr
     assert COMMUNICATOR in result.stdout and "@@ -" in result.stdout
-    assert "next:" in result.stdout + result.stderr
+    # the next step names the real ref and line, something a user can paste
+    assert "next: retry with --3way" in result.stdout, result.stdout
+    assert "`patchkit rebase --target sglang@0.5.9 --line 0.5.9`" in result.stdout
+    assert "<ref>" not in result.stdout + result.stderr
     assert not into.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tree.patchkit-")]
 
