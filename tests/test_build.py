@@ -195,6 +195,10 @@ def test_flashinfer_builds_a_pure_python_wheel_with_its_version_and_patch(
     prov = json.loads(_read(wheel, ".dist-info/patchkit.json"))
     assert [p["name"] for p in prov["series"]["patches"]] == series.names
     assert validate_sbom(_read(wheel, ".dist-info/sboms/patchkit.cdx.json")) is None
+    # the patched tree is gone once the wheel is written; its build log stays
+    work = build_flashinfer.project / "work" / "build" / "flashinfer"
+    assert sorted(p.name for p in work.iterdir()) == ["build.log"]
+    assert [w["tree"] for w in build_flashinfer.report["wheels"]] == [None]
 
 
 def test_an_empty_series_is_skipped_not_built(project, cache):

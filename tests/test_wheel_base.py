@@ -267,6 +267,14 @@ def test_build_repacks_and_refuses_compiled_or_outside_files(toy, tmp_path):
         prov = json.loads(zf.read(f"{info}/patchkit.json"))
         assert prov["series"]["line"] == "1.0" and prov["upstream"]["source"] == "wheel"
     assert patchkit("inspect", str(wheel)).returncode == 0
+    # a build that succeeded leaves its log, not its patched tree; --keep-tree keeps it
+    work = toy["project"] / "work" / "build" / "toy-1.0"
+    assert [w["tree"] for w in doc["wheels"]] == [None]
+    assert sorted(p.name for p in work.parent.iterdir()) == ["toy-1.0"]
+    assert sorted(p.name for p in work.iterdir()) == ["build.log"]
+    kept = patchkit("build", "--target", "toy@1.0", "--out", str(out), "--keep-tree", "--json")
+    assert [w["tree"] for w in result_of(kept.stdout)["wheels"]] == [str(work / "tree")]
+    assert (work / "tree" / "python" / "toy" / "core.py").is_file()
     for path, what in (
         ("python/pyproject.toml", "not in the wheel"),
         ("python/toy/_new.cpython-311-x86_64-linux-gnu.so", "compiled"),
@@ -279,6 +287,7 @@ def test_build_repacks_and_refuses_compiled_or_outside_files(toy, tmp_path):
         r = patchkit("build", "--target", "toy@1.0", "--out", str(out2))
         assert r.returncode == 1 and what in r.stderr, (path, r.stderr)
         assert not out2.exists() or not list(out2.iterdir())
+        assert (work / "tree" / "python" / "toy" / "core.py").is_file()  # kept to look into
 
 
 # --- the real sglang 0.5.12 and 0.5.17 wheels -------------------------------------------------

@@ -60,6 +60,12 @@ def render_build(report: BuildReport) -> str:
     help="Directory for the wheels (default: dist/ in the project).",
 )
 @click.option(
+    "--keep-tree",
+    is_flag=True,
+    help="Keep the patched tree in work/build/<target>/ after a build that succeeds "
+    "(a failed build always keeps it); else only its build.log stays.",
+)
+@click.option(
     "--no-isolation",
     is_flag=True,
     help="Build in this environment (its build requirements must be installed) "
@@ -90,8 +96,9 @@ def render_build(report: BuildReport) -> str:
     help="Stream the build backend's output (to stderr, as it comes) and every progress line.",
 )
 def command(
-    targets, profile_name, out, no_isolation, line, python_tags, platforms, as_json, verbose
-) -> int:
+    targets, profile_name, out, keep_tree, no_isolation, line, python_tags, platforms, as_json,
+    verbose,
+) -> int:  # fmt: skip
     """Apply the series into a clean tree and build each patched target's wheel(s)."""
     output = Output(json_mode=as_json, verbose=verbose)
     ws = Workspace.load()
@@ -103,6 +110,7 @@ def command(
         out=out_dir,
         work_root=ws.project.work_dir / "build",
         isolation=not no_isolation,
+        keep_tree=keep_tree,
         python_tags=tuple(python_tags),
         platforms=tuple(platforms),
         backend_output=output.backend_line if verbose else None,

@@ -66,7 +66,7 @@ class WheelBuild:
     sha256: str
     provenance: Provenance
     seconds: float
-    tree: Path
+    tree: Path | None  # None: removed after the build (--keep-tree keeps it)
     log: Path
     provenance_path: str  # inside the wheel
     sbom_path: str
@@ -97,7 +97,7 @@ class WheelBuild:
             "source_date_epoch": prov.source_date_epoch,
             "provenance": self.provenance_path,
             "sbom": self.sbom_path,
-            "tree": str(self.tree),
+            "tree": str(self.tree) if self.tree is not None else None,
             "log": str(self.log),
             "seconds": round(self.seconds, 2),
         }
@@ -140,6 +140,9 @@ class BuildOptions:
     platforms: tuple[str, ...] = ()
     # Each line of the build backend's output as it comes (`-v`); None: only the build log.
     backend_output: BackendOutput | None = None
+    # Keep the patched tree (work/build/<target>/tree) after a build that succeeded; else
+    # only its build.log stays (a failed build keeps its tree to look into).
+    keep_tree: bool = False
 
 
 # --- the version a backend gives the wheel -----------------------------------------------------
@@ -444,10 +447,24 @@ def _check_submodules(tree: Path, target: Target, base: Base) -> None:
             )
 
 
-def _move_aside(work: Path) -> None:
-    """Rename the previous build of this target out of the way (instant; swept later)."""
-    if work.exists():
-        os.replace(work, work.with_name(f".trash-{work.name}-{os.getpid()}-{time.monotonic_ns()}"))
+def _move_aside(work: Path, part: str = "") -> None:
+    """Rename the previous build of this target (or one `part` of it) out of the way
+    (instant; swept later)."""
+    path = work / part if part else work
+    if path.exists():
+        trash = f".trash-{work.name}-{os.getpid()}-{time.monotonic_ns()}{part and '-' + part}"
+        os.replace(path, work.with_name(trash))
+
+
+def _drop_tree(work: Path, options: BuildOptions) -> threading.Thread | None:
+    """After a build that succeeded, its tree goes (a patched sglang checkout is 120 MB;
+    build.log stays): moved aside at once and removed in the background (joined before the
+    build returns). None when --keep-tree keeps it."""
+    if options.keep_tree:
+        return None
+    for part in ("tree", "tree.git"):
+        _move_aside(work, part)
+    return _sweep(work)
 
 
 def _apply_into(
@@ -605,14 +622,17 @@ def build_target(
         normalize_wheel(raw, dest, epoch, {prov_path: prov.dumps(), sbom_path: sbom})
         written.append(dest)
         shutil.rmtree(work / "raw", ignore_errors=True)
+        dropped = _drop_tree(work, options)
         sweeper.join()
+        if dropped is not None:
+            dropped.join()
     return WheelBuild(
         target.name,
         dest,
         file_sha256(dest),
         prov,
         time.monotonic() - started,
-        tree,
+        None if dropped else tree,
         log,
         prov_path,
         sbom_path,
@@ -761,6 +781,7 @@ def repack_target(
         applied = _apply_into(tree, mirror, base, series, series_version)
         sweeper = _sweep(work)
         changes = tree_changes(tree, target.subdir, layout, zbase)
+        dropped = _drop_tree(work, options)  # the changes are read: the tree is done
         epoch = gitops.commit_date(mirror.repo, base.commit)
         name = BytesHeaderParser().parsebytes(zbase.read(f"{layout.dist_info}/METADATA"))["Name"]
         log = work / "build.log"
@@ -807,11 +828,13 @@ def repack_target(
                     file_sha256(dest),
                     prov,
                     time.monotonic() - (one if builds else started),
-                    tree,
+                    None if dropped else tree,
                     log,
                     f"{dist_info}/{PROVENANCE_FILE}",
                     f"{dist_info}/{SBOM_DIR}/{SBOM_FILE}",
                 )
             )
         sweeper.join()
+        if dropped is not None:
+            dropped.join()
     return builds
