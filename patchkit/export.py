@@ -19,11 +19,23 @@ from pathlib import Path
 
 from patchkit import gitops
 from patchkit.apply import BASE_REF, SERIES_REF
-from patchkit.errors import Interrupted, PatchFormatError, SeriesChangedError, UsageError
+from patchkit.errors import (
+    Interrupted,
+    PatchFormatError,
+    PatchkitError,
+    SeriesChangedError,
+    UsageError,
+)
 from patchkit.files import TMP_MARK, digest, replace_file
 from patchkit.locks import locked
 from patchkit.project import Project, cache_root
-from patchkit.series import PATCH_FILE_TRAILER, PATCH_NAME_RE, decode_header, read_series_file
+from patchkit.series import (
+    PATCH_FILE_TRAILER,
+    PATCH_NAME_RE,
+    decode_header,
+    parse_patch,
+    read_series_file,
+)
 
 # format-patch --zero-commit starts every message with this line.
 _FROM_RE = re.compile(rb"^From 0{40} Mon Sep 17 00:00:00 2001\n", re.M)
@@ -417,26 +429,57 @@ def export_worktree(
 def _no_patch_added_since(
     worktree: gitops.Repo, target: str, base: str, directory: Path, patches: list[ExportedPatch]
 ) -> Callable[[], None] | None:
+    """The check, under the series folder's lock, that the export loses nothing the series
+    gained after `worktree` was made: a patch added since (the export would delete it) or a
+    patch changed since (it would be written over)."""
     made = gitops.resolve(worktree, SERIES_REF.format(target=target))
     if made is None or not gitops.is_ancestor(worktree, base, made):
         return None  # a work tree made before the ref existed: nothing to compare with
 
-    def check() -> None:  # under the series folder's lock
-        applied = {p.name for p in export_commits(worktree, base, made)}
-        kept = {p.name for p in patches}
-        added = [
-            e.name
-            for e in read_series_file(directory / "series")
-            if e.name not in applied and e.name not in kept and (directory / e.name).is_file()
-        ]
-        if added:
-            raise UsageError(
-                f"{', '.join(added)} joined the series in {directory} after {worktree.path} was "
-                "made (or belong to another series): the export would delete them; nothing "
-                "was written",
-                hint="apply the series to that checkout again (patchkit apply --target "
-                f"{target} --into {shlex.quote(str(worktree))}) and export, or export into "
-                "another folder (--out DIR)",
-            )
+    def check() -> None:
+        was = {p.name: p.raw for p in export_commits(worktree, base, made)}
+        now = {p.name: p.raw for p in patches}
+        on_disk = [e.name for e in read_series_file(directory / "series")]
+        added = [n for n in on_disk if n not in was and n not in now and (directory / n).is_file()]
+        changed = [n for n in was if _changed_since(worktree, directory / n, was[n], now.get(n))]
+        for names, what in ((added, "joined the series in"), (changed, "changed in")):
+            if names:
+                _refuse_stale(worktree, target, directory, names, what)
 
     return check
+
+
+def _changed_since(worktree: gitops.Repo, path: Path, was: bytes, now: bytes | None) -> bool:
+    """Whether the series file `path` says something other than it did when the work tree
+    was made (`was`, regenerated from its commit) where the export would change it."""
+    if not path.is_file():
+        return False
+    disk = path.read_bytes()
+    return disk != now and not _same_change(worktree, path.name, disk, was)
+
+
+def _same_change(worktree: gitops.Repo, name: str, a: bytes, b: bytes) -> bool:
+    """Two versions of a patch file say the same: subject, body and the diff's patch id
+    (a hand-written file and its regenerated form differ in layout only)."""
+    try:
+        one, two = parse_patch(name, a), parse_patch(name, b)
+    except PatchkitError:
+        return a == b
+    if (one.subject, one.body.strip()) != (two.subject, two.body.strip()):
+        return False
+    diffs = (one.diff.encode("utf-8"), two.diff.encode("utf-8"))
+    return gitops.patch_id(worktree, diffs[0]) == gitops.patch_id(worktree, diffs[1])
+
+
+def _refuse_stale(
+    worktree: gitops.Repo, target: str, directory: Path, names: list[str], what: str
+) -> None:
+    consequence = "write over those changes" if what == "changed in" else "delete them"
+    raise UsageError(
+        f"{', '.join(names)} {what} {directory} after {worktree.path} was "
+        f"made (or belong to another series): the export would {consequence}; nothing "
+        "was written",
+        hint="apply the series to that checkout again (patchkit apply --target "
+        f"{target} --into {shlex.quote(str(worktree.path))}) and export, or export into "
+        "another folder (--out DIR)",
+    )

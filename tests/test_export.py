@@ -119,6 +119,30 @@ def test_export_from_an_older_checkout_keeps_patches_added_since(tmp_path, cache
     assert snapshot(folder) == before  # a message without a body exports the same both ways
 
 
+def test_export_from_an_older_checkout_keeps_a_patch_changed_since(tmp_path, cache, project):
+    """Another export changed a patch (same name, other diff) after an older checkout was
+    made: exporting from the older one would write its version back over that change.
+    Refused, naming it; a checkout applied again exports with the change kept."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    _checkout_with_a_new_commit(old, "Add a note module")
+    assert patchkit("apply", "--target", "flashinfer", "--into", str(new)).returncode == 0
+    touched = git(new, "show", "--name-only", "--format=", "HEAD").split()[0]
+    with (new / touched).open("a") as fh:
+        fh.write("# tuned on the bench\n")
+    git(new, "commit", "-qa", "--amend", "--no-edit")
+    assert patchkit("export", str(new)).returncode == 0
+    folder = series_folder(project, "flashinfer")
+    before = snapshot(folder)
+    [changed] = [n for n, data in before.items() if b"tuned on the bench" in data]
+    r = patchkit("export", str(old))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{changed} changed in" in r.stderr and "write over those changes" in r.stderr
+    assert snapshot(folder) == before
+    assert patchkit("apply", "--target", "flashinfer", "--into", str(old)).returncode == 0
+    assert patchkit("export", str(old)).returncode in (0, 3)
+    assert b"tuned on the bench" in (folder / changed).read_bytes()
+
+
 def test_strip_trailer_of_its_own_paragraph():
     message = (
         b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
