@@ -81,3 +81,10 @@ def test_a_verb_takes_a_repo_never_a_path(tmp_path):
     with pytest.raises(TypeError, match="takes a Repo"):
         gitops.has_commit(path, base)  # a guessed bareness would run git in the wrong place
     assert gitops.has_commit(gitops.Repo.bare_at(path), base)
+
+
+def test_a_repo_reads_as_its_folder_in_messages(tmp_path):
+    """Messages and hints interpolate repositories: they must show the folder, not the object
+    (an export refusal's hint read `--into 'Repo.checkout(...)'`)."""
+    assert str(gitops.Repo.checkout(tmp_path)) == str(tmp_path)
+    assert f"{gitops.Repo.bare_at(tmp_path / 'm.git')}" == str(tmp_path / "m.git")

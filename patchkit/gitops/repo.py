@@ -250,6 +250,9 @@ class Repo:
         kind = "bare_at" if self.bare else "checkout"
         return f"Repo.{kind}({str(self.path)!r})"
 
+    def __str__(self) -> str:  # in messages and hints: the folder a user can go to
+        return str(self.path)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Repo) and (self.path, self.bare) == (other.path, other.bare)
 
