@@ -217,3 +217,24 @@ def test_shim_function_torch_exports_outside_the_objects_scope(tmp_path):
     assert other.file == f"{name}!narrow_ext/_C.so"
     assert other.message.startswith("undefined symbol: aoti_torch_abi_version")
     assert "(torch-shim) is not in this object's NEEDED closure" in other.hint
+
+
+def test_cxx_function_torch_exports_outside_the_objects_scope(tmp_path):
+    """The C++ form of the case above: at::_ops::add_Tensor::call is libtorch_cpu.so's, the
+    extension NEEDs libc10.so only. Not an API change ("exports it in neither mangling") nor
+    an ABI flag: the library is not in the object's NEEDED closure."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    ext = builders.cxx_caller_without_libtorch()
+    assert builders.ADD_TENSOR in _nm(["--undefined-only"], ext)
+    assert builders.ADD_TENSOR in _profile_exports("cu130-sm120")
+    house = tmp_path / "house"
+    house.mkdir()
+    name = "narrow_ext-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    builders.make_wheel(str(house), name, {"narrow_ext/_C.so": open(ext, "rb").read()})
+    found = _checks(verify(wheelhouse=str(house), profile="cu130-sm120", cache_dir=str(tmp_path)))
+    assert "undefined-symbol-torch" not in found and "cxx11-abi" not in found, found.keys()
+    (other,) = found["undefined-symbol-other"]
+    assert other.file == f"{name}!narrow_ext/_C.so"
+    assert "at::_ops::add_Tensor::call" in other.message
+    assert "is not in this object's NEEDED closure" in other.hint

@@ -216,6 +216,18 @@ def shim_caller_without_libtorch() -> str:
     return _gxx("shim-no-libtorch", source, [], [stub_library("libc10.so")])
 
 
+# at::_ops::add_Tensor::call, which libtorch_cpu.so exports (in either ABI: it names no string)
+ADD_TENSOR = "_ZN2at4_ops10add_Tensor4callERKNS_6TensorES4_RKN3c106ScalarE"
+
+
+def cxx_caller_without_libtorch() -> str:
+    """An extension calling a C++ function of torch's (at::_ops::add_Tensor::call, in
+    libtorch_cpu.so) that NEEDs libc10.so only: torch's, but not in the object's scope."""
+    source = f'extern "C" long pk_add(void) __asm__("{ADD_TENSOR}");\n'
+    source += 'extern "C" long ext_entry(void) { return pk_add(); }\n'
+    return _gxx("cxx-no-libtorch", source, [], [stub_library("libc10.so")])
+
+
 def fake_c10(abi: int = 1) -> str:
     """FAKE_C10_SOURCE as ``libc10.so`` (SONAME too), built with _GLIBCXX_USE_CXX11_ABI=``abi``."""
     flags = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-Wl,-soname,libc10.so"]

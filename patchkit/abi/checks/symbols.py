@@ -76,12 +76,12 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     torch_items = [p for p in pending if p.bucket == "torch-abi"]
     api = _split_abi_flag(ctx, torch_items, extensions)
     shim = [p for p in pending if p.bucket == "torch-shim"]
-    # a shim function torch exports from a library outside the object's scope: not an older
-    # torch, a NEEDED missing (libtorch_cpu.so, libtorch_cuda.so)
-    exported = _torch_exports(ctx) if shim else frozenset()
+    # a name torch exports (C++ or shim) from a library outside the object's scope: not an
+    # older torch, a NEEDED missing (libtorch_cpu.so, libtorch_cuda.so)
+    exported = _torch_exports(ctx) if shim or api else frozenset()
     others = [p for p in pending if p.bucket not in TORCH_BUCKETS]
-    _emit_other(ctx, others + [p for p in shim if p.name in exported], names)
-    _emit_torch(ctx, api, extensions, names)
+    _emit_other(ctx, others + [p for p in api + shim if p.name in exported], names)
+    _emit_torch(ctx, [p for p in api if p.name not in exported], extensions, names)
     _emit_torch(ctx, [p for p in shim if p.name not in exported], extensions, names, shim=True)
     _emit_unchecked(ctx, unchecked, extensions)
 
