@@ -27,7 +27,9 @@ from patchkit.doctor import sources
 from patchkit.doctor.expected import SourceTree, derive_draft
 from patchkit.doctor.interp import TensorValue
 
-pytestmark = pytest.mark.payload
+# The doctor's derivation against the line's own model code: a check of patchkit's reading
+# of the line, which holds on the unpatched tree too.
+pytestmark = [pytest.mark.payload, pytest.mark.of_the_line]
 
 CASES = {
     "plain": {}, "target-hidden": {"target_hidden_size": 96},
