@@ -63,14 +63,17 @@ def eagle3(patched_tree):
         elif field.default_factory is not dataclasses.MISSING:
             setattr(args, field.name, field.default_factory())
     server_args_module.set_global_server_args_for_scheduler(args)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    parallel_state.init_distributed_environment(
-        world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
-        local_rank=0, backend="gloo",
-    )  # fmt: skip
-    parallel_state.initialize_model_parallel(1, 1)
+    # One one-rank world per process, kept to its end: the payload tier's derivation test may
+    # have made it in this worker, and 0.5.9's destroy_model_parallel leaves the attention group.
+    if not parallel_state.model_parallel_is_initialized():
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        parallel_state.init_distributed_environment(
+            world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
+            local_rank=0, backend="gloo",
+        )  # fmt: skip
+        parallel_state.initialize_model_parallel(1, 1)
     # The rotary embedding picks a CUDA or vllm kernel off CPU; it holds no parameters.
     saved = rotary_embedding._is_cpu
     rotary_embedding._is_cpu = True
@@ -78,8 +81,6 @@ def eagle3(patched_tree):
 
     yield LlamaForCausalLMEagle3
     rotary_embedding._is_cpu = saved
-    parallel_state.destroy_model_parallel()
-    parallel_state.destroy_distributed_environment()
 
 
 def build(eagle3, config: dict):

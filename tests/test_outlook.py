@@ -9,28 +9,33 @@ import re
 import pytest
 
 
-@pytest.mark.slow
-def test_the_0_5_9_line_on_the_0_5_12_wheel_then_from_the_cache(
-    project, sglang_0512_wheels, warm_mirrors, tmp_path, monkeypatch
-):
+@pytest.fixture(scope="module")
+def outlook_0512(sglang_0512_wheels, warm_mirrors, workspace, tmp_path_factory):
+    """The 0.5.9 line carried onto the 0.5.12 wheel twice (the second from the outlook cache),
+    in a private cache: (first, again)."""
     from helpers import private_cache
 
     from patchkit.lines import line_series
     from patchkit.outlook import index_source, line_outlook
-    from patchkit.workspace import Workspace
 
-    cache = private_cache(warm_mirrors, tmp_path / "cache")
-    monkeypatch.setenv("PATCHKIT_CACHE", str(cache))
-    monkeypatch.setenv("PATCHKIT_OFFLINE_GIT", "1")
-    ws = Workspace.load()
-    target = ws.targets.get("sglang", "0.5.9")
-    series = line_series(ws.project, target)
-    # Only the pinned release: the index is not asked for its list.
-    source = dataclasses.replace(index_source(cache), releases=lambda target, after: ["0.5.12"])
+    cache = private_cache(warm_mirrors, tmp_path_factory.mktemp("outlook") / "cache")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PATCHKIT_CACHE", str(cache))
+        env.setenv("PATCHKIT_OFFLINE_GIT", "1")
+        target = workspace.targets.get("sglang", "0.5.9")
+        series = line_series(workspace.project, target)
+        # Only the pinned release: the index is not asked for its list.
+        source = dataclasses.replace(
+            index_source(cache), releases=lambda target, after: ["0.5.12"]
+        )
+        return line_outlook(target, series, source, cache), line_outlook(
+            target, series, source, cache
+        )
 
-    first = line_outlook(target, series, source, cache)
-    again = line_outlook(target, series, source, cache)
 
+@pytest.mark.slow
+def test_the_0_5_9_line_on_the_0_5_12_wheel_then_from_the_cache(outlook_0512):
+    first, again = outlook_0512
     assert [r.cached for r in first.releases] == [False]
     assert [r.cached for r in again.releases] == [True]
     states = {p.name: p.cells["0.5.12"].state for p in first.patches}
@@ -50,6 +55,47 @@ def test_the_0_5_9_line_on_the_0_5_12_wheel_then_from_the_cache(
     ]
     assert first.patches[4].name == "eagle3-aux-capture-before-cuda-graphs.patch"
     assert trailer and "Applied-Upstream: 0.5.11" in trailer[0]
+
+
+@pytest.mark.slow
+def test_the_html_page_in_headless_chromium(outlook_0512, tmp_path):
+    """`outlook --html`'s page as a browser shows it: no script error, nothing fetched, one
+    row per patch with its state, each cell's evidence behind its badge, the legend whole."""
+    from browser.cdp import Browser, find_chromium
+
+    from patchkit.outlook import LEGEND, OutlookReport
+    from patchkit.review.render.outlook import render_page
+
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("chromium is not installed (tests/browser/ensure-chromium.sh installs it)")
+    first, _ = outlook_0512
+    page = tmp_path / "outlook.html"
+    page.write_text(render_page(OutlookReport([first])), encoding="utf-8")
+    rows_js = (
+        "[...document.querySelectorAll('table.outlook tbody tr')]"
+        ".map(r => [r.cells[0].textContent, r.cells[1].querySelector('.badge').textContent])"
+    )
+    with Browser(executable) as browser:
+        browser.goto(page.as_uri())
+        assert browser.errors() == []
+        assert [u for u in browser.requests() if not u.startswith(("file:", "data:"))] == []
+        rows = [tuple(row) for row in browser.evaluate(rows_js)]
+        cells = [(p.name, p.cells["0.5.12"]) for p in first.patches]
+        assert rows == [(n, c.state + ("?" if c.provisional else "")) for n, c in cells]
+        assert dict(rows)["sm120-flashinfer-allreduce-fusion.patch"] == "conflict"
+        hidden = "[...document.querySelectorAll('td.cell details')].filter(d => d.open).length"
+        assert browser.evaluate(hidden) == 0
+        browser.evaluate("document.querySelectorAll('td.cell details').forEach(d => d.open = true)")
+        evidence = browser.evaluate(
+            "[...document.querySelectorAll('td.cell .evidence')].map(e => e.innerText).join(' ')"
+        )
+        assert "Applied-Upstream: 0.5.11" in evidence
+        legend = browser.evaluate("[...document.querySelectorAll('#legend dt')].length")
+        assert legend == len(LEGEND)
+        assert "Needs work on 0.5.12" in browser.evaluate("document.querySelector('p.base').innerText")
+        assert browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        assert browser.errors() == []
 
 
 def test_since_before_the_pin_is_refused(workspace):

@@ -352,6 +352,7 @@ class NothingLost(RuleBasedStateMachine):
     def writers_at_once(self, pair: tuple[str, str]) -> None:
         """Two writers of the project's patches/ started together: each writes or refuses in
         one line; what one that exited 0 wrote is kept (checked by `writers_kept_theirs`)."""
+        self.n += 1  # two of these steps in a row get a folder each
         where = self.here / f"writers-{self.n}"
         where.mkdir()
         runs = [self._writer(verb, where) for verb in pair]
