@@ -25,9 +25,7 @@ def outlook_0512(sglang_0512_wheels, warm_mirrors, workspace, tmp_path_factory):
         target = workspace.targets.get("sglang", "0.5.9")
         series = line_series(workspace.project, target)
         # Only the pinned release: the index is not asked for its list.
-        source = dataclasses.replace(
-            index_source(cache), releases=lambda target, after: ["0.5.12"]
-        )
+        source = dataclasses.replace(index_source(cache), releases=lambda target, after: ["0.5.12"])
         return line_outlook(target, series, source, cache), line_outlook(
             target, series, source, cache
         )
@@ -93,7 +91,8 @@ def test_the_html_page_in_headless_chromium(outlook_0512, tmp_path):
         assert "Applied-Upstream: 0.5.11" in evidence
         legend = browser.evaluate("[...document.querySelectorAll('#legend dt')].length")
         assert legend == len(LEGEND)
-        assert "Needs work on 0.5.12" in browser.evaluate("document.querySelector('p.base').innerText")
+        verdict = browser.evaluate("document.querySelector('p.base').innerText")
+        assert "Needs work on 0.5.12" in verdict
         assert browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
         assert browser.errors() == []
 

@@ -8,12 +8,15 @@ from html import escape
 from patchkit.outlook import LEGEND, LineOutlook, OutlookReport
 from patchkit.review.render.html import _anchor, _asset, _badge
 
+# Nothing is fetched or run: inline CSS, and the empty data: icon (else the browser asks for
+# /favicon.ico).
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
 <meta name="generator" content="patchkit outlook">
 <link rel="icon" href="data:,">
 <title>{title}</title>
@@ -56,7 +59,7 @@ def render_page(report: OutlookReport) -> str:
         "`patchkit rebase` would carry it; open a cell for its evidence."
     )
     return PAGE.format(
-        title=escape(title), css=_asset("style.css"), lede=escape(lede), toc=toc, body=body
+        csp=CSP, title=escape(title), css=_asset("style.css"), lede=escape(lede), toc=toc, body=body
     )
 
 
