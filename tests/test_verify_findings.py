@@ -27,16 +27,8 @@ pytest_plugins = ["tests.abi.fixtures"]
 REPO = builders.REPO
 
 
-def _checks(report) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for f in report.findings:
-        out.setdefault(f.check, []).append(f)
-    return out
-
-
-def _nm(args: list[str], path: str) -> set[str]:
-    out = subprocess.run(["nm", "-D", *args, path], capture_output=True, text=True).stdout
-    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+_checks = builders.findings_by_check
+_nm = builders.nm_names
 
 
 def _need_gcc():

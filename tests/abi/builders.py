@@ -538,3 +538,17 @@ def real_wheel(spec: str, pattern: str) -> str | None:
     proc = subprocess.run([*cmd, "-d", WHEELS, spec], capture_output=True, timeout=900)
     found = sorted(glob.glob(os.path.join(WHEELS, pattern)))
     return found[0] if proc.returncode == 0 and found else None
+
+
+def findings_by_check(report) -> dict[str, list]:
+    """A verify report's findings grouped by check id."""
+    out: dict[str, list] = {}
+    for f in report.findings:
+        out.setdefault(f.check, []).append(f)
+    return out
+
+
+def nm_names(args: list[str], path: str) -> set[str]:
+    """`nm -D ARGS PATH`'s symbol names, version suffixes dropped (the tests' oracle)."""
+    out = subprocess.run(["nm", "-D", *args, path], capture_output=True, text=True).stdout
+    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
