@@ -273,9 +273,13 @@ class DecodeStepDraftStandIn:
     def __init__(self, *args, **kwargs):
         self.calls: list[tuple[str, int]] = []
         self.draft_runner = SimpleNamespace(tp_group=None)
+        self.parallel_layout = None
 
-    def draft_tp_context(self, tp_group):
-        return contextlib.nullcontext()
+    @staticmethod
+    def tp(*args):
+        return contextlib.nullcontext()  # the draft's own TP group (a GPU process group)
+
+    draft_tp_context = tp
 
     def _rebuild_topk1_chain_buffers(self):
         pass  # GPU buffers of the top-1 chain
@@ -290,7 +294,7 @@ class DecodeStepDraftStandIn:
             topk=1, spec_steps=self.speculative_num_steps, num_verify_tokens=tokens, device="cpu"
         )
 
-    def _draft_extend_for_decode(self, batch, batch_output):
+    def _draft_extend_for_decode(self, batch, batch_output, **kwargs):
         self.calls.append(("draft_extend", batch.seq_lens.shape[0]))
 
 
@@ -305,7 +309,7 @@ def _decode_batch(bs: int):
         seq_lens=torch.full((bs,), 20, dtype=torch.int64),
         seq_lens_sum=20 * bs,
         seq_lens_cpu=None,
-        spec_info=SimpleNamespace(bonus_tokens=torch.arange(bs)),
+        spec_info=SimpleNamespace(bonus_tokens=torch.arange(bs), is_verify_input=lambda: False),
     )
 
 
@@ -313,12 +317,11 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     """The real EAGLEWorkerV2 decode step over a ramp: it asks the policy with the batch's own
     size, drafts only while speculating, and above the threshold verifies the pending token
     alone (one draft token, zero steps) with no draft call.  Stand-ins: the draft worker's GPU
-    parts, state building (CUDA-graph capture) and the verify's kernels (recorded)."""
+    parts and its TP group, state building (CUDA-graph capture) and the verify's kernels
+    (recorded); the state swaps are the real ``apply_runtime_state``."""
     from sglang.srt import server_args as server_args_module
     from sglang.srt.speculative import eagle_worker_v2
 
-    if "ps" not in inspect.signature(eagle_worker_v2.EAGLEWorkerV2.__init__).parameters:
-        pytest.skip("0.5.17's worker (0.5.23's is driven by its own policy object)")
     monkeypatch.setattr(eagle_worker_v2, "EagleDraftWorker", DecodeStepDraftStandIn)
     args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-reenable-batch-threshold",
                    "6", "--max-running-requests", "64")  # fmt: skip
@@ -326,7 +329,13 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     server_args_module.set_global_server_args_for_scheduler(args)
     attn = SimpleNamespace(verify_mask=None, max_context_len=64)
     target = SimpleNamespace(model_runner=SimpleNamespace(attn_backend=attn))
-    worker = eagle_worker_v2.EAGLEWorkerV2(args, 0, None, 0, target)
+    if "ps" in inspect.signature(eagle_worker_v2.EAGLEWorkerV2.__init__).parameters:
+        worker = eagle_worker_v2.EAGLEWorkerV2(args, 0, None, 0, target)  # 0.5.17
+    else:  # 0.5.23: one pipeline rank from the runtime context, the draft's own TP context
+        one_rank = SimpleNamespace(pp_group=SimpleNamespace(is_last_rank=True), pp_size=1)
+        monkeypatch.setattr(eagle_worker_v2, "get_parallel", lambda: one_rank)
+        monkeypatch.setattr(eagle_worker_v2, "draft_tp_context", DecodeStepDraftStandIn.tp)
+        worker = eagle_worker_v2.EAGLEWorkerV2(args, 0, 0, target)
     draft = worker._draft_worker
     draft.speculative_num_steps, draft.speculative_num_draft_tokens = 2, 3
 
@@ -343,7 +352,7 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     worker.adaptive_controller.init_states(cuda_graph_bs=GRAPH_BS)
     verified: list[tuple[int, int]] = []
 
-    def verify(batch, grammar_barrier=None):
+    def verify(batch, **kwargs):
         verified.append((batch.seq_lens.shape[0], batch.spec_info.draft_token_num))
         return SimpleNamespace(new_seq_lens=batch.seq_lens + 1, next_draft_input=None)
 
