@@ -145,7 +145,8 @@ def load_profile(name_or_path: str | None = None, directories: list[str] | None 
 @dataclass(frozen=True)
 class ProfileChoice:
     """Which profile a run uses and why: ``how`` is ``option`` (``--profile``), ``environment``
-    (``$PATCHKIT_PROFILE``), ``stack`` (the profile pinning the sglang found) or ``default``;
+    (``$PATCHKIT_PROFILE``), ``stack`` (the profile pinning the sglang found), ``torch`` (no
+    sglang found: the profile of the one line on the torch found) or ``default``;
     ``stack_profile`` is the profile pinning that sglang, when one does (even if not chosen)."""
 
     name: str
@@ -171,12 +172,14 @@ def choose_profile(
     sglang: list[tuple[str, str]] | None = None,
     gpus: list[CC] | None = None,
     directories: list[str] | None = None,
+    torch: list[tuple[str, str]] | None = None,
 ) -> tuple[Profile, ProfileChoice]:
     """The profile to verify with: ``given`` (``--profile``), else ``from_environment``
     (``$PATCHKIT_PROFILE``), else the profile whose ``[pins] sglang`` is the version found
-    (``sglang``: (version, where found) for each version), else the default. Of several
-    profiles pinning that sglang, the one whose targets are ``gpus`` (else the default
-    profile's) wins."""
+    (``sglang``: (version, where found) for each version), else, where no sglang is found,
+    the line whose profiles' torch is the one found (``torch``, the same way) when exactly
+    one line's is, else the default. Of several profiles of the line, the one whose targets
+    are ``gpus`` (else the default profile's) wins."""
     dirs = directories if directories is not None else search_dirs()
     version, found_in = sglang[0] if sglang and len(sglang) == 1 else (None, None)
     stack = _stack_profile(version, gpus, dirs) if version else None
@@ -191,6 +194,12 @@ def choose_profile(
     elif stack is not None:
         prof, how = stack, "stack"
         reason = f"the profile of sglang {version} (found in {found_in})"
+    elif not sglang and (by_torch := _torch_profile(torch, gpus, dirs)) is not None:
+        prof, how = by_torch, "torch"
+        reason = (
+            f"the profile of torch {torch[0][0]}'s line, sglang {by_torch.pins['sglang']} "
+            f"(no sglang in the checked files; torch found in {torch[0][1]})"
+        )
     else:
         prof, how = load_profile(DEFAULT_PROFILE, dirs), "default"
         if version:
@@ -204,18 +213,43 @@ def choose_profile(
     return prof, choice
 
 
-def _stack_profile(version: str, gpus: list[CC] | None, dirs: list[str]) -> Profile | None:
-    """The profile pinning sglang ``version`` (local labels ignored) for ``gpus``, if any."""
-    public = _public_version(version)
-    matching = []
+def _line_profiles(dirs: list[str]) -> list[Profile]:
+    """The profiles that pin an sglang (a line's), broken ones left out (they are reported
+    when asked for by name)."""
+    out = []
     for name in available(dirs):
         try:
             prof = load_profile(name, dirs)
-        except ProfileError:  # a broken profile is reported when it is asked for by name
+        except ProfileError:
             continue
-        pin = prof.pins.get("sglang")
-        if pin and _public_version(pin) == public:
-            matching.append(prof)
+        if prof.pins.get("sglang"):
+            out.append(prof)
+    return out
+
+
+def _stack_profile(version: str, gpus: list[CC] | None, dirs: list[str]) -> Profile | None:
+    """The profile pinning sglang ``version`` (local labels ignored) for ``gpus``, if any."""
+    public = _public_version(version)
+    matching = [p for p in _line_profiles(dirs) if _public_version(p.pins["sglang"]) == public]
+    return _for_gpus(matching, gpus, dirs)
+
+
+def _torch_profile(
+    torch: list[tuple[str, str]] | None, gpus: list[CC] | None, dirs: list[str]
+) -> Profile | None:
+    """The profile, for ``gpus``, of the one line whose torch is the one torch found (none
+    where several torches are found, or several lines share that torch)."""
+    if not torch or len(torch) != 1:
+        return None
+    public = _public_version(torch[0][0])
+    matching = [p for p in _line_profiles(dirs) if _public_version(p.torch_version) == public]
+    if len({_public_version(p.pins["sglang"]) for p in matching}) != 1:
+        return None
+    return _for_gpus(matching, gpus, dirs)
+
+
+def _for_gpus(matching: list[Profile], gpus: list[CC] | None, dirs: list[str]) -> Profile | None:
+    """Of one line's profiles, the one whose targets are ``gpus`` (else the default's)."""
     if not matching:
         return None
     wanted = gpus

@@ -292,9 +292,9 @@ def string_library(soname: str, text: str) -> str:
     return _cached(f"text-{soname}", source + soname, build)
 
 
-def linking(name: str, libs: list[str], call: str = "", rpath: str = "") -> str:
+def linking(name: str, libs: list[str], call: str = "", rpath: str = "", runpath: str = "") -> str:
     """A library NEEDing each of ``libs`` (paths), optionally calling ``call``, with an
-    optional DT_RPATH."""
+    optional DT_RPATH or DT_RUNPATH."""
     source = (
         f"extern int {call}(void);\nint entry(void) {{ return {call}(); }}\n"
         if call
@@ -310,10 +310,13 @@ def linking(name: str, libs: list[str], call: str = "", rpath: str = "") -> str:
             cmd += [f"-L{os.path.dirname(lib)}", f"-l:{os.path.basename(lib)}"]
         if rpath:
             cmd += [f"-Wl,-rpath,{rpath}", "-Wl,--disable-new-dtags"]
+        if runpath:
+            cmd += [f"-Wl,-rpath,{runpath}", "-Wl,--enable-new-dtags"]
         _run(cmd)
         os.unlink(src)
 
     key = source + "|".join(libs) + (f"|rpath={rpath}" if rpath else "")
+    key += f"|runpath={runpath}" if runpath else ""
     return _cached(f"link-{name}", key, build)
 
 
