@@ -62,7 +62,7 @@ def test_xgrammar_finds_libtvm_ffi_that_importing_tvm_ffi_loaded(xgrammar_site, 
     from patchkit.abi.imports import ImportGraph
 
     graph = ImportGraph(xgrammar_site, report.reports)
-    assert graph.loads("xgrammar") == ["tvm_ffi/core.cpython-311-x86_64-linux-gnu.so"]
+    assert list(graph.loads("xgrammar")) == ["tvm_ffi/core.cpython-311-x86_64-linux-gnu.so"]
 
 
 def test_a_removed_libtvm_ffi_is_still_an_error(xgrammar_site, cache_dir):
@@ -170,9 +170,9 @@ def test_import_graph_reads_module_level_imports_only(tmp_path):
     objects += [f"never_{c}/__init__.so" for c in "abc"] + ["never_a.so", "never_b.so"]
     graph = ImportGraph(str(site), objects)
     # `from ..other` leaves the top-level package: no module, nothing imported
-    assert graph.loads("pkg") == ["pkg/inner/ext.abi3.so"]
-    assert graph.loads("other") == ["other/_ext.cpython-311-x86_64-linux-gnu.so"]
-    assert ImportGraph(None, objects).loads("pkg") == []
+    assert list(graph.loads("pkg")) == ["pkg/inner/ext.abi3.so"]
+    assert list(graph.loads("other")) == ["other/_ext.cpython-311-x86_64-linux-gnu.so"]
+    assert list(ImportGraph(None, objects).loads("pkg")) == []
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ import ast
 import os
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from patchkit.archives import read_regular
 
@@ -55,27 +55,36 @@ class ImportGraph:
                 self.extensions.setdefault(module, rel)
         self.read: list[tuple[str, int, int]] = []  # (path, size, mtime) of each source read
         self.cut_off = False  # MAX_MODULES or MAX_DEPTH was reached
-        self._loads: dict[str, list[str]] = {}
+        self._walks: dict[str, tuple[list[str], Iterator[str]]] = {}
         self._sources: dict[str, tuple[str, bool] | None] = {}
 
     @property
     def readable(self) -> bool:
         return self.root is not None
 
-    def loads(self, package: str) -> list[str]:
-        """Tree paths of the extension modules ``import package`` loads, in order (empty when
-        the sources cannot be read)."""
-        if package not in self._loads:
-            order: list[str] = []
-            if self.root is not None:
-                self._import(package, order, set(), 0)
-            self._loads[package] = order
-        return self._loads[package]
+    def loads(self, package: str) -> Iterator[str]:
+        """Tree paths of the extension modules ``import package`` loads, in order, read as
+        they are asked for (none when the sources cannot be read): a caller that has what it
+        looks for stops, and the rest of the sources are never read."""
+        if package not in self._walks:
+            walk = self._import(package, set(), 0) if self.root is not None else iter(())
+            self._walks[package] = ([], walk)
+        found, walk = self._walks[package]
+        i = 0
+        while True:
+            if i < len(found):
+                yield found[i]
+                i += 1
+                continue
+            nxt = next(walk, None)
+            if nxt is None:
+                return
+            found.append(nxt)
 
-    def _import(self, module: str, order: list[str], seen: set[str], depth: int) -> None:
+    def _import(self, module: str, seen: set[str], depth: int) -> Iterator[str]:
         parts = module.split(".")
         for i in range(1, len(parts)):  # a submodule's packages are imported first
-            self._import(".".join(parts[:i]), order, seen, depth)
+            yield from self._import(".".join(parts[:i]), seen, depth)
         if module in seen or parts[0] in NOT_FOLLOWED:
             return
         if len(seen) >= MAX_MODULES or depth >= MAX_DEPTH:
@@ -84,17 +93,17 @@ class ImportGraph:
         seen.add(module)
         ext = self.extensions.get(module)
         if ext is not None:
-            order.append(ext)
+            yield ext
             return
         source = self._source(module)
         if source is None:
             return
         text, is_package = source
         for name, names in _module_imports(text, module, is_package):
-            self._import(name, order, seen, depth + 1)
+            yield from self._import(name, seen, depth + 1)
             for sub in names:
                 if self._is_module(f"{name}.{sub}"):
-                    self._import(f"{name}.{sub}", order, seen, depth + 1)
+                    yield from self._import(f"{name}.{sub}", seen, depth + 1)
 
     def _is_module(self, module: str) -> bool:
         return module in self.extensions or self._source(module) is not None

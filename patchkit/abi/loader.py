@@ -105,7 +105,8 @@ class Loader:
         self.preloaded: dict[str, Loaded] = {}
         self.global_scope: list[Loaded] = []
         self.imports = imports  # what a package's Python import loads (None: not modelled)
-        self._import_scopes: dict[tuple[str, int], dict[str, tuple[Loaded, str]]] = {}
+        # package -> (what its import has loaded so far, extension module -> what it added)
+        self._import_scopes: dict[str, tuple[dict[str, Loaded], dict[str, dict]]] = {}
 
     def _in_tree(self, directory: str, name: str) -> Loaded | None:
         rel = self.by_dir.get(directory, {}).get(name)
@@ -188,8 +189,9 @@ class Loader:
         out = self._closure(key, report, dict(self.preloaded))
         if not out.missing or self.imports is None:
             return out
-        scope = self.import_scope(key)
-        if not any(name in scope for name, _ in out.missing):
+        wanted = {name for name, _ in out.missing}
+        scope = self.import_scope(key, wanted)
+        if not wanted & scope.keys():
             return out
         loaded = {name: hit for name, (hit, _) in scope.items()}
         loaded.update(self.preloaded)
@@ -197,32 +199,40 @@ class Loader:
         out.imported = {name: by for name, (_, by) in scope.items() if name not in self.preloaded}
         return out
 
-    def import_scope(self, key: str) -> dict[str, tuple[Loaded, str]]:
+    def import_scope(self, key: str, wanted: set[str]) -> dict[str, tuple[Loaded, str]]:
         """soname -> (library, extension module that loaded it): what the import of the
         package holding ``key`` loads before ``key`` itself (all of it, when ``key`` is no
-        module that import reaches: a library the package loads itself, or a plugin)."""
+        module that import reaches: a library the package loads itself, or a plugin), read
+        only until every name of ``wanted`` is loaded."""
         if self.imports is None:
             return {}
         package = key.split("/", 1)[0]
-        order = self.imports.loads(package)
-        end = order.index(key) if key in order else len(order)
-        if (package, end) in self._import_scopes:
-            return self._import_scopes[(package, end)]
-        loaded = dict(self.preloaded)
-        scope: dict[str, tuple[Loaded, str]] = {}
-        for module in order[:end]:
-            report = self.reports.get(module)
-            if report is None or report.elf is None:
-                continue
-            for obj in self._closure(module, report, dict(loaded)).objects:
-                for name in {
-                    obj.report.elf.soname if obj.report.elf else None,
-                    posixpath.basename(obj.key),
-                } - {None}:
-                    loaded.setdefault(name, obj)
-                    scope.setdefault(name, (obj, module))
-        self._import_scopes[(package, end)] = scope
-        return scope
+        loaded, scope = self._import_scopes.setdefault(package, (dict(self.preloaded), {}))
+        out: dict[str, tuple[Loaded, str]] = {}
+        for module in self.imports.loads(package):
+            if module == key or wanted <= out.keys():
+                break
+            if module not in scope:
+                scope[module] = self._module_loads(module, loaded)
+            for name, hit in scope[module].items():
+                out.setdefault(name, (hit, module))
+        return out
+
+    def _module_loads(self, module: str, loaded: dict[str, Loaded]) -> dict[str, Loaded]:
+        """soname -> library of what loading extension module ``module`` adds to ``loaded``
+        (which it updates)."""
+        report = self.reports.get(module)
+        added: dict[str, Loaded] = {}
+        if report is None or report.elf is None:
+            return added
+        for obj in self._closure(module, report, dict(loaded)).objects:
+            for name in {
+                obj.report.elf.soname if obj.report.elf else None,
+                posixpath.basename(obj.key),
+            } - {None}:
+                if name not in loaded:
+                    loaded[name] = added[name] = obj
+        return added
 
     def _closure(self, key: str, report: FileReport, loaded: dict[str, Loaded]) -> Closure:
         out = Closure()
