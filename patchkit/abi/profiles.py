@@ -57,6 +57,9 @@ class Profile:
     # Which distribution of the stack ships a library: dist -> soname globs.
     provides: dict[str, list[str]] = field(default_factory=dict)
     torch_symbols: str = ""  # file name of the torch symbol set, next to the profile
+    # objects their package loads only where they load (it tries alternatives or goes on
+    # without them): a library they miss is a note (`[loading] optional`, globs)
+    optional_loads: list[str] = field(default_factory=list)
     path: str = ""
 
     def provider(self, soname: str) -> str | None:
@@ -295,6 +298,7 @@ def _build(data: dict[str, Any], path: str) -> Profile:
         host_versions={str(k): str(v) for k, v in data.get("host", {}).get("versions", {}).items()},
         provides={str(k): [str(g) for g in v] for k, v in data.get("provides", {}).items()},
         torch_symbols=str(torch.get("symbols", "")),
+        optional_loads=[str(g) for g in data.get("loading", {}).get("optional", [])],
         path=path,
     )
 

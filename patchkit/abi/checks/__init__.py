@@ -51,6 +51,7 @@ from patchkit.abi.checks.symbols import (
     check_symbol_versions,
     check_symbols,
 )
+from patchkit.abi.checks.variants import select_variants
 
 # What callers take from here: the context, its findings, the driver, the predictions.
 __all__ = ["Context", "DriverInfo", "Finding", "detect_driver", "predict", "run_checks"]
@@ -98,6 +99,7 @@ def run_checks(ctx: Context) -> list[Finding]:
     read_torch(ctx)
     load_profile_torch(ctx)
     check_nothing(ctx)
+    select_variants(ctx)
     check_malformed(ctx)
     check_profile_stack(ctx)
     check_torch_variant(ctx)

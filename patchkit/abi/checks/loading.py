@@ -201,8 +201,14 @@ def _report_missing(ctx: Context, cl: Closure, seen: set, elsewhere, missing) ->
 
 
 def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list]) -> None:
+    optional: dict[str, list[tuple[str, str]]] = defaultdict(list)  # label -> (name, user)
     for (label, name), users in sorted(missing.items()):
         origins = [u for u, _ in users]
+        if _optional_load(ctx, users):
+            optional[owner_label(ctx, users[0][1], ctx.reports[users[0][1]])] += [
+                (name, u) for u in origins
+            ]
+            continue
         if _not_checked(ctx, label, name, users):
             continue
         if len(users) == 1:
@@ -215,6 +221,29 @@ def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list]) -> None:
             name=name,
             so=f"{len(users)} objects",
         )
+    for label, found in sorted(optional.items()):
+        names = sorted({name for name, _ in found})
+        users = sorted({u for _, u in found})
+        ctx.emit(
+            "needed-optional",
+            users[0] if len(users) == 1 else label,
+            evidence=tuple(
+                f"{u}: needs {', '.join(sorted(n for n, v in found if v == u))}" for u in users
+            ),
+            names=", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""),
+            so=os.path.basename(users[0]) if len(users) == 1 else f"{len(users)} objects",
+        )
+
+
+def _optional_load(ctx: Context, users: list) -> bool:
+    """Whether every object is one the profile names as loaded only where it loads
+    (`[loading] optional`): a library they miss is a note, as their package goes on
+    without them."""
+    globs = ctx.profile.optional_loads
+    return bool(globs) and all(
+        key and key in ctx.reports and any(fnmatch.fnmatch(key, g) for g in globs)
+        for _, key in users
+    )
 
 
 def _not_checked(ctx: Context, label: str, name: str, users: list) -> bool:
