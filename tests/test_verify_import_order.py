@@ -229,3 +229,91 @@ def test_a_wheelhouse_of_pure_python_wheels_is_no_failure(tmp_path, cache_dir):
     empty.mkdir()
     report = verify(wheelhouse=str(empty), cache_dir=cache_dir, environ={})
     assert _checks(report)["nothing-checked"]
+
+
+def _stub_site(tmp_path, objects: dict[str, str]) -> str:
+    if shutil.which("gcc") is None or shutil.which("g++") is None:
+        pytest.skip("needs gcc and g++")
+    return builders.make_site(str(tmp_path), None, objects)
+
+
+def test_a_build_for_another_cuda_is_left_out_and_the_one_for_this_stack_checked(
+    tmp_path, cache_dir
+):
+    """torch-memory-saver's layout: an untagged build, a _cu12 and a _cu13 one; on CUDA 13
+    only the _cu13 build is loaded, and only its faults are errors."""
+    broken = builders.linking("needs-pk-gone", [builders.stub_library("libpk_gone.so.1")])
+    fine = builders.stub_library("libpk_fine.so")
+    site = _stub_site(
+        tmp_path,
+        {
+            "pkv_mode.abi3.so": broken,
+            "pkv_mode_cu12.abi3.so": broken,
+            "pkv_mode_cu13.abi3.so": fine,
+            "pkv/cu12/_ops.so": broken,
+            "pkv/cu13/_ops.so": fine,
+        },
+    )
+    report = _verify_env(site, cache_dir)
+    found = _checks(report)
+    assert report.errors == 0, report.findings
+    left_out = {e for f in found["variant-unused"] for e in f.evidence}
+    assert left_out == {"pkv_mode.abi3.so", "pkv_mode_cu12.abi3.so", "pkv/cu12/_ops.so"}
+    shutil.copy(broken, os.path.join(site, "pkv_mode_cu13.abi3.so"))  # the build in use breaks
+    report = _verify_env(site, cache_dir)
+    assert [f.file for f in report.findings if f.check == "needed-missing"] == [
+        os.path.join(site, "pkv_mode_cu13.abi3.so")
+    ]
+
+
+def test_builds_for_other_torches_only_are_not_checked(tmp_path, cache_dir):
+    """torch-c-dlpack-ext 0.1.5's addons for torch 2.4-2.9 on torch 2.14: it loads none."""
+    broken = builders.linking("needs-pk-gone", [builders.stub_library("libpk_gone.so.1")])
+    site = _stub_site(
+        tmp_path, {"pkt/libaddon_torch28-cpu.so": broken, "pkt/libaddon_torch29-cpu.so": broken}
+    )
+    report = _verify_env(site, cache_dir)
+    assert report.errors == 0
+    (warning,) = _checks(report)["variant-none"]
+    assert warning.severity == "warning" and "torch 2.14.1" in warning.message
+
+
+def test_objects_the_profile_loads_only_where_they_load_miss_as_a_note(tmp_path, cache_dir):
+    """The 0.5.23 profile's [loading] optional: torchcodec's core for each FFmpeg major; a
+    library another object misses stays an error."""
+    core = builders.linking("needs-pk-avcodec", [builders.stub_library("libpk_avcodec.so.58")])
+    site = _stub_site(
+        tmp_path,
+        {"torchcodec/libtorchcodec_core4.so": core, "torchcodec/libother.so": core},
+    )
+    report = _verify_env(site, cache_dir)
+    (note,) = _checks(report)["needed-optional"]
+    assert note.severity == "note" and "libpk_avcodec.so.58" in note.message
+    assert [f.file for f in report.findings if f.check == "needed-missing"] == [
+        os.path.join(site, "torchcodec", "libother.so")
+    ]
+
+
+def test_torch_names_of_an_object_linking_no_torch_are_not_checked(tmp_path, cache_dir):
+    """cuda-core's tensor bridge: torch's shim, no torch library NEEDed (torch._C is reopened
+    RTLD_GLOBAL before it loads): a warning; one NEEDing libc10.so only stays an error."""
+    site = _stub_site(
+        tmp_path,
+        {
+            "pkg_bridge/_bridge.so": builders.shim_caller_linking_nothing(),
+            "pkg_c10/_ext.so": builders.shim_caller_without_libtorch(),
+            "pkg_c10/libc10.so": builders.stub_library("libc10.so"),
+        },
+    )
+    report = _verify_env(site, cache_dir)
+    found = _checks(report)
+    (warning,) = found["undefined-symbol-global"]
+    assert warning.file.endswith("_bridge.so") and "aoti_torch_abi_version" in warning.evidence
+    assert all(f.file.endswith("pkg_c10/_ext.so") for f in found["undefined-symbol-other"])
+
+
+def test_every_profile_counts_libmvec_as_the_hosts():
+    from patchkit.abi.profiles import available, load_profile
+
+    for name in available(None):
+        assert load_profile(name).host_provides("libmvec.so.1"), name

@@ -216,6 +216,14 @@ def shim_caller_without_libtorch() -> str:
     return _gxx("shim-no-libtorch", source, [], [stub_library("libc10.so")])
 
 
+def shim_caller_linking_nothing() -> str:
+    """An extension calling torch's shim (aoti_torch_abi_version) that NEEDs no torch library
+    at all: built to bind it from the global scope (cuda-core's tensor bridge is)."""
+    source = 'extern "C" long aoti_torch_abi_version(void);\n'
+    source += 'extern "C" long ext_entry(void) { return aoti_torch_abi_version(); }\n'
+    return _gxx("shim-links-nothing", source, [])
+
+
 # at::_ops::add_Tensor::call, which libtorch_cpu.so exports (in either ABI: it names no string)
 ADD_TENSOR = "_ZN2at4_ops10add_Tensor4callERKNS_6TensorES4_RKN3c106ScalarE"
 

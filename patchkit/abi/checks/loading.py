@@ -202,13 +202,14 @@ def _report_missing(ctx: Context, cl: Closure, seen: set, elsewhere, missing) ->
 
 def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list]) -> None:
     optional: dict[str, list[tuple[str, str]]] = defaultdict(list)  # label -> (name, user)
-    for (label, name), users in sorted(missing.items()):
-        origins = [u for u, _ in users]
-        if _optional_load(ctx, users):
-            optional[owner_label(ctx, users[0][1], ctx.reports[users[0][1]])] += [
-                (name, u) for u in origins
-            ]
+    for (label, name), every in sorted(missing.items()):
+        users = [u for u in every if not _optional_load(ctx, u[1])]
+        for origin, key in every:
+            if (origin, key) not in users:
+                optional[owner_label(ctx, key, ctx.reports[key])].append((name, origin))
+        if not users:
             continue
+        origins = [u for u, _ in users]
         if _not_checked(ctx, label, name, users):
             continue
         if len(users) == 1:
@@ -235,15 +236,12 @@ def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list]) -> None:
         )
 
 
-def _optional_load(ctx: Context, users: list) -> bool:
-    """Whether every object is one the profile names as loaded only where it loads
-    (`[loading] optional`): a library they miss is a note, as their package goes on
-    without them."""
-    globs = ctx.profile.optional_loads
-    return bool(globs) and all(
-        key and key in ctx.reports and any(fnmatch.fnmatch(key, g) for g in globs)
-        for _, key in users
-    )
+def _optional_load(ctx: Context, key: str | None) -> bool:
+    """Whether the profile names the object as loaded only where it loads (`[loading]
+    optional`): a library it misses is a note, as its package goes on without it."""
+    if not key or key not in ctx.reports:
+        return False
+    return any(fnmatch.fnmatch(key, g) for g in ctx.profile.optional_loads)
 
 
 def _not_checked(ctx: Context, label: str, name: str, users: list) -> bool:
