@@ -296,7 +296,8 @@ def _related(ctx: Context, key: str, lib: str) -> str | None:
 
 def _requirements(ctx: Context, dist: str) -> set[str]:
     """The distributions of the checked files that ``dist`` requires, directly or not
-    (markers evaluated for the target host, no extra)."""
+    (markers evaluated for the target host; a requirement of an extra counts, as the
+    distribution it names is installed)."""
     found: set[str] = set()
     queue = [dist]
     while queue:
@@ -304,8 +305,10 @@ def _requirements(ctx: Context, dist: str) -> set[str]:
         for text in current.requires if current else ():
             try:
                 req = Requirement(text)
-                if req.marker is not None and not req.marker.evaluate(
-                    {"extra": "", **TARGET_MARKERS}
+                # an extra's requirement counts where it is installed (something asked for it)
+                extras = [""] + re.findall(r"extra\s*==\s*['\"]([^'\"]+)", str(req.marker))
+                if req.marker is not None and not any(
+                    req.marker.evaluate({"extra": e, **TARGET_MARKERS}) for e in extras
                 ):
                     continue
             except Exception:  # InvalidRequirement, or a marker that cannot be evaluated
