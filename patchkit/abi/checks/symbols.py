@@ -80,10 +80,7 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     # older torch, a NEEDED missing (libtorch_cpu.so, libtorch_cuda.so)
     exported = _torch_exports(ctx) if shim or api else frozenset()
     others = [p for p in pending if p.bucket not in TORCH_BUCKETS]
-    outside = [p for p in api + shim if p.name in exported]
-    unlinked = _links_no_torch(ctx, outside)
-    _emit_other(ctx, others + [p for p in outside if p.rel not in unlinked], names)
-    _emit_global_only(ctx, [p for p in outside if p.rel in unlinked], names)
+    _emit_outside(ctx, others, [p for p in api + shim if p.name in exported], names)
     _emit_torch(ctx, [p for p in api if p.name not in exported], extensions, names)
     _emit_torch(ctx, [p for p in shim if p.name not in exported], extensions, names, shim=True)
     _emit_unchecked(ctx, unchecked, extensions)
@@ -209,6 +206,16 @@ def _torch_exports(ctx: Context) -> frozenset[str]:
         names = frozenset().union(*(name_set(elf.defined) for elf in _torch_libraries(ctx)))
         ctx.__dict__["_torch_exports"] = names
     return names
+
+
+def _emit_outside(
+    ctx: Context, others: list[_Unresolved], outside: list[_Unresolved], names: dict[str, str]
+) -> None:
+    """Other buckets' names, and torch's names from outside the object's scope: not checked
+    where the object links no torch library at all (_links_no_torch), else errors."""
+    unlinked = _links_no_torch(ctx, outside)
+    _emit_other(ctx, others + [p for p in outside if p.rel not in unlinked], names)
+    _emit_global_only(ctx, [p for p in outside if p.rel in unlinked], names)
 
 
 def _links_no_torch(ctx: Context, items: list[_Unresolved]) -> set[str]:

@@ -34,29 +34,35 @@ def select_variants(ctx: Context) -> None:
     dropped: dict[str, list[str]] = defaultdict(list)
     kept: dict[str, list[str]] = defaultdict(list)
     none: dict[str, list[str]] = defaultdict(list)
-    for pattern, wanted in ((CUDA_TAG, lambda n: _cuda_major(n) == cuda), (TORCH_TAG, None)):
+    tests = (
+        (CUDA_TAG, lambda n: n is not None and _cuda_major(n) == cuda),
+        (TORCH_TAG, lambda n: n == torch_tag),
+    )
+    for pattern, wanted in tests:
         for members in _sets(ctx.reports, pattern).values():
-            if wanted is None:
-                match = [r for r, n in members if n == torch_tag]
-            else:
-                match = [r for r, n in members if n is not None and wanted(n)]
+            match = [r for r, n in members if wanted(n)]
             label = owner_label(ctx, members[0][0], ctx.reports[members[0][0]])
             others = [r for r, _ in members if r not in match]
             (dropped if match else none)[label].extend(others)
             kept[label].extend(match)
     gone = {r for rels in (*dropped.values(), *none.values()) for r in rels}
-    if not gone:
-        return
-    ctx.reports = {rel: rep for rel, rep in ctx.reports.items() if rel not in gone}
-    stack = f"CUDA {cuda}, torch {torch_version}"
+    if gone:
+        ctx.reports = {rel: rep for rel, rep in ctx.reports.items() if rel not in gone}
+        _emit(ctx, dropped, kept, none, f"CUDA {cuda}, torch {torch_version}")
+
+
+def _emit(ctx: Context, dropped: dict, kept: dict, none: dict, stack: str) -> None:
+    """One note per package whose builds for another stack were left out, one warning per
+    package with none for this stack."""
     for label, rels in sorted(dropped.items()):
+        used = sorted(kept[label])
         ctx.emit(
             "variant-unused",
             label,
             evidence=tuple(sorted(rels)),
             n=len(rels),
             stack=stack,
-            used=", ".join(sorted(kept[label])[:3]) + (" …" if len(kept[label]) > 3 else ""),
+            used=", ".join(used[:3]) + (" …" if len(used) > 3 else ""),
         )
     for label, rels in sorted(none.items()):
         ctx.emit("variant-none", label, evidence=tuple(sorted(rels)), n=len(rels), stack=stack)
