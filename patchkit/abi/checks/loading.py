@@ -262,6 +262,8 @@ def _not_checked(ctx: Context, label: str, name: str, users: list) -> bool:
     package = keys[0].split("/", 1)[0]
     if graph is None or not graph.readable:
         seen = "the imports of a wheel's modules are not read"
+    elif graph.cut_off:
+        seen = f"the imports of {package} were read only in part (too many modules)"
     else:
         seen = f"the imports of {package} that verify reads do not load it"
     origins = [u for u, _ in users]
