@@ -202,6 +202,16 @@ def test_sglang_found_wins_over_torch_and_an_unknown_torch_is_the_default():
     assert choice.how == "default"
 
 
+def test_two_builds_of_one_sglang_release_name_its_profile():
+    """dist/ after two `make wheels LINE=0.5.17` with another series: two local labels of
+    0.5.17 are one release; two releases are still the default."""
+    builds = [("0.5.17+cu130.pk62b4c1a9", "a.whl"), ("0.5.17+cu130.pkd5837208", "b.whl")]
+    prof, choice = choose_profile(sglang=builds)
+    assert (prof.name, choice.how) == ("cu130-sm120-0.5.17", "stack")
+    prof, choice = choose_profile(sglang=[("0.5.17", "a.whl"), ("0.5.23", "b.whl")])
+    assert choice.how == "default" and "several sglang versions" in choice.reason
+
+
 def test_an_environment_with_torch_214_and_no_sglang_gets_the_0523_profile(tmp_path, cache_dir):
     site = tmp_path / "site"
     info = site / "torch-2.14.1.dist-info"

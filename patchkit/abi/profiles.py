@@ -184,7 +184,9 @@ def choose_profile(
     one line's is, else the default. Of several profiles of the line, the one whose targets
     are ``gpus`` (else the default profile's) wins."""
     dirs = directories if directories is not None else search_dirs()
-    version, found_in = sglang[0] if sglang and len(sglang) == 1 else (None, None)
+    # builds of one release (local labels apart: two series hashes in dist/) are one sglang
+    one = sglang and len({_public_version(v) for v, _ in sglang}) == 1
+    version, found_in = sglang[0] if one else (None, None)
     stack = _stack_profile(version, gpus, dirs) if version else None
     stack_name = stack.name if stack else None
     if given or from_environment:
