@@ -38,7 +38,7 @@ MAX_SOURCE_BYTES = 4 << 20
 # Modules read at most per run: an import of a large framework is cut off there (what was
 # found before still loads; what lies beyond is not seen).
 MAX_MODULES = 3000
-MAX_DEPTH = 200
+MAX_DEPTH = 100
 
 
 class ImportGraph:
@@ -76,7 +76,11 @@ class ImportGraph:
                 yield found[i]
                 i += 1
                 continue
-            nxt = next(walk, None)
+            try:
+                nxt = next(walk, None)
+            except RecursionError:  # a chain of imports deeper than the interpreter's stack
+                self.cut_off, nxt = True, None
+                self._walks[package] = (found, iter(()))
             if nxt is None:
                 return
             found.append(nxt)
@@ -133,7 +137,7 @@ def _module_imports(text: str, module: str, is_package: bool) -> list[tuple[str,
     order; a source that does not parse imports nothing verify can see."""
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     package = module if is_package else module.rpartition(".")[0]
     out: list[tuple[str, list[str]]] = []
