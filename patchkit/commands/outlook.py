@@ -142,7 +142,7 @@ def _line_table(line) -> list[str]:
     prefix = os.path.commonprefix(versions)
     prefix = prefix[: prefix.rfind(".") + 1]
     short = [v[len(prefix) :] for v in versions]
-    width = max(len(p.name.removesuffix(".patch")) for p in line.patches)
+    width = max((len(p.name.removesuffix(".patch")) for p in line.patches), default=0)
     cols = [max(len(s), 2) for s in short]
     rows = [
         f"{head}: {len(versions)} release(s), {versions[0]} to {versions[-1]}"

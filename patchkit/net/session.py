@@ -52,10 +52,10 @@ class Limits:
     @classmethod
     def from_environment(cls) -> Limits:
         """$PATCHKIT_NET_TIMEOUT (per read), $PATCHKIT_NET_DEADLINE (per file transfer; a page
-        gets the smaller of it and 120 s), $PATCHKIT_NET_RUN_DEADLINE (the run's)."""
+        gets the smaller of it and 120 s), $PATCHKIT_NET_BUDGET (the run's)."""
         read = _seconds("PATCHKIT_NET_TIMEOUT", cls.read)
         file = _seconds("PATCHKIT_NET_DEADLINE", cls.file)
-        run = _seconds("PATCHKIT_NET_RUN_DEADLINE", cls.run)
+        run = _seconds("PATCHKIT_NET_BUDGET", cls.run)
         return cls(read=read, page=min(cls.page, file), file=file, run=run)
 
 
@@ -173,7 +173,7 @@ class Session:
             raise FetchError(
                 f"the run's network deadline ({self.limits.run:g} s) has passed; refusing "
                 "further downloads",
-                hint="set PATCHKIT_NET_RUN_DEADLINE for a slower index",
+                hint="set PATCHKIT_NET_BUDGET for a slower index",
             )
         return min(per, left)
 
@@ -320,17 +320,21 @@ def _read(response, url: str, limit: int, length: int | None, watch: _Watch, sec
             if total > limit:
                 raise FetchError(f"{_shown(url)}: larger than the {_size(limit)} cap; refusing")
             yield chunk
-    except urllib3.exceptions.HTTPError as exc:
-        raise _failure(url, exc, watch, seconds) from None
-    except OSError as exc:
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        if not watch.expired and length is not None and total < length:
+            raise _short(url, total, length) from None
         raise _failure(url, exc, watch, seconds) from None
     if watch.expired:
         raise _failure(url, TimeoutError(), watch, seconds)
     if length is not None and total != length:
-        raise FetchError(
-            f"{_shown(url)}: the transfer ended after {total} of the {length} bytes its "
-            "Content-Length announced; refusing"
-        )
+        raise _short(url, total, length)
+
+
+def _short(url: str, total: int, length: int) -> FetchError:
+    return FetchError(
+        f"{_shown(url)}: the transfer ended after {total} of the {length} bytes its "
+        "Content-Length announced; refusing"
+    )
 
 
 def _failure(url: str, exc: BaseException, watch: _Watch, seconds: float) -> FetchError:

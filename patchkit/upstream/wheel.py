@@ -146,6 +146,9 @@ def import_wheel(
     check_wheel_file(archive, pin)
     try:
         return _import_checked(mirror, target, release, pin, archive)
+    except InvalidArchiveError:
+        archive.unlink(missing_ok=True)  # never importable: the next run asks the index again
+        raise
     except (zipfile.BadZipFile, MemberError, EOFError) as exc:
         archive.unlink(missing_ok=True)
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
