@@ -209,19 +209,40 @@ class _ZipLzma:
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 
 
-def _data_start(fh: BinaryIO, info: zipfile.ZipInfo, size: int) -> int:
+class _Stored:
+    """Reads at offsets of the archive a ZipFile has open, without moving its position (pread
+    on its file descriptor; seek and read for a file object without one)."""
+
+    def __init__(self, zf: zipfile.ZipFile) -> None:
+        self.fp = zf.fp
+        if self.fp is None:
+            raise MemberError("the archive is closed")
+        try:
+            self.fd: int | None = self.fp.fileno()
+            self.size = os.fstat(self.fd).st_size
+        except (AttributeError, OSError, ValueError):
+            self.fd = None
+            self.size = self.fp.seek(0, os.SEEK_END)
+
+    def read_at(self, pos: int, n: int) -> bytes:
+        if self.fd is not None:
+            return os.pread(self.fd, n, pos)
+        self.fp.seek(pos)
+        return self.fp.read(n)
+
+
+def _data_start(src: _Stored, info: zipfile.ZipInfo) -> int:
     """Where a member's stored bytes start, after its local header (checked as zipfile checks
     it: signature, the central directory's name), and that they end inside the archive."""
-    fh.seek(info.header_offset)
-    head = fh.read(_LOCAL_HEADER.size)
+    head = src.read_at(info.header_offset, _LOCAL_HEADER.size)
     if len(head) < _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
         raise MemberError(f"member {info.filename!r}: bad local header")
     fields = _LOCAL_HEADER.unpack(head)
-    name = fh.read(fields[10])
+    name = src.read_at(info.header_offset + _LOCAL_HEADER.size, fields[10])
     if name != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):
         raise MemberError(f"member {info.filename!r}: the local header names {name!r}")
     start = info.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]
-    if start + info.compress_size > size:
+    if start + info.compress_size > src.size:
         raise MemberError(f"member {info.filename!r} runs past the end of the archive")
     return start
 
@@ -237,32 +258,27 @@ def member_chunks(
     problem = claim_problem(info, limit) or member_problem(info, set())
     if problem:
         raise MemberError(problem)
-    if zf.filename is None:
-        raise MemberError(f"member {info.filename!r}: the archive has no path")
     try:
-        with open_regular(zf.filename) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            start = _data_start(fh, info, size)
-            yield from _decoded(fh, info, start, step)
+        src = _Stored(zf)
+        yield from _decoded(src, info, _data_start(src, info), step)
+    except MemberError:
+        raise
     except READ_ERRORS as exc:
-        if isinstance(exc, MemberError):
-            raise
         raise MemberError(f"member {info.filename!r} cannot be read ({_reason(exc)})") from None
 
 
-def _decoded(fh: BinaryIO, info: zipfile.ZipInfo, start: int, step: int) -> Iterator[bytes]:
+def _decoded(src: _Stored, info: zipfile.ZipInfo, start: int, step: int) -> Iterator[bytes]:
     decoder = _decoder(info.compress_type)
-    fh.seek(start)
-    left, produced, crc = info.compress_size, 0, 0
+    pos, end, produced, crc = start, start + info.compress_size, 0, 0
     while decoder is None or not decoder.eof:
         data = b""
         if decoder is None or not _holds(decoder):
-            if left <= 0:
+            if pos >= end:
                 break
-            data = fh.read(min(step, left))
+            data = src.read_at(pos, min(step, end - pos))
             if not data:
                 raise MemberError(f"member {info.filename!r} runs past the end of the archive")
-            left -= len(data)
+            pos += len(data)
         piece = _step(decoder, data, min(step, info.file_size - produced + 1))
         produced += len(piece)
         if produced > info.file_size:
@@ -277,11 +293,11 @@ def _decoded(fh: BinaryIO, info: zipfile.ZipInfo, start: int, step: int) -> Iter
         raise MemberError(f"member {info.filename!r}: its compressed stream is truncated")
     if produced != info.file_size:
         raise MemberError(
-            f"member {info.filename!r} holds {produced} bytes, not the {info.file_size} its "
-            "header says"
+            f"member {info.filename!r} holds {produced} bytes, smaller than its header says "
+            f"({info.file_size})"
         )
     if crc != info.CRC:
-        raise MemberError(f"member {info.filename!r}: bad CRC-32 (the archive is damaged)")
+        raise MemberError(f"member {info.filename!r}: Bad CRC-32 (the archive is damaged)")
 
 
 def _holds(decoder) -> bool:

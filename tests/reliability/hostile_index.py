@@ -17,12 +17,15 @@ import lzma
 import os
 import socket
 import struct
+import subprocess
 import tarfile
 import threading
 import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from reliability_support import GIT_ENV
 
 TOY_TOML = """\
 [series]
@@ -304,6 +307,28 @@ def page(files: list[tuple[str, str, str | None]]) -> Answer:
 # -- the project ---------------------------------------------------------------------------
 
 
+def _answer_patch(work: Path) -> bytes:
+    """A real `git format-patch` of one edit of toy 1.0's sources (laid out under python/)."""
+    env = {**os.environ, **GIT_ENV}
+    work.mkdir()
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(
+            ["git", *args], cwd=work, env=env, check=True, capture_output=True
+        ).stdout
+
+    git("init", "-q")
+    for name, data in toy_sources("1.0").items():
+        (work / "python" / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / "python" / name).write_bytes(data)
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    core = work / "python" / "toy" / "core.py"
+    core.write_bytes(core.read_bytes().replace(b"return 41", b"return 42"))
+    git("commit", "-qam", "Answer 42")
+    return git("format-patch", "-1", "--stdout", "--zero-commit", "HEAD")
+
+
 def make_project(root: Path) -> dict[str, str]:
     """A project whose target `toy` publishes wheels only (release 1.0 pinned, its wheel in
     a private cache, an empty line); returns the environment a run needs."""
@@ -313,8 +338,10 @@ def make_project(root: Path) -> dict[str, str]:
     name = "toy-1.0-py3-none-any.whl"
     (cache / "wheels" / name).write_bytes(wheel)
     project = root / "project"
-    (project / "patches" / "toy" / "1.0").mkdir(parents=True)
-    (project / "patches" / "toy" / "1.0" / "series").write_text("# empty line\n")
+    line = project / "patches" / "toy" / "1.0"
+    line.mkdir(parents=True)
+    (line / "answer-42.patch").write_bytes(_answer_patch(root / "patch-work"))
+    (line / "series").write_text("answer-42.patch\n")
     (project / "patches" / "targets.toml").write_text(
         TOY_TOML + f'\n[[targets.toy.releases]]\nversion = "1.0"\n'
         f'wheels = [{{ file = "{name}", sha256 = "{sha256(wheel)}" }}]\n'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import subprocess
 import sys
 import time
@@ -195,7 +196,7 @@ CASES = [
     Case("sdist-1.5-GiB-member", _huge_sdist, "over 256 MiB"),
     Case("trickled-page", _trickled_page, "deadline", env=DEADLINES, seconds=30),
     Case("trickled-file", _trickled_file, "deadline", env=DEADLINES, seconds=30),
-    Case("bad-crc", _bytes(lambda: bad_crc_wheel("3.0")), "bad CRC-32"),
+    Case("bad-crc", _bytes(lambda: bad_crc_wheel("3.0")), "Bad CRC-32"),
     Case("truncated-zip", _bytes(_truncated), "a damaged wheel"),
     Case("not-a-zip", _bytes(lambda: b"<html>not a wheel</html>\n"), "a damaged wheel"),
     Case("metadata-names-another-project", _wheel(meta_name="evil"), "names project 'evil'"),
@@ -290,3 +291,40 @@ def test_hostile_index(index, case):
         assert rc == 0, said[-2000:]
     assert index.ftp.connections == 0
     record(SECTION, f"{case.id}: exit {rc}, {rss:.0f} MB peak RSS, {wall:.1f} s")
+
+
+def test_one_door_to_the_network_and_one_reader_for_members():
+    """Nothing outside patchkit/net/ opens a connection, and nothing in upstream/ reads an
+    archive member past the bounded reader (`archives.member_chunks`)."""
+    network = re.compile(r"\b(urllib\.request|urllib3|http\.client|urlopen|socket\.create_conn)")
+    unbounded = re.compile(r"\bzf\.(open|read)\(|ZipFile\([^)]*\)\.(open|read)\(")
+    doors, readers = [], []
+    for path in (ROOT / "patchkit").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith("patchkit/net/") and network.search(text):
+            doors.append(rel)
+        if rel.startswith("patchkit/upstream/") and unbounded.search(text):
+            readers.append(rel)
+    assert not doors, f"network requests outside patchkit/net/: {doors}"
+    assert not readers, f"unbounded member reads: {readers}"
+
+
+def test_help_and_a_run_that_downloads_nothing_never_import_urllib3(tmp_path):
+    env = make_project(tmp_path)  # the pinned wheel is in the cache: nothing to download
+    into = tmp_path / "tree"
+    for argv in (["--help"], ["apply", "--target", "toy", "--into", str(into)]):
+        code = (
+            "import sys\nfrom patchkit.cli import main\n"
+            f"rc = main({argv!r})\n"
+            "print('LOADED', rc, 'urllib3' in sys.modules)\n"
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+        )
+        assert "LOADED 0 False" in r.stdout, r.stdout[-400:] + r.stderr[-400:]
+    assert (into / "python/toy/core.py").read_text().endswith("return 42\n")
