@@ -193,6 +193,7 @@ class Answer:
     send: int | None = None
     trickle: float | None = None
     location: str | None = None
+    needs: str | None = None  # the one Authorization value answered; 401 without it
 
 
 @dataclass
@@ -236,6 +237,9 @@ class Server:
         found = self.routes.get(path) or self.routes.get(path.rstrip("/"))
         if found is None:
             handler.send_error(404)
+            return
+        if found.needs and handler.headers.get("Authorization") != found.needs:
+            handler.send_error(401)
             return
         handler.send_response(found.status)
         if found.location:

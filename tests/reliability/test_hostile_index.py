@@ -146,6 +146,23 @@ def _bytes(make: Callable[[], bytes]) -> Callable[[Index], None]:
     return lambda ix: ix.serve_wheel(make())
 
 
+def _keyring_only(ix: Index) -> None:
+    """An index that answers only its keyring credential, a keyring package that holds it
+    (none is configured anywhere else), and the file redirected to B."""
+    found = ix.root / "keyring-site"
+    found.mkdir()
+    (found / "keyring.py").write_text(
+        "import types\n"
+        "def get_credential(url, user):\n"
+        f"    return types.SimpleNamespace(username='deploy', password='{SECRET}')\n"
+    )
+    ix.env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{found}"
+    _file_redirected(ix)
+    needs = "Basic " + base64.b64encode(f"deploy:{SECRET}".encode()).decode()
+    ix.a.routes["/simple/toy"].needs = needs
+    ix.a.routes[f"/f/{WHEEL}"].needs = needs
+
+
 def _trickled_page(ix: Index) -> None:
     _wheel()(ix)
     ix.a.routes["/simple/toy"].trickle = 0.5
@@ -183,6 +200,7 @@ CASES = [
     Case("redirect-page-url-credentials", _page_redirected, unusable=False, credentials="url"),
     Case("redirect-file-netrc-credentials", _file_redirected, unusable=False, credentials="netrc"),
     Case("redirect-file-url-credentials", _file_redirected, unusable=False, credentials="url"),
+    Case("keyring-credentials-redirected", _keyring_only, unusable=False),
     # schemes a remote index may not use
     Case("file-link", _link(_local_file), "file: URL"),
     Case("ftp-link", _link(lambda ix, _: f"ftp://127.0.0.1:{ix.ftp.port}/{WHEEL}"), "ftp: URL"),
