@@ -340,8 +340,9 @@ def _short(url: str, total: int, length: int) -> FetchError:
 def _failure(url: str, exc: BaseException, watch: _Watch, seconds: float) -> FetchError:
     if watch.expired:
         return FetchError(
-            f"{_shown(url)}: not complete within its {seconds:g} s deadline; refusing",
-            hint="set PATCHKIT_NET_DEADLINE for a slower index",
+            f"{_shown(url)}: not complete within its {seconds:.3g} s deadline; refusing",
+            hint="set PATCHKIT_NET_DEADLINE (one transfer) or PATCHKIT_NET_BUDGET (the run) "
+            "for a slower index",
         )
     reason = getattr(exc, "reason", None) or exc
     text = str(reason).splitlines()[0] if str(reason) else type(reason).__name__

@@ -194,6 +194,7 @@ def _truncated() -> bytes:
 
 
 DEADLINES = {"PATCHKIT_NET_DEADLINE": "3", "PATCHKIT_NET_TIMEOUT": "2"}
+BUDGET = {"PATCHKIT_NET_BUDGET": "4", "PATCHKIT_NET_TIMEOUT": "2"}  # the run's, not a transfer's
 
 CASES = [
     # credentials stay with their origin
@@ -214,6 +215,7 @@ CASES = [
     Case("sdist-1.5-GiB-member", _huge_sdist, "over 256 MiB"),
     Case("trickled-page", _trickled_page, "deadline", env=DEADLINES, seconds=30),
     Case("trickled-file", _trickled_file, "deadline", env=DEADLINES, seconds=30),
+    Case("trickled-file-run-budget", _trickled_file, "deadline", env=BUDGET, seconds=30),
     Case("bad-crc", _bytes(lambda: bad_crc_wheel("3.0")), "Bad CRC-32"),
     Case("truncated-zip", _bytes(_truncated), "a damaged wheel"),
     Case("not-a-zip", _bytes(lambda: b"<html>not a wheel</html>\n"), "a damaged wheel"),
