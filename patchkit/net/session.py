@@ -198,7 +198,7 @@ class Session:
                 kind_ = response.headers.get("Content-Type", "")
                 yield Transfer(final, kind_, length, chunks)
             finally:
-                response.release_conn()
+                _discard(response)
 
     def read(self, url: str, *, limit: int, accept: str | None = None) -> Transfer:
         """A page, read whole (at most `limit` bytes); `chunks()` yields it once."""
@@ -220,19 +220,19 @@ class Session:
             if response.status == 401 and "Authorization" not in headers:
                 retry = self.credentials.from_keyring(self.index, current)
                 if retry:
-                    response.release_conn()
+                    _discard(response)
                     headers["Authorization"] = retry
                     response = self._get(current, headers, watch, seconds)
             if response.status not in REDIRECTS:
                 if response.status >= 400:
-                    response.release_conn()
+                    _discard(response)
                     raise FetchError(
                         f"cannot download {_shown(current)}: HTTP {response.status} "
                         f"{response.reason or ''}".rstrip()
                     )
                 return response, current
             location = response.headers.get("Location", "")
-            response.release_conn()
+            _discard(response)
             current = self._redirect(current, location)
         raise FetchError(f"{_shown(url)}: more than {MAX_REDIRECTS} redirects; refusing")
 
@@ -290,6 +290,13 @@ class Session:
             manager.pool_classes_by_scheme = _watched_pools()
             self._managers[proxy] = manager
         return self._managers[proxy]
+
+
+def _discard(response) -> None:
+    """Close an answer's connection, read or not (a body left unread, perhaps endless, must
+    not be read by the next request on a kept-alive connection)."""
+    response.close()
+    response.release_conn()
 
 
 def _length(response, url: str, limit: int) -> int | None:

@@ -78,6 +78,9 @@ def project_files(name: str) -> list[dict]:
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise FetchError(f"{url}: the index's JSON page is not valid JSON") from None
         files = listing.get("files", []) if isinstance(listing, dict) else []
+        for entry in files:  # relative to the page as served (after any redirect), as pip does
+            if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+                entry["url"] = urllib.parse.urljoin(url, entry["url"])
     else:
         files = _html_files(body.decode("utf-8", "replace"), url)
     return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
