@@ -39,9 +39,10 @@ def session() -> net.Session:
     (every page and download of the run goes through it)."""
     url = os.environ.get("PATCHKIT_INDEX_URL") or pipconf.configured_index_url()
     url = url or "https://pypi.org/simple"
-    if url not in _SESSIONS:
-        _SESSIONS[url] = net.Session(url)
-    return _SESSIONS[url]
+    key = f"{url}\0{os.environ.get('NETRC', '')}"  # a library caller may change either
+    if key not in _SESSIONS:
+        _SESSIONS[key] = net.Session(url)
+    return _SESSIONS[key]
 
 
 def normalize_name(name: str) -> str:
