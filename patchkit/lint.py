@@ -17,6 +17,7 @@ from patchkit.errors import ApplyError, ConfigError, DamagedBaseError, PatchkitE
 from patchkit.series import (
     PATCH_NAME_RE,
     Patch,
+    diff_line_paths,
     parse_patch,
     refuse_special_files,
     safe_repo_path,
@@ -251,17 +252,7 @@ def _check_paths(target: str, name: str, raw: bytes, subdir: str, add) -> None:
     diff, offset = _diff_part(raw)
     prefix = f"{subdir}/" if subdir else ""
     for number, line in enumerate(diff.split("\n"), offset + 1):
-        paths = []
-        if line.startswith("diff --git "):
-            paths = [
-                p[2:] for p in line[len("diff --git ") :].split(" ") if p.startswith(("a/", "b/"))
-            ]
-        elif line.startswith(("--- ", "+++ ")) and not line.endswith("/dev/null"):
-            value = line[4:].split("\t")[0]
-            paths = [value[2:] if value.startswith(("a/", "b/")) else value]
-        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            paths = [line.split(" ", 2)[2]]
-        for path in paths:
+        for path in diff_line_paths(line):
             try:
                 safe_repo_path(name, path)
             except PatchkitError as exc:

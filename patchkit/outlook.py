@@ -24,7 +24,7 @@ from packaging.version import Version
 
 from patchkit import gitops, ui
 from patchkit.classify import PatchOutcome, carry_series
-from patchkit.errors import FetchError, UsageError
+from patchkit.errors import FetchError, InvalidArchiveError, PinError, UsageError
 from patchkit.files import replace_file
 from patchkit.series import Series
 from patchkit.targets import Target
@@ -136,6 +136,7 @@ class LineOutlook:
     releases: list[ReleaseColumn] = field(default_factory=list)
     patches: list[PatchRow] = field(default_factory=list)
     stamp: str = ""  # outlook_stamp of the series it was made from
+    unusable: dict[str, str] = field(default_factory=dict)  # release version -> why
 
     @property
     def newest(self) -> str | None:
@@ -167,6 +168,7 @@ class LineOutlook:
             "needs_work": self.needs_work,
             "releases": [r.to_json() for r in self.releases],
             "patches": [p.to_json() for p in self.patches],
+            "unusable": [{"version": v, "why": why} for v, why in self.unusable.items()],
         }
 
 
@@ -227,8 +229,11 @@ def line_outlook(
         ui.progress(f"{target.name} {version}: obtaining its base")
         try:
             new = source.new_base(target, version)
-        except FetchError as exc:
-            ui.progress(f"{target.name} {version}: skipped ({exc.message})")
+        except (FetchError, PinError, InvalidArchiveError) as exc:
+            # One release whose base cannot be had (damaged, hostile, unreachable) is a row
+            # that says why; the other releases are still classified.
+            ui.progress(f"{target.name} {version}: unusable ({exc.message})")
+            result.unusable[version] = exc.message
             continue
         column = ReleaseColumn(version, new.source, new.commit, new.stands_for)
         cells = _classified(target, series, source, old, new, cache, column)

@@ -88,7 +88,7 @@ def render_outlook(report) -> str:
 
     lines = []
     for line in report.lines:
-        lines += _line_table(line)
+        lines += _line_table(line)[:-1] + _unusable_rows(line) + [""]
     legend = ", ".join(f"{code} {state}" for state, code in CODES.items())
     lines.append(f"legend: {legend}; ? classified while an earlier patch was in conflict")
     for state, words in LEGEND.items():
@@ -142,7 +142,7 @@ def _line_table(line) -> list[str]:
     prefix = os.path.commonprefix(versions)
     prefix = prefix[: prefix.rfind(".") + 1]
     short = [v[len(prefix) :] for v in versions]
-    width = max(len(p.name.removesuffix(".patch")) for p in line.patches)
+    width = max((len(p.name.removesuffix(".patch")) for p in line.patches), default=0)
     cols = [max(len(s), 2) for s in short]
     rows = [
         f"{head}: {len(versions)} release(s), {versions[0]} to {versions[-1]}"
@@ -162,6 +162,11 @@ def _line_table(line) -> list[str]:
     rows += _newest_notes(line)
     rows.append("")
     return rows
+
+
+def _unusable_rows(line) -> list[str]:
+    """One row per release whose base could not be had, saying why."""
+    return [f"  {version}: unusable: {why}" for version, why in line.unusable.items()]
 
 
 def _newest_notes(line) -> list[str]:
