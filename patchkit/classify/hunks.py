@@ -102,11 +102,11 @@ def _imports_follow(pf, verdicts: list[HunkVerdict]) -> list[HunkVerdict]:
     others = [v for v, only in zip(verdicts, imports, strict=True) if not only]
     if not others or any(v.state != "upstream" for v in others):
         return verdicts
+    words = "adds only imports, for the file's other hunks"
     return [
-        HunkVerdict(v.header, "upstream", "imports", "adds only imports, for the hunks above")
-        if only else v
+        HunkVerdict(v.header, "upstream", "imports", words) if only else v
         for v, only in zip(verdicts, imports, strict=True)
-    ]  # fmt: skip
+    ]
 
 
 def _only_imports(hunk) -> bool:
