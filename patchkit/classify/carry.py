@@ -230,6 +230,13 @@ def _carry_one(
     _decide(outcome, signals, merged_tree, conflicts)
     if outcome.label == "conflict":
         _explain_conflict(ctx, env, tip, patch, patch_file, outcome)
+    elif outcome.note == DECLARED_NOTE:
+        # Upstream on the patch's own word: read the code beside it (the evidence it gives).
+        gitops.read_tree_into(ctx.mirror, env, tip)
+        outcome.parts = patch_parts(
+            ctx.mirror, env, tip, patch, patch_file, ctx.delta, ctx.new.version, ctx.old_base
+        )
+        outcome.signals.append(hunks_signal(outcome.parts))
     return outcome
 
 
