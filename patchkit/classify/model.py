@@ -85,10 +85,6 @@ class PatchOutcome:
     probes: list = field(default_factory=list)  # classify.probes.ProbeResult, one per probe
 
     @property
-    def probe_failed(self) -> bool:
-        return any(not p.passed for p in self.probes)
-
-    @property
     def fired(self) -> list[str]:
         return [s.name for s in self.signals if s.fired]
 
