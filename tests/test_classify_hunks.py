@@ -188,7 +188,8 @@ def test_a_probe_quotes_each_line_that_breaks_it(tmp_path):
     from patchkit import gitops
 
     files = {
-        "pkg/fusion.py": "# fusion\nok = sm90 or sm100 or sm120\nif not (is_sm90() or is_sm100()):\n",
+        "pkg/fusion.py": "# fusion\nok = sm90 or sm100 or sm120\n"
+        "if not (is_sm90() or is_sm100()):\n",
         "pkg/other.py": "if not (is_sm90() or is_sm100()):  # no fused path here\n",
         "pkg/fused_gate.py": "from x import is_sm90, is_sm100\n# fusion: sm90 sm100\n",
     }
