@@ -205,3 +205,50 @@ def test_a_probe_quotes_each_line_that_breaks_it(tmp_path):
     assert not result.passed
     assert result.failures == ["pkg/fusion.py:3: `if not (is_sm90() or is_sm100()):`"]
     assert result.words().startswith("probe fails on a tree: every SM90/SM100 gate")
+
+
+ROWS_OLD = '''\
+class Runner:
+    def rows(self) -> int:
+        """Rows the buffer needs."""
+        per_req = self.tokens_per_req()
+        return max(capture_sizes(self, per_req)) * per_req
+'''
+
+ROWS = '''\
+--- a/pkg/runner.py
++++ b/pkg/runner.py
+@@ -2,4 +2,8 @@ class Runner:
+     def rows(self) -> int:
+-        """Rows the buffer needs."""
+-        per_req = self.tokens_per_req()
+-        return max(capture_sizes(self, per_req)) * per_req
++        """Rows the buffer needs: the widest graph of any
++        candidate step (say (1, 3, 7))."""
++        best = 0
++        for steps in candidate_steps(self.config):
++            per_req = self.tokens_per_req(steps + 1)
++            best = max(best, max(capture_sizes(self, per_req)) * per_req)
++        return best
+'''
+
+ROWS_UPSTREAM = '''\
+class Runner:
+    def rows(self) -> int:
+        """Rows the buffer needs."""
+        best = 0
+        for steps in candidate_steps(get_spec().config):
+            per_req = self.tokens_per_req(num_draft_tokens=steps + 1)
+            best = max(best, max(capture_sizes(self, per_req)) * per_req)
+        return best
+'''
+
+
+def test_the_same_calls_in_a_loop_upstream_wrote_its_own_way_are_the_same_change():
+    """Docstrings are not code (upstream rewords them); a loop's body is not a condition."""
+    [pf] = PatchSet(ROWS)
+    [verdict] = hunk_verdicts(pf, "pkg/runner.py", ROWS_OLD, ROWS_UPSTREAM, Delta())
+    assert (verdict.state, verdict.how) == ("upstream", "same-change"), verdict.evidence
+    assert "for steps in candidate_steps(get_spec().config)" in verdict.evidence
+    [before] = hunk_verdicts(pf, "pkg/runner.py", ROWS_OLD, ROWS_OLD, Delta())
+    assert before.state == "needed"

@@ -130,16 +130,18 @@ def _verdict(hunk, header: str, old: _Definition | None, home) -> HunkVerdict:
 
 
 def _blocks(hunk) -> list[tuple[str | None, list[str]]]:
-    """Each run of lines the hunk adds (significant ones, normalised), with the identifying
-    line it follows in the patched file (None at the hunk's start)."""
+    """Each run of lines the hunk adds (code: significant lines outside docstrings,
+    normalised), with the identifying line it follows in the patched file (None at the
+    hunk's start)."""
     out: list[tuple[str | None, list[str]]] = []
     anchor, run = None, None
+    code = _Code()
     for ln in hunk:
         if ln.is_added:
             if run is None:
                 run = []
                 out.append((anchor, run))
-            if significant(ln.value):
+            if code.holds(ln.value) and significant(ln.value):
                 run.append(normalize(ln.value))
             continue
         run = None
@@ -150,11 +152,30 @@ def _blocks(hunk) -> list[tuple[str | None, list[str]]]:
 
 def _removed(hunk) -> list[str]:
     added = {normalize(ln.value) for ln in hunk if ln.is_added}
+    code = _Code()
     return [
         normalize(ln.value)
         for ln in hunk
-        if ln.is_removed and identifying(ln.value) and normalize(ln.value) not in added
+        if ln.is_removed
+        and code.holds(ln.value)
+        and identifying(ln.value)
+        and normalize(ln.value) not in added
     ]
+
+
+class _Code:
+    """Reads lines in order and tells code from docstrings (which upstream rewords)."""
+
+    def __init__(self) -> None:
+        self.in_doc = False
+
+    def holds(self, line: str) -> bool:
+        text = line.strip()
+        quotes = text.count('"""') + text.count("'''")
+        if self.in_doc or text.startswith(('"""', "'''")):
+            self.in_doc = (quotes % 2 == 1) != self.in_doc
+            return False
+        return True
 
 
 def _after(raw: list[str], anchor: str) -> list[list[tuple[int, str]]]:
@@ -245,13 +266,15 @@ def _regions(raw: list[str], anchor: str) -> list[list[tuple[int, str]]]:
 
 
 def _counterpart(region: list[tuple[int, str]], line: str, guards: set[str]) -> str | None:
-    """Upstream's statement doing what `line` does after the anchor: at the region's level,
-    or in a branch of an `if` there: every branch of an `if`/`else`, or one whose condition
-    tests a name the patch's own conditions test (one other condition is another change)."""
+    """Upstream's statement doing what `line` does after the anchor: at the region's level
+    (or in the body of a loop or `with` there), or in a branch of an `if` there: every branch
+    of an `if`/`else`, or one whose condition tests a name the patch's own conditions test
+    (one other condition is another change)."""
     if not region:
         return None
     level = region[0][0]
     chain: list[tuple[str, list[str]]] = []  # the branches of the `if` being read
+    body: int | None = -1  # the indent of the loop or `with` body being read (-1: none)
     for indent, text in region:
         if indent == level:
             if _same_effect(line, text):
@@ -263,8 +286,13 @@ def _counterpart(region: list[tuple[int, str]], line: str, guards: set[str]) -> 
             if found:
                 return found
             chain = [(text, [])] if _GUARD_RE.match(text) else []
+            body = None if not chain and text.endswith(":") else -1
         elif chain:
             chain[-1][1].append(text)
+        elif body is None or body == indent:
+            body = indent
+            if _same_effect(line, text):
+                return f"`{text}`"
     return _in_chain(chain, line, guards)
 
 
