@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit.classify.probes import PROBE_TRAILER, parse_probe
 from patchkit.classify.signals import PART_TRAILER, claimed_paths, claimed_version
 from patchkit.errors import ApplyError, ConfigError, DamagedBaseError, PatchkitError
 from patchkit.series import (
@@ -376,6 +377,12 @@ def _parts_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
             yield _MALFORMED, f"{PART_TRAILER}: '{value}' names no release and file of the patch"
 
 
+def _probes_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
+    for key, value in patch.trailers:
+        if key.lower() == PROBE_TRAILER.lower() and isinstance(why := parse_probe(value), str):
+            yield _MALFORMED, f"{PROBE_TRAILER}: '{value}': {why}"
+
+
 # The metadata checks, in the order their findings are reported.
 _METADATA_CHECKS: tuple[_MetadataCheck, ...] = (
     _description_missing,
@@ -386,6 +393,7 @@ _METADATA_CHECKS: tuple[_MetadataCheck, ...] = (
     _last_update_malformed,
     _tests_malformed,
     _parts_malformed,
+    _probes_malformed,
 )
 
 

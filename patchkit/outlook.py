@@ -31,7 +31,7 @@ from patchkit.targets import Target
 
 # Bump when the classification changes what it says: cached states of older versions are
 # then classified again.
-CLASSIFIER_VERSION = "4"
+CLASSIFIER_VERSION = "5"
 STATES = (
     "clean",
     "offset",
@@ -48,7 +48,7 @@ LEGEND = {
     "offset": "applies, its hunks moved",
     "merged": "needs a 3-way merge, no conflict (rebase --write refreshes it)",
     "conflict": "needs work by hand",
-    "partly-upstreamed": "in conflict, but upstream has or rewrote some of its files",
+    "partly-upstreamed": "in conflict, but upstream has some of its files or hunks already",
     "upstreamed": "upstream has it (see the evidence): retire it",
     "obsolete": "what it edits is gone and the release meets its purpose: retire it",
 }
@@ -64,6 +64,12 @@ class Cell:
     conflicts: list[str] = field(default_factory=list)
     parts: list[dict] = field(default_factory=list)
     provisional: bool = False
+    probes: list[dict] = field(default_factory=list)  # the patch's probes on this release
+
+    @property
+    def probe_failed(self) -> bool:
+        """A probe of what the patch guarantees fails here, whatever the state."""
+        return any(not p["passed"] for p in self.probes)
 
     @classmethod
     def of(cls, outcome: PatchOutcome) -> Cell:
@@ -71,10 +77,12 @@ class Cell:
         return cls(
             state,
             outcome.note,
-            [f"{s.name}: {s.detail}" for s in outcome.signals if s.fired],
+            [f"{s.name}: {s.detail}" for s in outcome.signals if s.fired]
+            + [p.words() for p in outcome.probes if not p.passed],
             list(outcome.conflicts),
             [p.to_json() for p in outcome.parts],
             outcome.provisional,
+            [p.to_json() for p in outcome.probes],
         )
 
     def to_json(self) -> dict:
@@ -85,6 +93,7 @@ class Cell:
             "conflicts": self.conflicts,
             "parts": self.parts,
             "provisional": self.provisional,
+            "probes": self.probes,
         }
 
     @classmethod
@@ -144,11 +153,16 @@ class LineOutlook:
 
     @property
     def needs_work(self) -> list[str]:
-        """Patches the newest release does not take as they are."""
+        """Patches the newest release does not take as they are (or where a probe of what
+        the patch guarantees fails)."""
         newest = self.newest
         if newest is None:
             return []
-        return [p.name for p in self.patches if p.cells[newest].state in NEEDS_WORK]
+        return [
+            p.name
+            for p in self.patches
+            if p.cells[newest].state in NEEDS_WORK or p.cells[newest].probe_failed
+        ]
 
     @property
     def retire_at(self) -> str | None:

@@ -90,7 +90,10 @@ def render_outlook(report) -> str:
     for line in report.lines:
         lines += _line_table(line)[:-1] + _unusable_rows(line) + [""]
     legend = ", ".join(f"{code} {state}" for state, code in CODES.items())
-    lines.append(f"legend: {legend}; ? classified while an earlier patch was in conflict")
+    lines.append(
+        f"legend: {legend}; ? classified while an earlier patch was in conflict; "
+        "! a probe of what the patch guarantees fails"
+    )
     for state, words in LEGEND.items():
         lines.append(f"  {CODES[state]} {state}: {words}")
     return "\n".join(lines)
@@ -126,12 +129,20 @@ def render_markdown(report) -> str:
         out.append("|---|" + "---|" * len(versions) + "---|")
         for patch in line.patches:
             cells = [patch.cells[v] for v in versions]
-            codes = [CODES[c.state] + ("?" if c.provisional else "") for c in cells]
+            codes = [cell_code(c) for c in cells]
             name = patch.name.removesuffix(".patch")
             out.append(f"| `{name}` | " + " | ".join(codes) + f" | {patch.retire_at or '-'} |")
-        out += ["", f"{legend}; `?` classified while an earlier patch was in conflict.", ""]
+        out += ["", f"{legend}; `?` classified while an earlier patch was in conflict; "
+                "`!` a probe of what the patch guarantees fails.", ""]  # fmt: skip
         out.append(MARKDOWN_END)
     return "\n".join(out)
+
+
+def cell_code(cell) -> str:
+    """A cell's letter, `?` when provisional, `!` when a probe of the patch fails."""
+    return (
+        CODES[cell.state] + ("?" if cell.provisional else "") + ("!" if cell.probe_failed else "")
+    )
 
 
 def _line_table(line) -> list[str]:
@@ -154,7 +165,7 @@ def _line_table(line) -> list[str]:
         cells = []
         for version, col in zip(versions, cols, strict=True):
             cell = patch.cells[version]
-            cells.append((CODES[cell.state] + ("?" if cell.provisional else "")).rjust(col))
+            cells.append(cell_code(cell).rjust(col))
         rows.append(
             f"  {patch.name.removesuffix('.patch'):<{width}}  {' '.join(cells)}  "
             f"{patch.retire_at or '-'}"
@@ -174,7 +185,7 @@ def _newest_notes(line) -> list[str]:
     out = [f"  on {newest}:"]
     for patch in line.patches:
         cell = patch.cells[newest]
-        if cell.state in ("clean", "offset"):
+        if cell.state in ("clean", "offset") and not cell.probe_failed:
             continue
         out.append(f"    {cell.state:>17}  {patch.name}")
         if cell.conflicts:
