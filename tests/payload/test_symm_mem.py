@@ -131,7 +131,7 @@ def test_symm_mem_majors(sm120_box, monkeypatch, multicast, world_size):
     major."""
     module, fake = sm120_box
     fake.multicast = multicast
-    enabled, multimem = [], []
+    enabled, multimem, max_sizes = [], [], {}
     for major in MAJORS:
         monkeypatch.setattr(
             torch.cuda, "get_device_capability", lambda device=None, major=major: (major, 0)
@@ -139,11 +139,13 @@ def test_symm_mem_majors(sm120_box, monkeypatch, multicast, world_size):
         comm = _communicator(module, monkeypatch, world_size)
         if not comm.disabled:
             enabled.append(major)
-            assert comm.max_size == module.TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[major][world_size]
+            max_sizes[major] = comm.max_size
             if comm.use_multimem:
                 multimem.append(major)
 
     assert enabled == ([9, 10, 12] if multicast else [12])
+    table = module.TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES
+    assert max_sizes == {major: table[major][world_size] for major in enabled}
     upstream_multimem = [
         major
         for major in (9, 10)
