@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -30,25 +31,82 @@ GATES = (
 )
 
 
+@dataclass(frozen=True)
+class Device:
+    """What a box's torch reports: its capability and, on a ROCm build (an AMD GPU seen through
+    ``torch.cuda``: ``torch.version.hip`` set, ``torch.version.cuda`` None), its gfx arch."""
+
+    name: str
+    major: int
+    minor: int = 0
+    gfx: str | None = None
+
+    @property
+    def hip(self) -> bool:
+        return self.gfx is not None
+
+
+# Every capability a box may report, and two AMD GPUs under ROCm torch whose majors are those of
+# NVIDIA gates (MI300X reports 9.4, an RDNA4 Radeon 12.0): the gates are driven over all of them.
+DEVICES = (
+    Device("SM80 (A100)", 8, 0),
+    Device("SM89 (L40S)", 8, 9),
+    Device("SM90 (H100)", 9, 0),
+    Device("SM100 (B200)", 10, 0),
+    Device("SM103 (B300)", 10, 3),
+    Device("SM110 (Thor)", 11, 0),
+    Device("SM120 (RTX PRO 6000)", 12, 0),
+    Device("SM121 (GB10)", 12, 1),
+    Device("SM130 (a later major)", 13, 0),
+    Device("MI300X (ROCm)", 9, 4, gfx="gfx942:sramecc+:xnack-"),
+    Device("Radeon AI PRO R9700 (ROCm)", 12, 0, gfx="gfx1201"),
+)
+# The majors the patch means: upstream's SM90 and SM10X, and SM12X (RTX PRO 6000, GB10), on CUDA.
+FUSION_MAJORS = (9, 10, 12)
+# The start-up pass that turns the fusion on unasked keeps upstream's SM90 / SM10X.
+AUTO_ENABLE_MAJORS = (9, 10)
+
+# SGLang's cached device probes (those a line lacks, or has uncached, are skipped).
+CAPABILITY_CACHES = (
+    "is_cuda",
+    "is_hip",
+    "is_sm90_supported",
+    "is_sm100_supported",
+    "is_sm110_supported",
+    "is_sm120_supported",
+    "is_blackwell_supported",
+    "is_gfx95_supported",
+    "is_gfx1250_supported",
+    "get_device_sm",
+)
+
+
 def _clear_capability_caches() -> None:
     from sglang.srt.utils import common
 
-    for name in ("is_cuda", "is_sm90_supported", "is_sm100_supported", "is_sm120_supported"):
-        getattr(common, name).cache_clear()
+    for name in CAPABILITY_CACHES:
+        cache_clear = getattr(getattr(common, name, None), "cache_clear", None)
+        if cache_clear is not None:
+            cache_clear()
 
 
-def _gate_seen_by(major: int, monkeypatch: pytest.MonkeyPatch):
+def _admitted_on(device: Device) -> bool:
+    return not device.hip and device.major in FUSION_MAJORS
+
+
+def _gate_seen_by(major: int | Device, monkeypatch: pytest.MonkeyPatch):
     """The per-batch fusion gate of a private copy of its module (``GATES``) executed as on a
-    GPU of capability ``major``, and the module.
+    GPU of capability ``major`` (``major``.0 on CUDA, or a ``Device``), and the module.
 
     The module computes its ``_is_sm*_supported`` flags at import, so the copy is executed with
-    torch's device queries spoofed (CUDA 13.0, capability ``major``.0); the imported module
-    itself is left alone.
+    torch's device queries spoofed (CUDA 13.0 or ROCm, the device's capability); the imported
+    module itself is left alone.
     """
+    device = major if isinstance(major, Device) else Device(f"SM{major}0", major)
     module_name, gate = next(g for g in GATES if importlib.util.find_spec(g[0]) is not None)
     real = importlib.import_module(module_name)
-    with _capability(major, monkeypatch):
-        name = f"_patchkit_gate_sm{major}"
+    with _capability(device, monkeypatch):
+        name = f"_patchkit_gate_{device.major}_{device.minor}_{'hip' if device.hip else 'cuda'}"
         try:
             spec = importlib.util.spec_from_file_location(name, real.__file__)
             module = importlib.util.module_from_spec(spec)
@@ -82,13 +140,27 @@ def _request_fusion(server_args, monkeypatch: pytest.MonkeyPatch, on: bool) -> N
 
 
 @contextlib.contextmanager
-def _capability(major: int, monkeypatch: pytest.MonkeyPatch):
-    """torch's device queries spoofed (CUDA 13.0, capability ``major``.0) with SGLang's
-    capability caches cleared before and after."""
+def _capability(major: int | Device, monkeypatch: pytest.MonkeyPatch):
+    """torch's device queries spoofed (CUDA 13.0, capability ``major``.0; or a ``Device``: its
+    capability, on ROCm with ``hip``) with SGLang's capability caches cleared before and after.
+
+    Only the device queries are stood in for: torch's capability and properties, and SGLang's
+    NVML reading of the capability (0.5.21's ``get_device_sm``), which answers None as it does
+    where NVML cannot, so that torch's capability answers.
+    """
+    device = major if isinstance(major, Device) else Device(f"SM{major}0", major)
+    capability = (device.major, device.minor)
+    properties = SimpleNamespace(major=device.major, minor=device.minor, gcnArchName=device.gfx)
+    from sglang.srt.utils import common
+
     with monkeypatch.context() as spoof:
         spoof.setattr(torch.cuda, "is_available", lambda: True)
-        spoof.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
-        spoof.setattr(torch.version, "cuda", "13.0")
+        spoof.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        spoof.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+        spoof.setattr(torch.version, "cuda", None if device.hip else "13.0")
+        spoof.setattr(torch.version, "hip", "7.0.0" if device.hip else None)
+        if hasattr(common, "_get_device_sm_via_nvml"):
+            spoof.setattr(common, "_get_device_sm_via_nvml", lambda: None)
         _clear_capability_caches()
         try:
             yield
@@ -110,6 +182,15 @@ def test_fusion_gate_accepts_sm120(server_args, monkeypatch):
     # Opt-in only: without the fusion asked for, SM120 does not fuse.
     _request_fusion(server_args, monkeypatch, False)
     assert not sm120(8)
+
+
+def test_fusion_gate_admits_the_patch_majors_only(server_args, monkeypatch):
+    """The per-batch gate over every capability and two ROCm boxes: it admits SM90, SM10X and
+    SM12X on CUDA, and nothing else (not SM110, not a later major, not an AMD GPU whose ROCm
+    torch reports a major of the list)."""
+    _request_fusion(server_args, monkeypatch, True)
+    admitted = [device.name for device in DEVICES if _gate_seen_by(device, monkeypatch)[0](8)]
+    assert admitted == [device.name for device in DEVICES if _admitted_on(device)]
 
 
 @pytest.mark.sglang_lines("0.5.17", "0.5.23")
@@ -135,8 +216,19 @@ def test_backend_resolution_accepts_sm120(sglang_tree, monkeypatch):
     # models does so on SM90, not on SM120.
     from sglang.srt.arg_groups import overrides
 
+    view = _fusion_model_view()
+    auto_enable = overrides._flashinfer_allreduce_fusion_auto_enable
+    with _capability(9, monkeypatch):
+        assert auto_enable(view) == {"flashinfer_allreduce_fusion_backend": "auto"}
+    with _capability(12, monkeypatch):
+        assert auto_enable(view) == {}
+
+
+def _fusion_model_view() -> SimpleNamespace:
+    """The server arguments of one node serving DeepSeek-V3 at TP 8, as the start-up pass that
+    turns the fusion on for supported models reads them."""
     hf_config = SimpleNamespace(architectures=["DeepseekV3ForCausalLM"])
-    view = SimpleNamespace(
+    return SimpleNamespace(
         get_model_config=lambda: SimpleNamespace(hf_config=hf_config),
         flashinfer_allreduce_fusion_backend=None,
         tp_size=8,
@@ -149,11 +241,32 @@ def test_backend_resolution_accepts_sm120(sglang_tree, monkeypatch):
         # 0.5.23 reads the model through a memo a fixture may fill (model_config_of)
         _model_config=SimpleNamespace(hf_config=hf_config),
     )
-    auto_enable = overrides._flashinfer_allreduce_fusion_auto_enable
-    with _capability(9, monkeypatch):
-        assert auto_enable(view) == {"flashinfer_allreduce_fusion_backend": "auto"}
-    with _capability(12, monkeypatch):
-        assert auto_enable(view) == {}
+
+
+@pytest.mark.sglang_lines("0.5.17", "0.5.23")
+def test_backend_resolution_admits_the_patch_majors_only(sglang_tree, monkeypatch):
+    """The start-up checks over every capability and two ROCm boxes: the backend resolution
+    admits SM90, SM10X and SM12X on CUDA and refuses every other device; the pass that turns the
+    fusion on unasked keeps to SM90 / SM10X."""
+    from sglang.srt.arg_groups import overrides
+    from sglang.srt.layers import flashinfer_comm_fusion as fusion
+
+    view = _fusion_model_view()
+    resolved, auto_enabled = [], []
+    for device in DEVICES:
+        with _capability(device, monkeypatch):
+            try:
+                assert fusion._resolve_backend("trtllm") == "trtllm", device.name
+                resolved.append(device.name)
+            except ValueError as refused:
+                assert "requires SM90" in str(refused), device.name
+            if overrides._flashinfer_allreduce_fusion_auto_enable(view):
+                auto_enabled.append(device.name)
+
+    assert resolved == [device.name for device in DEVICES if _admitted_on(device)]
+    assert auto_enabled == [
+        device.name for device in DEVICES if not device.hip and device.major in AUTO_ENABLE_MAJORS
+    ]
 
 
 class PeerSum:
@@ -295,3 +408,69 @@ def test_layernorm_fallback_adds_post_residual_once(sglang_tree, server_args, mo
         torch.testing.assert_close(residual_out, want_residual)
         torch.testing.assert_close(out, want_out)
         assert [g for g, _ in all_reduce.calls] == [group]
+
+
+class AiterFusedNorm:
+    """Recording stand-in for AITER's fused all-reduce + residual RMSNorm (a ROCm kernel): it
+    returns ``result`` (None: the op declines, as it does without its workspace)."""
+
+    def __init__(self, result):
+        self.result = result
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def __call__(self, x, residual, weight, eps):
+        self.calls.append((x.clone(), residual.clone()))
+        return self.result
+
+
+# 0.5.9's fused norm has no AITER route; 0.5.23 carries no fallback (upstream from 0.5.21).
+@pytest.mark.sglang_lines("0.5.17")
+def test_aiter_route_adds_post_residual_once(sglang_tree, server_args, monkeypatch):
+    """The fused norm's ROCm route (``_use_aiter``: SGLANG_USE_AITER on a ROCm torch), which the
+    patch's hunk runs through: AITER's fused op gets the residual with ``post_residual_addition``
+    folded in, and when it declines upstream's route is kept (the TP group's all-reduce with
+    AITER's fusion on, none without) and adds ``post_residual_addition`` once; FlashInfer's op
+    and the patch's FlashInfer fallback are not reached."""
+    from sglang.srt import distributed
+    from sglang.srt import server_args as server_args_module
+    from sglang.srt.layers import flashinfer_comm_fusion, layernorm
+
+    gen = torch.Generator().manual_seed(2)
+    mine, peer, residual, extra = (torch.randn(TOKENS, HIDDEN, generator=gen) for _ in range(4))
+    accepted = (torch.full((TOKENS, HIDDEN), 7.0), torch.full((TOKENS, HIDDEN), 8.0))
+    # (AITER's result, --enable-aiter-allreduce-fusion, the all-reduces, the normed input)
+    cases = (
+        (accepted, True, [], None),
+        (None, True, ["tp"], mine + peer),
+        (None, False, [], mine),
+    )
+    norm, all_reduce = _two_rank_norm(monkeypatch, peer)
+    flashinfer_calls = []
+    monkeypatch.setattr(
+        flashinfer_comm_fusion,
+        "flashinfer_allreduce_residual_rmsnorm",
+        lambda **kwargs: flashinfer_calls.append(kwargs) or (None, None),
+    )
+    # The ROCm flag only, set once the norm is made (its own kernels are not under test).
+    monkeypatch.setattr(layernorm, "_use_aiter", True)
+    for result, aiter_fusion, reduced, normed in cases:
+        all_reduce.calls.clear()
+        weight = norm.weight.detach()
+        want = accepted if result is not None else _reference(normed, residual + extra, weight)
+        aiter = AiterFusedNorm(result)
+        monkeypatch.setattr(distributed, "tensor_model_parallel_fused_allreduce_rmsnorm", aiter)
+        monkeypatch.setattr(server_args, "enable_aiter_allreduce_fusion", aiter_fusion)
+        server_args_module.set_global_server_args_for_scheduler(server_args)
+
+        out = norm.forward_with_allreduce_fusion(
+            mine.clone(), residual.clone(), post_residual_addition=extra.clone()
+        )
+
+        case = f"AITER {'declined' if result is None else 'fused'}, fusion {aiter_fusion}"
+        assert not flashinfer_calls, f"{case}: the ROCm route called FlashInfer's fused op"
+        assert len(aiter.calls) == 1, case
+        torch.testing.assert_close(aiter.calls[0][0], mine)
+        torch.testing.assert_close(aiter.calls[0][1], residual + extra)
+        assert [g for g, _ in all_reduce.calls] == reduced, case
+        torch.testing.assert_close(out[0], want[0], msg=case)
+        torch.testing.assert_close(out[1], want[1], msg=case)

@@ -48,6 +48,43 @@ def test_trtllm_comm_jit_targets_sm120a(flashinfer_tree, monkeypatch, tmp_path):
     assert {SM90A, SM120A} <= set(mixed.extra_cuda_cflags)
 
 
+# Every arch a box may build for, as FLASHINFER_CUDA_ARCH_LIST names it, and its major.
+ARCHS = {
+    "8.0": 8,
+    "8.9": 8,
+    "9.0a": 9,
+    "10.0a": 10,
+    "10.3a": 10,
+    "11.0a": 11,
+    "12.0a": 12,
+    "12.1a": 12,
+    "13.0a": 13,
+}
+# The majors the patch builds trtllm comm for: upstream's 9 and 10, and 12 (SM120, SM121).
+TRTLLM_COMM_MAJORS = (9, 10, 12)
+
+
+def _gencode(arch: str) -> str:
+    compute = arch.replace(".", "")
+    return f"-gencode=arch=compute_{compute},code=sm_{compute}"
+
+
+def test_trtllm_comm_jit_targets_the_patch_majors_only(flashinfer_tree, monkeypatch, tmp_path):
+    """Asked for every arch at once, and for each alone: the module is built for the archs of
+    majors 9, 10 and 12, and for no other (an arch list without them has nothing to build)."""
+    spec = _trtllm_comm_spec(monkeypatch, " ".join(ARCHS), tmp_path)
+    built = {flag for flag in spec.extra_cuda_cflags if flag.startswith("-gencode=")}
+    assert built == {_gencode(a) for a, major in ARCHS.items() if major in TRTLLM_COMM_MAJORS}
+
+    for arch, major in ARCHS.items():
+        if major in TRTLLM_COMM_MAJORS:
+            alone = _trtllm_comm_spec(monkeypatch, arch, tmp_path)
+            assert _gencode(arch) in alone.extra_cuda_cflags
+        else:
+            with pytest.raises(RuntimeError, match="No supported CUDA architectures"):
+                _trtllm_comm_spec(monkeypatch, arch, tmp_path)
+
+
 def _guard_holds(condition: str, arch: int) -> bool:
     """Evaluate a ``#if`` condition over ``__CUDA_ARCH__`` for the device pass of ``arch``."""
     expr = condition.replace("defined(__CUDA_ARCH__)", "1").replace("__CUDA_ARCH__", str(arch))

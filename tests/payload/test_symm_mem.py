@@ -15,19 +15,22 @@ class FakeSymmetricMemory:
     """Stands in for ``torch.distributed._symmetric_memory`` on a PCIe box without a GPU.
 
     ``empty`` gives a CPU buffer and ``rendezvous`` a handle whose ``multicast_ptr`` is 0, as
-    on every PCIe system (no NVLink multicast).  Allocation and rendezvous are infrastructure;
-    the communicator's decisions are what is under test.
+    on every PCIe system (no NVLink multicast), unless ``multicast`` is set (an NVLink box).
+    Allocation and rendezvous are infrastructure; the communicator's decisions are what is
+    under test.
     """
 
     def __init__(self):
         self.rendezvous_calls: list[str] = []
+        self.multicast = False
 
     def empty(self, numel, device=None, dtype=None):
         return torch.zeros(numel, dtype=dtype)
 
     def rendezvous(self, buffer, group_name):
         self.rendezvous_calls.append(group_name)
-        return SimpleNamespace(multicast_ptr=0, buffer_ptrs=[buffer.data_ptr()])
+        multicast_ptr = 0x7F0000000000 if self.multicast else 0
+        return SimpleNamespace(multicast_ptr=multicast_ptr, buffer_ptrs=[buffer.data_ptr()])
 
 
 @pytest.fixture
@@ -113,3 +116,39 @@ def test_symm_mem_two_shot_without_multicast_only_on_sm120(
 
     assert fake.rendezvous_calls == [f"tp{world_size}"] * 2
     assert comm.disabled, f"SM{major}0 two-shot enabled without multicast"
+
+
+# Every capability major a box may report (the communicator reads the major only).
+MAJORS = (7, 8, 9, 10, 11, 12, 13)
+
+
+@pytest.mark.parametrize("multicast", [False, True], ids=["pcie", "nvlink-multicast"])
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+def test_symm_mem_majors(sm120_box, monkeypatch, multicast, world_size):
+    """The communicator over every capability major: without a multicast object (PCIe) it is on
+    for SM12X only, two-shot; with one, on SM90 / SM10X (upstream's, multimem at the world sizes
+    of upstream's table) and SM12X (two-shot: no NVLink multicast there); off on every other
+    major."""
+    module, fake = sm120_box
+    fake.multicast = multicast
+    enabled, multimem, max_sizes = [], [], {}
+    for major in MAJORS:
+        monkeypatch.setattr(
+            torch.cuda, "get_device_capability", lambda device=None, major=major: (major, 0)
+        )
+        comm = _communicator(module, monkeypatch, world_size)
+        if not comm.disabled:
+            enabled.append(major)
+            max_sizes[major] = comm.max_size
+            if comm.use_multimem:
+                multimem.append(major)
+
+    assert enabled == ([9, 10, 12] if multicast else [12])
+    table = module.TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES
+    assert max_sizes == {major: table[major][world_size] for major in enabled}
+    upstream_multimem = [
+        major
+        for major in (9, 10)
+        if world_size in module.TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM[major]
+    ]
+    assert multimem == (upstream_multimem if multicast else [])
