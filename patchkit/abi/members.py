@@ -5,9 +5,7 @@ the scratch folder when a reader needs a file."""
 
 from __future__ import annotations
 
-import bz2
 import importlib
-import lzma
 import os
 import stat
 import struct
@@ -16,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from patchkit.archives import SpecialFileError, file_kind, open_regular
+from patchkit.archives import SpecialFileError, file_kind, member_decoder, open_regular
 
 
 @dataclass
@@ -255,53 +253,6 @@ def _data_range(fd: int, info, file_size: int | None = None) -> int:
     return start
 
 
-class _ZipLzma:
-    """An LZMA member's decoder (zipfile's format: 2 version bytes, the properties' size, the
-    properties, then a raw LZMA1 stream) with ``decompress(data, max_length)``, ``eof`` and
-    ``needs_input`` as bz2's and lzma's own decoders have them; zipfile's has no output bound."""
-
-    def __init__(self) -> None:
-        self._header = b""
-        self._decoder: lzma.LZMADecompressor | None = None
-
-    @property
-    def eof(self) -> bool:
-        return self._decoder is not None and self._decoder.eof
-
-    @property
-    def needs_input(self) -> bool:
-        return self._decoder is None or self._decoder.needs_input
-
-    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
-        if self._decoder is None:
-            self._header += data
-            if len(self._header) < 4:
-                return b""
-            (size,) = struct.unpack_from("<H", self._header, 2)
-            if len(self._header) < 4 + size:
-                return b""
-            props = self._header[4 : 4 + size]
-            filters = [lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)]
-            self._decoder = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters)
-            data, self._header = self._header[4 + size :], b""
-        return self._decoder.decompress(data, max_length)
-
-
-def _decoder(compress_type: int):
-    """A decoder of a member's stored bytes whose every call is bounded in output
-    (``decompress(data, max_length)``): zipfile's bzip2 and lzma readers are not, and one
-    4 kB read of a crafted bzip2 stream inflates to GiBs. None for a stored member."""
-    if compress_type == zipfile.ZIP_STORED:
-        return None
-    if compress_type == zipfile.ZIP_DEFLATED:
-        return inflate_backend().decompressobj(-15)
-    if compress_type == zipfile.ZIP_BZIP2:
-        return bz2.BZ2Decompressor()
-    if compress_type == zipfile.ZIP_LZMA:
-        return _ZipLzma()
-    raise NotImplementedError(f"compression method {compress_type}")
-
-
 def _held(decoder, most: int) -> bytes:
     """Output from input the decoder holds already, at most ``most`` bytes (b"": none)."""
     tail = getattr(decoder, "unconsumed_tail", None)  # zlib's way
@@ -342,7 +293,7 @@ def _decoded(decoder, raw, step: int):
 def _head(fd: int, info, n: int) -> bytes:
     """A member's first ``n`` bytes (its local header checked; decoded only that far)."""
     start = _data_range(fd, info)
-    decoder = _decoder(info.compress_type)
+    decoder = member_decoder(info.compress_type, inflate_backend())
     if decoder is None:
         return os.pread(fd, min(n, info.compress_size), start)
     raw = _stored(fd, start, info.compress_size, 4096, info.filename)
@@ -369,7 +320,7 @@ def _pieces(member: Member, check_crc: bool = True, step: int | None = None):
     fd, wheel_size = _fd(member.wheel)
     start = _data_range(fd, info, wheel_size)
     _ask_ahead(fd, start, info.compress_size)
-    decoder = _decoder(info.compress_type)
+    decoder = member_decoder(info.compress_type, inflate_backend())
     crc32 = inflate_backend().crc32
     produced, crc = 0, 0
     for chunk in _stored(fd, start, info.compress_size, step or INFLATE_STEP, member.relpath):
@@ -431,7 +382,7 @@ def head_chunks(member: Member, step: int = HEAD_STEP):
     fd, wheel_size = _fd(member.wheel)
     pos = _data_range(fd, info, wheel_size)
     raw = _stored(fd, pos, info.compress_size, step, member.relpath)
-    decoder = _decoder(info.compress_type)
+    decoder = member_decoder(info.compress_type, inflate_backend())
     yield from raw if decoder is None else _decoded(decoder, raw, step)
 
 
