@@ -26,13 +26,6 @@ def init_bare(path: Path) -> Repo:
     return repo
 
 
-@verb
-def pack_objects(repo: Repo) -> None:
-    """Pack loose objects without deltas: clones hard-link one file and checkouts read fast."""
-    repo.run("repack", "-a", "-d", "-q", "--window=0")
-    repo.run("prune-packed")
-
-
 def is_repository(repo: Repo) -> bool:
     """True when a repository of `repo`'s kind is at its path (git reads it as one)."""
     marker = repo.path / ("HEAD" if repo.bare else ".git")

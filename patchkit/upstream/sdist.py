@@ -7,11 +7,11 @@ every machine; its message records the sdist hash and the upstream commit the sd
 from __future__ import annotations
 
 import gzip
-import os
 import re
 import tarfile
-import tempfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -96,8 +96,17 @@ def release_commit_id(tree: Path, target: Target) -> str | None:
 def safe_extract_sdist(archive: Path, dest: Path) -> Path:
     """Extract a .tar.gz refusing links, devices, absolute and climbing names; returns its top
     directory."""
+    with _readable(archive), tarfile.open(archive, "r:*") as tar:
+        members, top = _checked_members(tar, archive)
+        tar.extractall(dest, members=members, filter="data")
+    return dest / top
+
+
+@contextmanager
+def _readable(archive: Path) -> Iterator[None]:
+    """A damaged or foreign archive as one FetchError naming it."""
     try:
-        return _extract_checked(archive, dest)
+        yield
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         cause = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
         raise FetchError(
@@ -106,29 +115,47 @@ def safe_extract_sdist(archive: Path, dest: Path) -> Path:
         ) from None
 
 
-def _extract_checked(archive: Path, dest: Path) -> Path:
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        tops = set()
-        total = 0
+def _checked_members(tar: tarfile.TarFile, archive: Path) -> tuple[list[tarfile.TarInfo], str]:
+    """The members of an sdist and its one top-level folder, refusing links, devices,
+    absolute and climbing names, `.git` folders and more than 4x MAX_SDIST_BYTES unpacked."""
+    members = tar.getmembers()
+    tops = set()
+    total = 0
+    for member in members:
+        name = PurePosixPath(member.name)
+        if name.is_absolute() or ".." in name.parts:
+            raise FetchError(f"{archive.name}: member {member.name} escapes the archive")
+        if any(part.lower() == ".git" for part in name.parts):
+            raise FetchError(f"{archive.name}: member {member.name} is inside a .git directory")
+        if not (member.isfile() or member.isdir()):
+            raise FetchError(f"{archive.name}: member {member.name} is a link or device")
+        total += member.size
+        if total > 4 * MAX_SDIST_BYTES:
+            raise FetchError(
+                f"{archive.name}: unpacks to more than {4 * MAX_SDIST_BYTES >> 20} MiB"
+            )
+        tops.add(name.parts[0])
+    if len(tops) != 1:
+        raise FetchError(f"{archive.name}: expected one top-level directory, found {len(tops)}")
+    return members, tops.pop()
+
+
+def _sdist_files(archive: Path, subdir: str) -> dict[str, tuple[bool, bytes]]:
+    """Each file of an sdist as extraction would leave it, read in place: path under the
+    target's layout (its top folder replaced by `subdir`) -> (executable, bytes)."""
+    files: dict[str, tuple[bool, bytes]] = {}
+    with _readable(archive), tarfile.open(archive, "r:*") as tar:
+        members, top = _checked_members(tar, archive)
         for member in members:
-            name = PurePosixPath(member.name)
-            if name.is_absolute() or ".." in name.parts:
-                raise FetchError(f"{archive.name}: member {member.name} escapes the archive")
-            if any(part.lower() == ".git" for part in name.parts):
-                raise FetchError(f"{archive.name}: member {member.name} is inside a .git directory")
-            if not (member.isfile() or member.isdir()):
-                raise FetchError(f"{archive.name}: member {member.name} is a link or device")
-            total += member.size
-            if total > 4 * MAX_SDIST_BYTES:
-                raise FetchError(
-                    f"{archive.name}: unpacks to more than {4 * MAX_SDIST_BYTES >> 20} MiB"
-                )
-            tops.add(name.parts[0])
-        if len(tops) != 1:
-            raise FetchError(f"{archive.name}: expected one top-level directory, found {len(tops)}")
-        tar.extractall(dest, members=members, filter="data")
-    return dest / tops.pop()
+            if not member.isfile():
+                continue
+            rest = PurePosixPath(member.name).relative_to(top).as_posix()
+            handle = tar.extractfile(member)
+            data = handle.read() if handle else b""
+            path = f"{subdir}/{rest}" if subdir else rest
+            files.pop(path, None)  # a later member replaces an earlier one, as on disk
+            files[path] = (bool(member.mode & 0o100), data)  # git: the owner's x bit
+    return files
 
 
 def sdist_identity(archive: Path) -> gitops.Identity:
@@ -139,29 +166,27 @@ def sdist_identity(archive: Path) -> gitops.Identity:
 
 
 def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path) -> str:
-    """Import an sdist's tree under the target's subdir as a deterministic commit."""
+    """Import an sdist's tree under the target's subdir as a deterministic commit (its files
+    read from the archive and written as one pack: nothing is extracted)."""
     repo = mirror.repo
-    scratch_root = mirror.root / "tmp"
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch_root, prefix=f"import-{target.name}-") as tmp:
-        top = safe_extract_sdist(archive, Path(tmp) / "x")
-        recorded = release_commit_id(top, target)
-        _check_recorded_commit(release, recorded)
-        layout = Path(tmp) / "tree"
-        dest = layout / target.subdir if target.subdir else layout
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(top, dest)
-        upstream = (release.commit or recorded) if recorded else None
-        message = (
-            f"Import {release.sdist} from its sdist\n\n"
-            f"Patchkit-Sdist: {archive.name}\n"
-            f"Patchkit-Sdist-Sha256: {file_sha256(archive)}\n"
-            f"Patchkit-Sdist-Commit-Id: {recorded or 'none'}\n"
-            f"Patchkit-Upstream-Commit: {upstream or 'unknown'}\n"
-        )
-        sha = gitops.import_directory(repo, layout, message, sdist_identity(archive))
+    files = _sdist_files(archive, target.subdir)
+    recorded = None
+    if target.commit_id_file:
+        prefix = f"{target.subdir}/" if target.subdir else ""
+        found = files.get(prefix + target.commit_id_file)
+        recorded = commit_id_in(found[1].decode("utf-8", "replace")) if found else None
+    _check_recorded_commit(release, recorded)
+    upstream = (release.commit or recorded) if recorded else None
+    message = (
+        f"Import {release.sdist} from its sdist\n\n"
+        f"Patchkit-Sdist: {archive.name}\n"
+        f"Patchkit-Sdist-Sha256: {file_sha256(archive)}\n"
+        f"Patchkit-Sdist-Commit-Id: {recorded or 'none'}\n"
+        f"Patchkit-Upstream-Commit: {upstream or 'unknown'}\n"
+    )
+    entries = ((path, executable, data) for path, (executable, data) in files.items())
+    sha = gitops.import_files(repo, entries, message, sdist_identity(archive))
     gitops.update_ref(repo, SDIST_REF.format(version=release.version), sha)
-    gitops.pack_objects(repo)
     return sha
 
 
