@@ -223,12 +223,13 @@ def line_outlook(
     if not versions:
         return result
     old = source.old_base(target)
-    for version in versions:
-        ui.progress(f"{target.name} {version}: obtaining its base")
+    for k, version in enumerate(versions, 1):
+        where = f"{target.name} {version} (release {k} of {len(versions)})"
+        ui.progress(f"{where}: obtaining its base")
         try:
             new = source.new_base(target, version)
         except FetchError as exc:
-            ui.progress(f"{target.name} {version}: skipped ({exc.message})")
+            ui.progress(f"{where}: skipped ({exc.message})")
             continue
         column = ReleaseColumn(version, new.source, new.commit, new.stands_for)
         cells = _classified(target, series, source, old, new, cache, column)
