@@ -34,6 +34,7 @@ from patchkit.upstream.mirror import (
     import_fields,
     wheel_fields,
 )
+from patchkit.upstream.reach import known_unreachable, note_failure
 
 if TYPE_CHECKING:
     from patchkit.upstream.newbase import NewPin
@@ -231,6 +232,8 @@ def _chain(
             attempts.append(
                 Attempt("git", f"release {release.version} pins no upstream commit to fetch")
             )
+        elif (known := known_unreachable(target.git, mirror.root)) is not None:
+            attempts.append(Attempt("git", known))
         else:
             base = _from_git(mirror, target, release, want_sha, ref, target.git, "git", attempts)
     if base is None and release is not None and release.sdist:
@@ -438,6 +441,7 @@ def _from_git(
             gitops.fetch(repo, source, [f"{sha}:{GIT_REF.format(sha=sha)}"])
     except gitops.GitError as exc:
         attempts.append(Attempt(label, first_line(str(exc))))
+        note_failure(source, str(exc), mirror.root)  # the next runs skip a host that is down
         return None
     if not gitops.has_commit(repo, sha):
         attempts.append(Attempt(label, f"{source} did not provide {sha[:12]}"))
