@@ -197,6 +197,9 @@ class BaseSource:
     new_base: Callable[[Target, str], object]
     facts: Callable[[object], object]  # Base -> patchkit.classify.NewBase
     mirror: Callable[[Target], gitops.Repo]
+    # version -> base, for the releases the mirror already holds (read at once, no network);
+    # a base whose states are not all cached is obtained again through `new_base`
+    held: Callable[[Target, list[str]], dict[str, object]] = lambda target, versions: {}
 
 
 def line_outlook(
@@ -223,16 +226,24 @@ def line_outlook(
     if not versions:
         return result
     old = source.old_base(target)
+    held = source.held(target, versions)
     for k, version in enumerate(versions, 1):
         where = f"{target.name} {version} (release {k} of {len(versions)})"
-        ui.progress(f"{where}: obtaining its base")
-        try:
-            new = source.new_base(target, version)
-        except FetchError as exc:
-            ui.progress(f"{where}: skipped ({exc.message})")
-            continue
-        column = ReleaseColumn(version, new.source, new.commit, new.stands_for)
-        cells = _classified(target, series, source, old, new, cache, column)
+        new = held.get(version)
+        cells = _cached_cells(target, series, old, new, cache) if new is not None else None
+        cached = cells is not None
+        if cells is None:
+            ui.progress(f"{where}: obtaining its base")
+            try:
+                new = source.new_base(target, version)
+            except FetchError as exc:
+                ui.progress(f"{where}: skipped ({exc.message})")
+                continue
+            cells = _cached_cells(target, series, old, new, cache)
+            cached = cells is not None
+            if cells is None:
+                cells = _classified(target, series, source, old, new, cache, where)
+        column = ReleaseColumn(version, new.source, new.commit, new.stands_for, cached)
         for row, cell in zip(result.patches, cells, strict=True):
             row.cells[version] = cell
         result.releases.append(column)
@@ -241,17 +252,23 @@ def line_outlook(
     return result
 
 
-def _classified(target, series, source, old, new, cache: Path, column) -> list[Cell]:
+def _cell_paths(target, series, old, new, cache: Path) -> list[Path]:
     keys = _keys(series, old.commit, new.commit)
-    paths = [cache / "outlook" / target.name / new.commit / f"{k}.json" for k in keys]
-    cells = [_read_cell(p) for p in paths]
-    if all(c is not None for c in cells):
-        column.cached = True
-        return cells  # type: ignore[return-value]
-    ui.progress(f"{target.name} {column.version}: carrying {len(series.patches)} patch(es)")
+    return [cache / "outlook" / target.name / new.commit / f"{k}.json" for k in keys]
+
+
+def _cached_cells(target, series, old, new, cache: Path) -> list[Cell] | None:
+    """Every patch's state on `new` from the cache, or None when one is not there."""
+    cells = [_read_cell(p) for p in _cell_paths(target, series, old, new, cache)]
+    return cells if all(c is not None for c in cells) else None  # type: ignore[return-value]
+
+
+def _classified(target, series, source, old, new, cache: Path, where: str) -> list[Cell]:
+    """Carry the series onto `new` and keep each patch's state in the cache."""
+    ui.progress(f"{where}: carrying {len(series.patches)} patch(es)")
     carry = carry_series(source.mirror(target), series, old.commit, source.facts(new))
     cells = [Cell.of(o) for o in carry.outcomes]
-    for path, cell in zip(paths, cells, strict=True):
+    for path, cell in zip(_cell_paths(target, series, old, new, cache), cells, strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_file(path, json.dumps(cell.to_json(), indent=1).encode() + b"\n")
     return cells
@@ -300,15 +317,17 @@ def index_source(cache: Path) -> BaseSource:
     sha256-checked, downloads bounded)."""
     from patchkit.rebase import new_base_facts
     from patchkit.upstream import Mirror, acquire, resolve_new_base
+    from patchkit.upstream.held import held_bases
     from patchkit.upstream.releases import releases_after
 
     def mirror(target: Target) -> gitops.Repo:
         return Mirror(target, cache).repo
 
     return BaseSource(
-        releases=releases_after,
+        releases=lambda target, after: releases_after(target, after, cache=cache),
         old_base=lambda target: acquire(target, None, cache=cache),
         new_base=lambda target, version: resolve_new_base(target, version, cache=cache)[0],
         facts=lambda base: new_base_facts(base, cache),
         mirror=mirror,
+        held=lambda target, versions: held_bases(target, versions, cache),
     )

@@ -55,6 +55,7 @@ def command(target_name, line, since, html_file, markdown, as_json, verbose) -> 
     from patchkit.lines import line_series
     from patchkit.outlook import OutlookReport, index_source, line_outlook
     from patchkit.project import cache_root
+    from patchkit.upstream.index import listings_kept
     from patchkit.workspace import Workspace
 
     out = Output(json_mode=as_json, verbose=verbose)
@@ -63,7 +64,7 @@ def command(target_name, line, since, html_file, markdown, as_json, verbose) -> 
     cache = cache_root()
     source = index_source(cache)
     report = OutlookReport()
-    with out.reporting():
+    with out.reporting(), listings_kept():  # the index's page read once for every release
         for name in names:
             whole = ws.targets.get(name)
             for line_name in [line] if line else whole.line_names:

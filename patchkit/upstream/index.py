@@ -14,6 +14,8 @@ import os
 import re
 import urllib.error
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from patchkit import ui
@@ -72,10 +74,35 @@ def urlopen(url: str, accept: str | None = None):
         raise FetchError(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from None
 
 
+# url -> the files of its page, while `listings_kept` holds (None: not keeping): a cold
+# outlook otherwise read the page again for every release it imports and downloads
+_LISTED: dict[str, list[dict]] | None = None
+
+
+@contextmanager
+def listings_kept() -> Iterator[None]:
+    """Within the block, each project's page is read from the index once."""
+    global _LISTED
+    outer = _LISTED
+    _LISTED = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _LISTED = outer
+
+
 def project_files(name: str) -> list[dict]:
     """The `files` of a project's simple-API page: PEP 691 JSON, or the PEP 503 HTML page
     that static mirrors (an air-gapped index on a file server) serve."""
     url = f"{index_url()}/{project_name(name)}/"
+    if _LISTED is None:
+        return _read_project_files(url)
+    if url not in _LISTED:
+        _LISTED[url] = _read_project_files(url)
+    return [dict(entry) for entry in _LISTED[url]]
+
+
+def _read_project_files(url: str) -> list[dict]:
     if url.startswith("file:"):
         url += "index.html"  # a mirror on disk: no server to pick the page
     with urlopen(url, f"{SIMPLE_JSON}, text/html;q=0.1") as response:
