@@ -26,16 +26,23 @@ def outlook_0512(sglang_0512_wheels, warm_mirrors, workspace, tmp_path_factory):
         series = line_series(workspace.project, target)
         # Only the pinned release: the index is not asked for its list.
         source = dataclasses.replace(index_source(cache), releases=lambda target, after: ["0.5.12"])
-        return line_outlook(target, series, source, cache), line_outlook(
-            target, series, source, cache
-        )
+        first = line_outlook(target, series, source, cache)
+        again = line_outlook(target, series, source, cache)
+
+        def no_base(target, version):
+            raise AssertionError(f"{version}: a warm outlook obtained a base")
+
+        # Warm: the base the mirror holds and its cached states, no acquire (lock, re-hash).
+        warm = line_outlook(target, series, dataclasses.replace(source, new_base=no_base), cache)
+        return first, again, warm
 
 
 @pytest.mark.slow
 def test_the_0_5_9_line_on_the_0_5_12_wheel_then_from_the_cache(outlook_0512):
-    first, again = outlook_0512
+    first, again, warm = outlook_0512
     assert [r.cached for r in first.releases] == [False]
     assert [r.cached for r in again.releases] == [True]
+    assert warm.to_json() == again.to_json()
     states = {p.name: p.cells["0.5.12"].state for p in first.patches}
     assert {p.name: p.cells["0.5.12"].state for p in again.patches} == states
     assert states["kimi-k25-eagle3-delegation.patch"] == "upstreamed"
@@ -67,7 +74,7 @@ def test_the_html_page_in_headless_chromium(outlook_0512, tmp_path):
     executable = find_chromium()
     if executable is None:
         pytest.skip("chromium is not installed (tests/browser/ensure-chromium.sh installs it)")
-    first, _ = outlook_0512
+    first, _, _ = outlook_0512
     page = tmp_path / "outlook.html"
     page.write_text(render_page(OutlookReport([first])), encoding="utf-8")
     rows_js = (
