@@ -54,6 +54,20 @@ LEGEND = {
 }
 
 
+# One letter a state, in the terminal and Markdown tables and on the HTML page.
+CODES = {
+    "clean": "c",
+    "offset": "o",
+    "merged": "m",
+    "conflict": "X",
+    "partly-upstreamed": "x",
+    "upstreamed": "U",
+    "obsolete": "O",
+}
+# What `?` after a state means (Cell.provisional).
+PROVISIONAL = "classified while an earlier patch was in conflict"
+
+
 @dataclass
 class Cell:
     """One patch on one release."""

@@ -10,17 +10,6 @@ import click
 from patchkit import completion
 from patchkit.ui import Output, json_option
 
-# One letter a state, so every release fits in a terminal's width.
-CODES = {
-    "clean": "c",
-    "offset": "o",
-    "merged": "m",
-    "conflict": "X",
-    "partly-upstreamed": "x",
-    "upstreamed": "U",
-    "obsolete": "O",
-}
-
 
 @click.command("outlook")
 @click.option(
@@ -85,13 +74,13 @@ def command(target_name, line, since, html_file, markdown, as_json, verbose) -> 
 
 def render_outlook(report) -> str:
     """The terminal table: releases as columns, patches as rows, then what needs work."""
-    from patchkit.outlook import LEGEND
+    from patchkit.outlook import CODES, LEGEND, PROVISIONAL
 
     lines = []
     for line in report.lines:
         lines += _line_table(line)
     legend = ", ".join(f"{code} {state}" for state, code in CODES.items())
-    lines.append(f"legend: {legend}; ? classified while an earlier patch was in conflict")
+    lines.append(f"legend: {legend}; ? {PROVISIONAL}")
     for state, words in LEGEND.items():
         lines.append(f"  {CODES[state]} {state}: {words}")
     return "\n".join(lines)
@@ -114,6 +103,8 @@ def render_markdown(report) -> str:
     """Each line as a Markdown table (releases as columns, one letter a state), between a
     stamped opening comment and MARKDOWN_END, so a document can hold it and a test can
     compare it."""
+    from patchkit.outlook import CODES, PROVISIONAL
+
     legend = ", ".join(f"`{code}` {state}" for state, code in CODES.items())
     out = []
     for line in report.lines:
@@ -130,12 +121,14 @@ def render_markdown(report) -> str:
             codes = [CODES[c.state] + ("?" if c.provisional else "") for c in cells]
             name = patch.name.removesuffix(".patch")
             out.append(f"| `{name}` | " + " | ".join(codes) + f" | {patch.retire_at or '-'} |")
-        out += ["", f"{legend}; `?` classified while an earlier patch was in conflict.", ""]
+        out += ["", f"{legend}; `?` {PROVISIONAL}.", ""]
         out.append(MARKDOWN_END)
     return "\n".join(out)
 
 
 def _line_table(line) -> list[str]:
+    from patchkit.outlook import CODES
+
     head = f"{line.target} line {line.line} (pin {line.pin})"
     if not line.releases:
         return [f"{head}: no release after the pin on the package index", ""]
