@@ -4,8 +4,8 @@ same series between the same two bases gives the same outcomes, so the second on
 The key covers both bases (a commit id names its bytes), each patch's name and bytes, what
 the classification knows of the new base (its release, its wheel's sha256, upstream's
 patch-ids), the source of the code that classifies, applies and exports, the Python version
-and the git program. A record is used only while every commit it names is still in the mirror (`cache
---prune` removes the unnamed ones): else the series is carried again.
+and the git program. A record is used only while every commit it names is still in the
+mirror (`cache --prune` removes the unnamed ones): else the series is carried again.
 """
 
 from __future__ import annotations
