@@ -60,9 +60,10 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
 	touch $@
 
-## wheels: patched, versioned wheels with provenance in dist/ (each target's default line;
-## LINE=0.5.17 builds that line and the lines it is built with, e.g. the cp311 and cp312
-## wheels of a wheel base and its FlashInfer 0.6.15.post1)
+## wheels: patched, versioned wheels with provenance in dist/ (the newest SGLang line, 0.5.23,
+## the default, and the FlashInfer line it names, none for 0.5.23; LINE=0.5.17 builds that
+## line and the lines it is built with, e.g. the cp311 and cp312 wheels of a wheel base and
+## its FlashInfer 0.6.15.post1; LINE=0.5.9 the seed line on its sdists)
 wheels: $(BVENV)/.stamp
 	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
 
