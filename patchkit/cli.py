@@ -56,6 +56,11 @@ ENVIRONMENT = (
     ("PATCHKIT_CACHE", "mirrors and downloads (default: $XDG_CACHE_HOME/patchkit or ~/.cache)"),
     ("PATCHKIT_INDEX_URL", "the package index (default: pip's, from pip.conf; else PyPI)"),
     ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
+    ("PATCHKIT_INDEX_TTL", "seconds outlook keeps the index's release list (default 300; 0: ask)"),
+    (
+        "PATCHKIT_UNREACHABLE_TTL",
+        "seconds a git host that could not be reached is skipped (default 600; 0: ask)",
+    ),
     (
         "PATCHKIT_PROFILE",
         "the build / verify profile (default: cu130-sm120; verify: that of the sglang checked)",
