@@ -5,8 +5,9 @@ For a warm `outlook`, which reads each release's states from its cache by the ba
 a base that is not held, or whose states are not cached, is obtained by `acquire` as every
 verb does (the source chain, the mirror's integrity check). The same order as `acquire`: a
 pinned release's commit when the mirror has it, then its sdist import, then its wheel
-import; a release no pin names is read from its import only while git is not asked
-(`PATCHKIT_OFFLINE_GIT`, or its host known unreachable: `reach`), as `acquire` would then.
+import. A release no pin names is read from its import: the base an earlier run took from the
+index when git gave none (git is asked for a release's tag by its version, which SGLang's
+`v`-prefixed tags never match), so a warm run asks no git host whether it is reachable or not.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from pathlib import Path
 from patchkit import gitops
 from patchkit.errors import PatchkitError
 from patchkit.targets import Target
-from patchkit.upstream.acquire import Base, _sdist_base, _skip_git, _wheel_base
+from patchkit.upstream.acquire import Base, _sdist_base, _wheel_base
 from patchkit.upstream.mirror import SDIST_REF, WHEEL_REF, Mirror
-from patchkit.upstream.reach import known_unreachable
 
 
 def held_bases(target: Target, versions: list[str], cache: Path) -> dict[str, Base]:
-    """version -> the base `acquire` would give for it from what the mirror holds now;
-    versions it would fetch, import or ask git for are left out."""
+    """version -> the base the mirror holds for it (see above); versions it holds none
+    for, or whose import a pin refuses, are left out (`acquire` obtains them)."""
     mirror = Mirror(target, cache)
     if not (mirror.path / "HEAD").is_file():
         return {}
@@ -34,11 +34,10 @@ def held_bases(target: Target, versions: list[str], cache: Path) -> dict[str, Ba
             names.append(release.commit)
         names += [SDIST_REF.format(version=version), WHEEL_REF.format(version=version)]
     held = gitops.read_commits(mirror.repo, names)  # the messages too, for the fields
-    git_skipped = _skip_git(None) or known_unreachable(target.git, cache) is not None
     found: dict[str, Base] = {}
     for version in versions:
         try:
-            base = _held_base(mirror, target, version, held, git_skipped)
+            base = _held_base(mirror, target, version, held)
         except PatchkitError:  # a refusal is acquire's to make, with its words
             base = None
         if base is not None:
@@ -46,9 +45,7 @@ def held_bases(target: Target, versions: list[str], cache: Path) -> dict[str, Ba
     return found
 
 
-def _held_base(
-    mirror: Mirror, target: Target, version: str, held: dict, git_skipped: bool
-) -> Base | None:
+def _held_base(mirror: Mirror, target: Target, version: str, held: dict) -> Base | None:
     repo = mirror.repo
     release = target.release(version)
     sdist = held.get(SDIST_REF.format(version=version))
@@ -61,7 +58,7 @@ def _held_base(
         if wheel and not release.sdist:
             return _wheel_base(repo, target, release, wheel)
         return None
-    if not git_skipped or not (sdist or wheel):
+    if not (sdist or wheel):
         return None
     from patchkit.upstream.newbase import _sdist_release, _wheel_release, index_name
 
