@@ -20,7 +20,6 @@ SEED_LINE = "0.5.9"
 
 def seed_project(dest: Path) -> Path:
     """A copy of this project's patches/ and build/ whose sglang default line is SEED_LINE."""
-    import re
     import shutil
 
     dest.mkdir(parents=True)
@@ -28,16 +27,23 @@ def seed_project(dest: Path) -> Path:
     if (ROOT / "build").exists():
         shutil.copytree(ROOT / "build", dest / "build", ignore=shutil.ignore_patterns("work"))
     toml = dest / "patches" / "targets.toml"
+    toml.write_text(seeded_targets(toml.read_text()))
+    return dest
+
+
+def seeded_targets(text: str) -> str:
+    """targets.toml's text with SEED_LINE as sglang's default line."""
+    import re
+
     text, count = re.subn(
         r'(\[targets\.sglang\][^\[]*?)^default_line = "[^"]*"$',
         rf'\1default_line = "{SEED_LINE}"',
-        toml.read_text(),
+        text,
         count=1,
         flags=re.M | re.S,
     )
     assert count == 1, "targets.toml: no default_line under [targets.sglang]"
-    toml.write_text(text)
-    return dest
+    return text
 
 
 def git(cwd: Path, *args: str, env: dict | None = None) -> str:

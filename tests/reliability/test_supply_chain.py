@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from helpers import loosen_packs
+from helpers import loosen_packs, seeded_targets
 from reliability_support import (
     ROOT,
     cli,
@@ -131,7 +131,7 @@ def test_sdist_recorded_commit_disagrees_with_pin(tmp_path, sglang_sdist):
     forged = out.getvalue()
     project = tmp_path / "project"
     (project / "patches").mkdir(parents=True)
-    targets = (ROOT / "patches" / "targets.toml").read_text()
+    targets = seeded_targets((ROOT / "patches" / "targets.toml").read_text())
     pinned = "11b1445bfb039c20217783850fda66a71b814391b2cf313f4e6cadc3b9fea41b"
     assert pinned in targets
     (project / "patches" / "targets.toml").write_text(targets.replace(pinned, sha256(forged)))
@@ -164,7 +164,7 @@ def test_sdist_recorded_commit_disagrees_with_pin(tmp_path, sglang_sdist):
 def _project_with_pin(tmp_path: Path, commit: str) -> Path:
     project = tmp_path / "project"
     (project / "patches" / "sglang").mkdir(parents=True)
-    targets = (ROOT / "patches" / "targets.toml").read_text()
+    targets = seeded_targets((ROOT / "patches" / "targets.toml").read_text())
     pinned = "bbe9c7eeb520b0a67e92d133dfc137a3688dc7f2"
     assert pinned in targets
     (project / "patches" / "targets.toml").write_text(targets.replace(pinned, commit))
