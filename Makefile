@@ -18,7 +18,7 @@ PROFILE   ?= cu130-sm120
 ARGS      ?=
 LINE      ?=
 
-.PHONY: wheels test test-venvs test-fast test-mutation test-reliability gpu-test gpu-bundle verify review lint bench clean install
+.PHONY: wheels test test-venvs test-fast test-mutation test-reliability gpu-test gpu-bundle verify review lint bench bench-outlook clean install
 
 $(BVENV)/.stamp: pyproject.toml
 	@echo "creating $(BVENV) with patchkit and its dependencies (once: about 20 s)"
@@ -162,6 +162,11 @@ bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/wheels.py
 	$(VENV)/bin/python bench/verify.py
 	$(VENV)/bin/python bench/scale.py --sizes 10,100 --runs 3
+
+## bench-outlook: release day, cold and warm outlook and a warm rebase preview beside pip
+## download of the same release files (network; 15-20 minutes on a loaded 2-core machine)
+bench-outlook: $(VENV)/.stamp-core
+	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python bench/outlook.py $(ARGS)
 
 clean:
 	rm -rf work dist build/work
