@@ -272,7 +272,11 @@ def test_tampered_mirror_object_refused(tmp_path, cache):
     objects = len(git(mirror, "rev-list", "--objects", "--no-walk", base).splitlines())
     blob = git(mirror, "rev-parse", f"{base}:python/README.md").strip()
     _tamper(mirror, blob)
-    env = {"PATCHKIT_PROJECT": str(ROOT), "PATCHKIT_CACHE": str(cache), "PATCHKIT_OFFLINE_GIT": "1"}
+    env = {
+        "PATCHKIT_PROJECT": os.environ["PATCHKIT_PROJECT"],  # the seed-line copy (conftest)
+        "PATCHKIT_CACHE": str(cache),
+        "PATCHKIT_OFFLINE_GIT": "1",
+    }
     done = cli("apply", "--target", "sglang", "--into", str(tmp_path / "wt"), env=env)
     problems = _refused(done, "damaged or tampered", blob[:12])
     if (tmp_path / "wt").exists():
