@@ -56,6 +56,7 @@ ENVIRONMENT = (
     ("PATCHKIT_CACHE", "mirrors and downloads (default: $XDG_CACHE_HOME/patchkit or ~/.cache)"),
     ("PATCHKIT_INDEX_URL", "the package index (default: pip's, from pip.conf; else PyPI)"),
     ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
+    ("PATCHKIT_OUTLOOK_JOBS", "releases outlook classifies at once (default: one per core, <= 4)"),
     ("PATCHKIT_INDEX_TTL", "seconds outlook keeps the index's release list (default 300; 0: ask)"),
     (
         "PATCHKIT_UNREACHABLE_TTL",

@@ -23,7 +23,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit import gitops, ui
-from patchkit.classify import PatchOutcome, carry_series
+from patchkit.carry_pool import CarryPool
+from patchkit.classify import PatchOutcome
 from patchkit.errors import FetchError, UsageError
 from patchkit.files import replace_file
 from patchkit.series import Series
@@ -214,6 +215,7 @@ class BaseSource:
     # version -> base, for the releases the mirror already holds (read at once, no network);
     # a base whose states are not all cached is obtained again through `new_base`
     held: Callable[[Target, list[str]], dict[str, object]] = lambda target, versions: {}
+    jobs: int = 1  # releases classified at once (worker processes when more than one)
 
 
 def line_outlook(
@@ -241,26 +243,33 @@ def line_outlook(
         return result
     old = source.old_base(target)
     held = source.held(target, versions)
-    for k, version in enumerate(versions, 1):
-        where = f"{target.name} {version} (release {k} of {len(versions)})"
-        new = held.get(version)
-        cells = _cached_cells(target, series, old, new, cache) if new is not None else None
-        cached = cells is not None
-        if cells is None:
-            ui.progress(f"{where}: obtaining its base")
-            try:
-                new = source.new_base(target, version)
-            except FetchError as exc:
-                ui.progress(f"{where}: skipped ({exc.message})")
-                continue
-            cells = _cached_cells(target, series, old, new, cache)
+    found = []  # (version, base, its cells or None while being classified)
+    with CarryPool(source.jobs) as pool:
+        for k, version in enumerate(versions, 1):
+            where = f"{target.name} {version} (release {k} of {len(versions)})"
+            new = held.get(version)
+            cells = _cached_cells(target, series, old, new, cache) if new is not None else None
+            if cells is None:
+                ui.progress(f"{where}: obtaining its base")
+                try:
+                    new = source.new_base(target, version)
+                except FetchError as exc:
+                    ui.progress(f"{where}: skipped ({exc.message})")
+                    continue
+                cells = _cached_cells(target, series, old, new, cache)
+            if cells is None:  # classified meanwhile the next releases are obtained
+                facts = source.facts(new)
+                pool.submit(version, source.mirror(target), series, old.commit, facts, where)
+            found.append((version, new, cells))
+        for version, new, cells in found:
             cached = cells is not None
             if cells is None:
-                cells = _classified(target, series, source, old, new, cache, where)
-        column = ReleaseColumn(version, new.source, new.commit, new.stands_for, cached)
-        for row, cell in zip(result.patches, cells, strict=True):
-            row.cells[version] = cell
-        result.releases.append(column)
+                cells = [Cell.of(o) for o in pool.outcomes(version)]
+                _keep_cells(target, series, old, new, cache, cells)
+            column = ReleaseColumn(version, new.source, new.commit, new.stands_for, cached)
+            for row, cell in zip(result.patches, cells, strict=True):
+                row.cells[version] = cell
+            result.releases.append(column)
     for row in result.patches:
         row.retire_at = _retire_at(row, [r.version for r in result.releases])
     return result
@@ -277,15 +286,11 @@ def _cached_cells(target, series, old, new, cache: Path) -> list[Cell] | None:
     return cells if all(c is not None for c in cells) else None  # type: ignore[return-value]
 
 
-def _classified(target, series, source, old, new, cache: Path, where: str) -> list[Cell]:
-    """Carry the series onto `new` and keep each patch's state in the cache."""
-    ui.progress(f"{where}: carrying {len(series.patches)} patch(es)")
-    carry = carry_series(source.mirror(target), series, old.commit, source.facts(new))
-    cells = [Cell.of(o) for o in carry.outcomes]
+def _keep_cells(target, series, old, new, cache: Path, cells: list[Cell]) -> None:
+    """Each patch's state on `new`, kept in the cache."""
     for path, cell in zip(_cell_paths(target, series, old, new, cache), cells, strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_file(path, json.dumps(cell.to_json(), indent=1).encode() + b"\n")
-    return cells
 
 
 def _keys(series: Series, old: str, new: str) -> list[str]:
@@ -329,6 +334,7 @@ def index_source(cache: Path) -> BaseSource:
     """Bases as every verb obtains them: the package index's releases, each imported into
     the target's mirror (`patchkit.upstream`: sdist, else the wheel for the pinned platforms,
     sha256-checked, downloads bounded)."""
+    from patchkit.carry_pool import default_jobs
     from patchkit.rebase import new_base_facts
     from patchkit.upstream import Mirror, acquire, resolve_new_base
     from patchkit.upstream.held import held_bases
@@ -344,4 +350,5 @@ def index_source(cache: Path) -> BaseSource:
         facts=lambda base: new_base_facts(base, cache),
         mirror=mirror,
         held=lambda target, versions: held_bases(target, versions, cache),
+        jobs=default_jobs(),
     )
