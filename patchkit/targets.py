@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from packaging.version import InvalidVersion, Version
 
 from patchkit.compat import tomllib
-from patchkit.errors import ConfigError, UsageError, did_you_mean
+from patchkit.errors import ConfigError, UsageError, closest, did_you_mean
 
 HEX_RE = re.compile(r"^[0-9a-f]{4,40}\Z")
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
@@ -297,8 +297,6 @@ class UnknownKey:
 
 def unknown_keys(data: dict) -> list[UnknownKey]:
     """Every key of a parsed targets.toml outside `KNOWN_KEYS`, table by table."""
-    from difflib import get_close_matches  # lint's alone: not on every run's import path
-
     found: list[UnknownKey] = []
 
     def check(table: object, kind: str, where: str) -> None:
@@ -307,8 +305,8 @@ def unknown_keys(data: dict) -> list[UnknownKey]:
         known = KNOWN_KEYS[kind]
         for key in table:
             if key not in known:
-                close = get_close_matches(key, known, n=1, cutoff=0.6)
-                found.append(UnknownKey(where, key, close[0] if close else None, known))
+                # a short key's typo (`tga`) is further from it by ratio than a long one's
+                found.append(UnknownKey(where, key, closest(key, known, cutoff=0.6), known))
 
     check(data, "top", "top level")
     check(data.get("series"), "series", "series")
