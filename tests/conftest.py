@@ -41,10 +41,13 @@ os.environ.setdefault("PATCHKIT_CACHE", str(_ROOT / ".cache" / "test-default"))
 # the seed line the tests speak of (helpers.SEED_LINE); removed when the run ends.
 from helpers import seed_project  # noqa: E402
 
-_SEED = Path(tempfile.mkdtemp(prefix="patchkit-seed-"))
-atexit.register(shutil.rmtree, _SEED, ignore_errors=True)
-SEED_PROJECT = seed_project(_SEED / "project")
-os.environ["PATCHKIT_PROJECT"] = str(SEED_PROJECT)
+# (A copy of tests/ without patches/, as the GPU bundle carries, has no project to copy.)
+SEED_PROJECT = _ROOT
+if (_ROOT / "patches" / "targets.toml").is_file():
+    _SEED = Path(tempfile.mkdtemp(prefix="patchkit-seed-"))
+    atexit.register(shutil.rmtree, _SEED, ignore_errors=True)
+    SEED_PROJECT = seed_project(_SEED / "project")
+    os.environ["PATCHKIT_PROJECT"] = str(SEED_PROJECT)
 
 from helpers import (  # noqa: E402,F401
     ROOT,
