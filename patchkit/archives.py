@@ -11,13 +11,16 @@ FIFO or device instead of blocking on it.
 from __future__ import annotations
 
 import base64
+import bz2
 import hashlib
 import lzma
 import os
 import re
 import stat
+import struct
 import zipfile
 import zlib
+from collections.abc import Iterator
 from typing import BinaryIO
 
 MAX_MEMBER_BYTES = 8 << 30
@@ -156,40 +159,193 @@ def claim_problem(info, limit: int) -> str | None:
     return None
 
 
-def read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
-    """The bytes of one member, refusing more than `limit` (checked before decompressing and
-    again on the bytes actually produced, so a lying header gains nothing)."""
-    problem = claim_problem(info, limit)
+def _decoder(compress_type: int):
+    """A decoder whose every call is bounded in output (`decompress(data, max_length)`), for
+    a member's stored bytes; None for a stored member. zipfile's own bzip2 and lzma readers
+    have no such bound: one 4 kB read of a crafted stream inflates to GiBs."""
+    if compress_type == zipfile.ZIP_STORED:
+        return None
+    if compress_type == zipfile.ZIP_DEFLATED:
+        return zlib.decompressobj(-15)
+    if compress_type == zipfile.ZIP_BZIP2:
+        return bz2.BZ2Decompressor()
+    if compress_type == zipfile.ZIP_LZMA:
+        return _ZipLzma()
+    raise NotImplementedError(f"compression method {compress_type}")
+
+
+class _ZipLzma:
+    """zipfile's LZMA member format (2 version bytes, the properties' size, the properties, a
+    raw LZMA1 stream) behind the `decompress(data, max_length)`, `eof`, `needs_input` of
+    lzma's own decoder."""
+
+    def __init__(self) -> None:
+        self._header = b""
+        self._decoder: lzma.LZMADecompressor | None = None
+
+    @property
+    def eof(self) -> bool:
+        return self._decoder is not None and self._decoder.eof
+
+    @property
+    def needs_input(self) -> bool:
+        return self._decoder is None or self._decoder.needs_input
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+        if self._decoder is None:
+            self._header += data
+            if len(self._header) < 4:
+                return b""
+            (size,) = struct.unpack_from("<H", self._header, 2)
+            if len(self._header) < 4 + size:
+                return b""
+            props = self._header[4 : 4 + size]
+            filters = [lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)]
+            self._decoder = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=filters)
+            data, self._header = self._header[4 + size :], b""
+        return self._decoder.decompress(data, max_length)
+
+
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+
+
+class _Stored:
+    """Reads at offsets of the archive a ZipFile has open, without moving its position (pread
+    on its file descriptor; seek and read for a file object without one)."""
+
+    def __init__(self, zf: zipfile.ZipFile) -> None:
+        self.fp = zf.fp
+        if self.fp is None:
+            raise MemberError("the archive is closed")
+        try:
+            self.fd: int | None = self.fp.fileno()
+            self.size = os.fstat(self.fd).st_size
+        except (AttributeError, OSError, ValueError):
+            self.fd = None
+            self.size = self.fp.seek(0, os.SEEK_END)
+
+    def read_at(self, pos: int, n: int) -> bytes:
+        if self.fd is not None:
+            return os.pread(self.fd, n, pos)
+        self.fp.seek(pos)
+        return self.fp.read(n)
+
+
+def _data_start(src: _Stored, info: zipfile.ZipInfo) -> int:
+    """Where a member's stored bytes start, after its local header (checked as zipfile checks
+    it: signature, the central directory's name), and that they end inside the archive."""
+    head = src.read_at(info.header_offset, _LOCAL_HEADER.size)
+    if len(head) < _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+        raise MemberError(f"member {info.filename!r}: bad local header")
+    fields = _LOCAL_HEADER.unpack(head)
+    name = src.read_at(info.header_offset + _LOCAL_HEADER.size, fields[10])
+    if name != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):
+        raise MemberError(f"member {info.filename!r}: the local header names {name!r}")
+    start = info.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]
+    if start + info.compress_size > src.size:
+        raise MemberError(f"member {info.filename!r} runs past the end of the archive")
+    return start
+
+
+def member_chunks(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, step: int = 1 << 20
+) -> Iterator[bytes]:
+    """A member's bytes in pieces of at most `step`, whatever its compression: refused before a
+    byte is inflated when it claims more than `limit`, and while inflating the moment it
+    produces more than it claims (each decoder call is bounded, so memory stays at a few
+    `step`s); checked at its end for a complete stream, its size and its CRC-32. The one way
+    patchkit reads a member of an archive it downloaded (MemberError names the member)."""
+    problem = claim_problem(info, limit) or member_problem(info, set())
     if problem:
         raise MemberError(problem)
     try:
-        with zf.open(info) as fh:
-            data = fh.read(limit + 1)
+        src = _Stored(zf)
+        yield from _decoded(src, info, _data_start(src, info), step)
+    except MemberError:
+        raise
     except READ_ERRORS as exc:
         raise MemberError(f"member {info.filename!r} cannot be read ({_reason(exc)})") from None
-    if len(data) > limit:
-        raise MemberError(f"member {info.filename!r} expands beyond {limit} bytes")
-    return data
+
+
+def _decoded(src: _Stored, info: zipfile.ZipInfo, start: int, step: int) -> Iterator[bytes]:
+    decoder = _decoder(info.compress_type)
+    pos, end, produced, crc = start, start + info.compress_size, 0, 0
+    while decoder is None or not decoder.eof:
+        data = b""
+        if decoder is None or not _holds(decoder):
+            if pos >= end:
+                break
+            data = src.read_at(pos, min(step, end - pos))
+            if not data:
+                raise MemberError(f"member {info.filename!r} runs past the end of the archive")
+            pos += len(data)
+        piece = _step(decoder, data, min(step, info.file_size - produced + 1))
+        produced += len(piece)
+        if produced > info.file_size:
+            raise MemberError(
+                f"member {info.filename!r} inflates past the {info.file_size} bytes its header "
+                "claims (a decompression bomb or a damaged archive)"
+            )
+        crc = zlib.crc32(piece, crc)
+        if piece:
+            yield piece
+    if decoder is not None and not decoder.eof:
+        raise MemberError(f"member {info.filename!r}: its compressed stream is truncated")
+    if produced != info.file_size:
+        raise MemberError(
+            f"member {info.filename!r} holds {produced} bytes, smaller than its header says "
+            f"({info.file_size})"
+        )
+    if crc != info.CRC:
+        raise MemberError(f"member {info.filename!r}: Bad CRC-32 (the archive is damaged)")
+
+
+def _holds(decoder) -> bool:
+    """Whether the decoder holds input it has not decoded yet (zlib keeps it in
+    `unconsumed_tail`, bz2 and lzma inside)."""
+    tail = getattr(decoder, "unconsumed_tail", None)
+    return bool(tail) if tail is not None else not decoder.needs_input
+
+
+def _step(decoder, data: bytes, most: int) -> bytes:
+    """At most `most` bytes decoded from `data` and what the decoder holds."""
+    if decoder is None:
+        return data
+    tail = getattr(decoder, "unconsumed_tail", None)
+    if tail:
+        data = tail + data
+    return decoder.decompress(data, most)
+
+
+def read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    """The bytes of one member, refusing more than `limit` (checked before decompressing and
+    again on the bytes actually produced, so a lying header gains nothing)."""
+    return b"".join(member_chunks(zf, info, limit))
+
+
+def copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, out: BinaryIO, limit: int) -> int:
+    """Write one member to `out` (bounded as `member_chunks`); returns its size."""
+    total = 0
+    for piece in member_chunks(zf, info, limit):
+        out.write(piece)
+        total += len(piece)
+    return total
+
+
+def member_head(zf: zipfile.ZipFile, info: zipfile.ZipInfo, n: int) -> bytes:
+    """A member's first `n` bytes, inflated only that far (no checks of its end)."""
+    pieces = member_chunks(zf, info, MAX_MEMBER_BYTES, step=max(n, 4096))
+    try:
+        return next(pieces, b"")[:n]
+    finally:
+        pieces.close()
 
 
 def hash_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
     """The RECORD-form sha256 of one member, read in 1 MiB steps (never more than it claims)."""
     digest = hashlib.sha256()
-    total = 0
-    try:
-        with zf.open(info) as fh:
-            while chunk := fh.read(1 << 20):
-                total += len(chunk)
-                if total > info.file_size:
-                    raise MemberError(f"member {info.filename!r} expands beyond its stated size")
-                digest.update(chunk)
-    except READ_ERRORS as exc:
-        raise MemberError(f"member {info.filename!r} cannot be read ({_reason(exc)})") from None
-    if total != info.file_size:  # zipfile stops at the data's end without a word (no CRC check)
-        raise MemberError(
-            f"member {info.filename!r} holds {total} bytes, smaller than its header says "
-            f"({info.file_size})"
-        )
+    for piece in member_chunks(zf, info, MAX_MEMBER_BYTES):
+        digest.update(piece)
     return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
 
 

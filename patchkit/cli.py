@@ -55,6 +55,10 @@ ENVIRONMENT = (
     ("PATCHKIT_PROJECT", "the project root (default: nearest parent with patches/targets.toml)"),
     ("PATCHKIT_CACHE", "mirrors and downloads (default: $XDG_CACHE_HOME/patchkit or ~/.cache)"),
     ("PATCHKIT_INDEX_URL", "the package index (default: pip's, from pip.conf; else PyPI)"),
+    ("PATCHKIT_NET_TIMEOUT", "seconds one network read may wait (default 60)"),
+    ("PATCHKIT_NET_DEADLINE", "seconds one download may take (default 1800; a page: 120)"),
+    ("PATCHKIT_NET_BUDGET", "seconds all of a run's downloads may take (default 3600)"),
+    ("PATCHKIT_GIT_TIMEOUT", "seconds one git child may run before it is stopped (default 3600)"),
     ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
     ("PATCHKIT_OUTLOOK_JOBS", "releases outlook classifies at once (default: one per core, <= 4)"),
     ("PATCHKIT_INDEX_TTL", "seconds outlook keeps the index's release list (default 300; 0: ask)"),
@@ -333,11 +337,28 @@ def _os_error(exc: OSError) -> tuple[int, dict | None]:
 def _internal(exc: Exception) -> tuple[int, dict | None]:
     from patchkit.ui import error_object
 
+    faults = sys.modules.get("patchkit.gitops.faults")  # loaded by whatever ran git
+    if faults is not None and isinstance(exc, faults.GitError):
+        return _git_failed(exc)
+
     # a bug, not a user error: still no traceback without --debug
     cause = _first_line(str(exc)) or "no message"
     _tell(f"error: internal error ({type(exc).__name__}: {cause})",
           "run again with --debug for the traceback and report it")  # fmt: skip
     return 70, error_object(exc, 70) | {"kind": "internal", "message": cause}
+
+
+def _git_failed(exc) -> tuple[int, dict | None]:
+    """A git failure no caller expected (git's own words, not patchkit's): one line naming
+    the git command and what git said, exit 1."""
+    from patchkit.ui import error_object
+
+    args = [str(a) for a in exc.args_]
+    shown = " ".join(args[:6]) + (" ..." if len(args) > 6 else "")
+    said = _first_line(exc.stderr.strip()) or f"exit {exc.status}"
+    message = f"git {shown} failed (exit {exc.status}): {said[:300]}"
+    _tell(f"error: {message}", "check the repository named and the git on PATH (git --version)")
+    return 1, error_object(exc, 1) | {"kind": "git", "message": message}
 
 
 # What each failure of a verb answers, the first that matches (order matters: NothingToDo is a

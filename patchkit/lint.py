@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit.classify.probes import PROBE_TRAILER, parse_probe
 from patchkit.classify.signals import PART_TRAILER, claimed_paths, claimed_version
 from patchkit.errors import ApplyError, ConfigError, DamagedBaseError, PatchkitError
 from patchkit.series import (
     PATCH_NAME_RE,
     Patch,
+    diff_line_paths,
     parse_patch,
     refuse_special_files,
     safe_repo_path,
@@ -267,17 +269,7 @@ def _check_paths(target: str, name: str, raw: bytes, subdir: str, add) -> None:
     diff, offset = _diff_part(raw)
     prefix = f"{subdir}/" if subdir else ""
     for number, line in enumerate(diff.split("\n"), offset + 1):
-        paths = []
-        if line.startswith("diff --git "):
-            paths = [
-                p[2:] for p in line[len("diff --git ") :].split(" ") if p.startswith(("a/", "b/"))
-            ]
-        elif line.startswith(("--- ", "+++ ")) and not line.endswith("/dev/null"):
-            value = line[4:].split("\t")[0]
-            paths = [value[2:] if value.startswith(("a/", "b/")) else value]
-        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            paths = [line.split(" ", 2)[2]]
-        for path in paths:
+        for path in diff_line_paths(line):
             try:
                 safe_repo_path(name, path)
             except PatchkitError as exc:
@@ -401,6 +393,12 @@ def _parts_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
             yield _MALFORMED, f"{PART_TRAILER}: '{value}' names no release and file of the patch"
 
 
+def _probes_malformed(patch: Patch, today: dt.date) -> Iterator[tuple[str, str]]:
+    for key, value in patch.trailers:
+        if key.lower() == PROBE_TRAILER.lower() and isinstance(why := parse_probe(value), str):
+            yield _MALFORMED, f"{PROBE_TRAILER}: '{value}': {why}"
+
+
 # The metadata checks, in the order their findings are reported.
 _METADATA_CHECKS: tuple[_MetadataCheck, ...] = (
     _description_missing,
@@ -411,6 +409,7 @@ _METADATA_CHECKS: tuple[_MetadataCheck, ...] = (
     _last_update_malformed,
     _tests_malformed,
     _parts_malformed,
+    _probes_malformed,
 )
 
 

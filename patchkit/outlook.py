@@ -25,14 +25,14 @@ from packaging.version import Version
 from patchkit import gitops, ui
 from patchkit.carry_pool import CarryPool
 from patchkit.classify import PatchOutcome
-from patchkit.errors import FetchError, UsageError
+from patchkit.errors import FetchError, InvalidArchiveError, PinError, UsageError
 from patchkit.files import replace_file
 from patchkit.series import Series
 from patchkit.targets import Target
 
 # Bump when the classification changes what it says: cached states of older versions are
 # then classified again.
-CLASSIFIER_VERSION = "4"
+CLASSIFIER_VERSION = "5"
 STATES = (
     "clean",
     "offset",
@@ -49,7 +49,7 @@ LEGEND = {
     "offset": "applies, its hunks moved",
     "merged": "needs a 3-way merge, no conflict (rebase --write refreshes it)",
     "conflict": "needs work by hand",
-    "partly-upstreamed": "in conflict, but upstream has or rewrote some of its files",
+    "partly-upstreamed": "in conflict, but upstream has some of its files or hunks already",
     "upstreamed": "upstream has it (see the evidence): retire it",
     "obsolete": "what it edits is gone and the release meets its purpose: retire it",
 }
@@ -79,6 +79,12 @@ class Cell:
     conflicts: list[str] = field(default_factory=list)
     parts: list[dict] = field(default_factory=list)
     provisional: bool = False
+    probes: list[dict] = field(default_factory=list)  # the patch's probes on this release
+
+    @property
+    def probe_failed(self) -> bool:
+        """A probe of what the patch guarantees fails here, whatever the state."""
+        return any(not p["passed"] for p in self.probes)
 
     @classmethod
     def of(cls, outcome: PatchOutcome) -> Cell:
@@ -86,10 +92,12 @@ class Cell:
         return cls(
             state,
             outcome.note,
-            [f"{s.name}: {s.detail}" for s in outcome.signals if s.fired],
+            [f"{s.name}: {s.detail}" for s in outcome.signals if s.fired]
+            + [p.words() for p in outcome.probes if not p.passed],
             list(outcome.conflicts),
             [p.to_json() for p in outcome.parts],
             outcome.provisional,
+            [p.to_json() for p in outcome.probes],
         )
 
     def to_json(self) -> dict:
@@ -100,6 +108,7 @@ class Cell:
             "conflicts": self.conflicts,
             "parts": self.parts,
             "provisional": self.provisional,
+            "probes": self.probes,
         }
 
     @classmethod
@@ -151,6 +160,7 @@ class LineOutlook:
     releases: list[ReleaseColumn] = field(default_factory=list)
     patches: list[PatchRow] = field(default_factory=list)
     stamp: str = ""  # outlook_stamp of the series it was made from
+    unusable: dict[str, str] = field(default_factory=dict)  # release version -> why
 
     @property
     def newest(self) -> str | None:
@@ -158,11 +168,16 @@ class LineOutlook:
 
     @property
     def needs_work(self) -> list[str]:
-        """Patches the newest release does not take as they are."""
+        """Patches the newest release does not take as they are (or where a probe of what
+        the patch guarantees fails)."""
         newest = self.newest
         if newest is None:
             return []
-        return [p.name for p in self.patches if p.cells[newest].state in NEEDS_WORK]
+        return [
+            p.name
+            for p in self.patches
+            if p.cells[newest].state in NEEDS_WORK or p.cells[newest].probe_failed
+        ]
 
     @property
     def retire_at(self) -> str | None:
@@ -182,6 +197,7 @@ class LineOutlook:
             "needs_work": self.needs_work,
             "releases": [r.to_json() for r in self.releases],
             "patches": [p.to_json() for p in self.patches],
+            "unusable": [{"version": v, "why": why} for v, why in self.unusable.items()],
         }
 
 
@@ -253,8 +269,11 @@ def line_outlook(
                 ui.progress(f"{where}: obtaining its base")
                 try:
                     new = source.new_base(target, version)
-                except FetchError as exc:
-                    ui.progress(f"{where}: skipped ({exc.message})")
+                except (FetchError, PinError, InvalidArchiveError) as exc:
+                    # One release whose base cannot be had (damaged, hostile, unreachable) is
+                    # a row that says why; the other releases are still classified.
+                    ui.progress(f"{where}: unusable ({exc.message})")
+                    result.unusable[version] = exc.message
                     continue
                 cells = _cached_cells(target, series, old, new, cache)
             if cells is None:  # classified meanwhile the next releases are obtained

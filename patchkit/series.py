@@ -333,9 +333,70 @@ def safe_repo_path(name: str, path: str) -> str:
     return path
 
 
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def unquote_path(path: str) -> str:
+    """A path as git writes it in a diff, read back: git puts a name holding a byte outside
+    printable ASCII, a quote or a backslash (core.quotePath) in double quotes with C escapes
+    (`"b/pkg/\\303\\274n.txt"`); any other path is as it is. A quoted name that is not UTF-8
+    or has a bad escape is returned unchanged (then refused as a bad path)."""
+    if len(path) < 2 or path[0] != '"' or path[-1] != '"':
+        return path
+    out = bytearray()
+    body, i = path[1:-1], 0
+    while i < len(body):
+        char = body[i]
+        if char != "\\":
+            out += char.encode("utf-8")
+            i += 1
+            continue
+        octal = body[i + 1 : i + 4]
+        if len(octal) == 3 and all(c in "01234567" for c in octal):
+            out.append(int(octal, 8) & 0xFF)
+            i += 4
+        elif body[i + 1 : i + 2] in _C_ESCAPES:
+            out.append(_C_ESCAPES[body[i + 1]])
+            i += 2
+        else:
+            return path
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        return path
+
+
+def git_header_paths(header: str) -> list[str]:
+    """The two paths of a `diff --git` line's rest (`a/x b/x`, either quoted), unquoted."""
+    quoted = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', header)
+    if any(p.startswith('"') for p in quoted):
+        return [unquote_path(p) for p in quoted]
+    half = len(header) // 2  # unquoted names may hold spaces: `a/<n> b/<n>`, the same name
+    if header[half : half + 1] == " " and header[:half][2:] == header[half + 1 :][2:]:
+        return [header[:half], header[half + 1 :]]
+    return header.split(" ")
+
+
+def diff_line_paths(line: str) -> list[str]:
+    """The paths one line of a diff names (`diff --git`, `---`/`+++`, rename and copy lines),
+    unquoted and without their `a/`/`b/`; [] for any other line and for /dev/null."""
+    if line.startswith("diff --git "):
+        parts = git_header_paths(line[len("diff --git ") :])
+        return [p[2:] for p in parts if p.startswith(("a/", "b/"))]
+    if line.startswith(("--- ", "+++ ")):
+        value = unquote_path(line[4:].split("\t")[0])
+        if value == "/dev/null":
+            return []
+        return [value[2:] if value.startswith(("a/", "b/")) else value]
+    if line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+        return [unquote_path(line.split(" ", 2)[2])]
+    return []
+
+
 def _strip_prefix(path: str | None) -> str | None:
     if path is None or path == "/dev/null":
         return None
+    path = unquote_path(path)
     for prefix in ("a/", "b/"):
         if path.startswith(prefix):
             return path[len(prefix) :]
@@ -410,11 +471,11 @@ EXTENDED_PATH_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$", re.M)
 
 def _diff_files(name: str, diff: str) -> list[FileChange]:
     for header in re.findall(r"^diff --git (.+)$", diff, re.M):
-        for part in header.split(" "):
+        for part in git_header_paths(header):
             if part.startswith(("a/", "b/")):
                 safe_repo_path(name, part[2:])
     for path in EXTENDED_PATH_RE.findall(diff):
-        safe_repo_path(name, path)
+        safe_repo_path(name, unquote_path(path))
     if re.search(r"^(GIT binary patch|Binary files .* differ)$", diff, re.M):
         raise PatchFormatError(f"{name}: binary patches are not allowed")
     for mode in re.findall(r"^new (?:file )?mode (\d+)$", diff, re.M):
@@ -472,9 +533,9 @@ def hunk_header_at(patch: Patch, path: str, line: int) -> str | None:
 
 def touched_paths(patch: Patch) -> list[str]:
     """Every path the patch reads or writes, renames and copies included (sorted, unique)."""
-    paths = set(EXTENDED_PATH_RE.findall(patch.diff))
-    for header in re.findall(r"^diff --git a/(\S+) b/(\S+)$", patch.diff, re.M):
-        paths.update(header)
+    paths = {unquote_path(p) for p in EXTENDED_PATH_RE.findall(patch.diff)}
+    for header in re.findall(r"^diff --git (.+)$", patch.diff, re.M):
+        paths.update(_strip_prefix(p) or p for p in git_header_paths(header))
     for change in patch.files:
         paths.add(change.path)
         if change.source:

@@ -314,6 +314,8 @@ def _bad(monolith, kind: str) -> tuple[str, str]:  # noqa: F811
             "diff --git a/docker/Dockerfile b/docker/Dockerfile\n--- a/docker/Dockerfile\n"
             "+++ b/docker/Dockerfile\n@@ -1,1 +1,1 @@\n-FROM a\n+FROM b\n"
         ), "docker/Dockerfile @@ -1,1 +1,1 @@: outside the sglang target"
+    if kind == "cut-last-line":  # no newline after the last + line, no `\ No newline` note
+        return text.rstrip("\n"), "the diff was cut"
     if kind == "climbing-path":
         return text + (
             "--- a/python/../../etc/motd\n+++ b/python/../../etc/motd\n@@ -1,1 +1,1 @@\n-a\n+b\n"
@@ -332,6 +334,7 @@ def _bad(monolith, kind: str) -> tuple[str, str]:  # noqa: F811
         "binary",
         "outside-target",
         "climbing-path",
+        "cut-last-line",
     ],
 )
 def test_bad_input_is_named_and_nothing_written(cache, project, monolith, tmp_path, kind):  # noqa: F811

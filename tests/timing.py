@@ -26,6 +26,7 @@ CLASSES = (
                                   "tests/reliability/test_reliability_build",
                                   "tests/reliability/test_reliability_conflict_tree")),
     ("other reliability", ("tests/reliability/",)),
+    ("outlook on real releases", ("tests/test_outlook_truth.py",)),
 )  # fmt: skip
 
 

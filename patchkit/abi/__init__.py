@@ -157,6 +157,7 @@ def _plan(env, wheelhouse, profile, wanted, environ, host_checks) -> _Run:
         environ.get("PATCHKIT_PROFILE") or None,
         dist_versions("sglang", env_tree, stamps),
         wanted,
+        torch=dist_versions("torch", env_tree, stamps),
     )
     targets = wanted or list(prof.targets)
     if host_checks is None:
@@ -200,6 +201,8 @@ def _check(
         for thread in writes:
             thread.join()
     value = {"files": len(reports), "findings": [f.to_dict() for f in findings]}
+    # the Python sources read for import order are no part of the run's key: checked on reuse
+    value["sources"] = list(ctx.loader.imports.read) if ctx.loader and ctx.loader.imports else []
     cache.store("run:" + run.source, 0, run.key, value)
     return reports, findings
 
@@ -208,6 +211,10 @@ def _decode_run(value) -> tuple[int, list[Finding]]:
     files, findings = value["files"], value["findings"]
     if type(files) is not int or not isinstance(findings, list):
         raise TypeError("run")
+    for path, size, mtime in value["sources"]:  # a source changed since: the result is stale
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+            raise ValueError(path)
     return files, [Finding.from_dict(d) for d in findings]
 
 

@@ -8,7 +8,9 @@ what the target host provides (driver libraries, the C/C++ runtime) is what the 
 a result does not change with the machine verify runs on. ``import torch`` has already loaded
 ``torch/_C``'s closure (RTLD_LOCAL) and ``libtorch_global_deps.so``'s (RTLD_GLOBAL), so an
 extension finds libc10/libtorch/libcudart by SONAME even without an RPATH, but binds
-libtorch_python symbols only if it NEEDs libtorch_python.so itself.
+libtorch_python symbols only if it NEEDs libtorch_python.so itself. An object whose closure
+misses a library is resolved again with what its package's Python import loads before it
+(``imports.ImportGraph``: ``import xgrammar`` loads ``libtvm_ffi.so`` through ``tvm_ffi``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from patchkit.abi.imports import ImportGraph
 from patchkit.abi.scan import FileReport
 from patchkit.archives import read_regular
 
@@ -75,6 +78,8 @@ class Closure:
     exempt: set[str] = field(default_factory=set)  # provided by the target host
     # (name, needed by, dist): shipped by a wheel of the stack that is not in this wheelhouse
     elsewhere: list[tuple[str, str, str]] = field(default_factory=list)
+    # soname -> the extension module whose import loaded it before this object
+    imported: dict[str, str] = field(default_factory=dict)
 
 
 class Loader:
@@ -87,6 +92,7 @@ class Loader:
         ld_library_path: list[str] | None = None,
         tree_root: str | None = None,
         elsewhere: Callable[[str], str | None] = lambda name: None,
+        imports: ImportGraph | None = None,
     ) -> None:
         self.reports = reports
         self.host_provides = host_provides
@@ -98,6 +104,9 @@ class Loader:
             self.by_dir.setdefault(posixpath.dirname(rel), {})[posixpath.basename(rel)] = rel
         self.preloaded: dict[str, Loaded] = {}
         self.global_scope: list[Loaded] = []
+        self.imports = imports  # what a package's Python import loads (None: not modelled)
+        # package -> (what its import has loaded so far, extension module -> what it added)
+        self._import_scopes: dict[str, tuple[dict[str, Loaded], dict[str, dict]]] = {}
 
     def _in_tree(self, directory: str, name: str) -> Loaded | None:
         rel = self.by_dir.get(directory, {}).get(name)
@@ -172,8 +181,60 @@ class Loader:
     def closure(
         self, key: str, report: FileReport, loaded: dict[str, Loaded] | None = None
     ) -> Closure:
-        """Breadth-first NEEDED closure, names first matched against ``loaded`` SONAMEs."""
-        loaded = dict(self.preloaded if loaded is None else loaded)
+        """Breadth-first NEEDED closure, names first matched against ``loaded`` SONAMEs
+        (default: what ``import torch`` loaded; where that misses a library, also what the
+        object's package's import loaded before it)."""
+        if loaded is not None:
+            return self._closure(key, report, dict(loaded))
+        out = self._closure(key, report, dict(self.preloaded))
+        if not out.missing or self.imports is None:
+            return out
+        wanted = {name for name, _ in out.missing}
+        scope = self.import_scope(key, wanted)
+        if not wanted & scope.keys():
+            return out
+        loaded = {name: hit for name, (hit, _) in scope.items()}
+        loaded.update(self.preloaded)
+        out = self._closure(key, report, loaded)
+        out.imported = {name: by for name, (_, by) in scope.items() if name not in self.preloaded}
+        return out
+
+    def import_scope(self, key: str, wanted: set[str]) -> dict[str, tuple[Loaded, str]]:
+        """soname -> (library, extension module that loaded it): what the import of the
+        package holding ``key`` loads before ``key`` itself (all of it, when ``key`` is no
+        module that import reaches: a library the package loads itself, or a plugin), read
+        only until every name of ``wanted`` is loaded."""
+        if self.imports is None:
+            return {}
+        package = key.split("/", 1)[0]
+        loaded, scope = self._import_scopes.setdefault(package, (dict(self.preloaded), {}))
+        out: dict[str, tuple[Loaded, str]] = {}
+        for module in self.imports.loads(package):
+            if module == key or wanted <= out.keys():
+                break
+            if module not in scope:
+                scope[module] = self._module_loads(module, loaded)
+            for name, hit in scope[module].items():
+                out.setdefault(name, (hit, module))
+        return out
+
+    def _module_loads(self, module: str, loaded: dict[str, Loaded]) -> dict[str, Loaded]:
+        """soname -> library of what loading extension module ``module`` adds to ``loaded``
+        (which it updates)."""
+        report = self.reports.get(module)
+        added: dict[str, Loaded] = {}
+        if report is None or report.elf is None:
+            return added
+        for obj in self._closure(module, report, dict(loaded)).objects:
+            for name in {
+                obj.report.elf.soname if obj.report.elf else None,
+                posixpath.basename(obj.key),
+            } - {None}:
+                if name not in loaded:
+                    loaded[name] = added[name] = obj
+        return added
+
+    def _closure(self, key: str, report: FileReport, loaded: dict[str, Loaded]) -> Closure:
         out = Closure()
         start = Loaded(key, report)
         out.objects.append(start)

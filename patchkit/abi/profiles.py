@@ -57,6 +57,9 @@ class Profile:
     # Which distribution of the stack ships a library: dist -> soname globs.
     provides: dict[str, list[str]] = field(default_factory=dict)
     torch_symbols: str = ""  # file name of the torch symbol set, next to the profile
+    # objects their package loads only where they load (it tries alternatives or goes on
+    # without them): a library they miss is a note (`[loading] optional`, globs)
+    optional_loads: list[str] = field(default_factory=list)
     path: str = ""
 
     def provider(self, soname: str) -> str | None:
@@ -145,7 +148,8 @@ def load_profile(name_or_path: str | None = None, directories: list[str] | None 
 @dataclass(frozen=True)
 class ProfileChoice:
     """Which profile a run uses and why: ``how`` is ``option`` (``--profile``), ``environment``
-    (``$PATCHKIT_PROFILE``), ``stack`` (the profile pinning the sglang found) or ``default``;
+    (``$PATCHKIT_PROFILE``), ``stack`` (the profile pinning the sglang found), ``torch`` (no
+    sglang found: the profile of the one line on the torch found) or ``default``;
     ``stack_profile`` is the profile pinning that sglang, when one does (even if not chosen)."""
 
     name: str
@@ -171,14 +175,18 @@ def choose_profile(
     sglang: list[tuple[str, str]] | None = None,
     gpus: list[CC] | None = None,
     directories: list[str] | None = None,
+    torch: list[tuple[str, str]] | None = None,
 ) -> tuple[Profile, ProfileChoice]:
     """The profile to verify with: ``given`` (``--profile``), else ``from_environment``
     (``$PATCHKIT_PROFILE``), else the profile whose ``[pins] sglang`` is the version found
-    (``sglang``: (version, where found) for each version), else the default. Of several
-    profiles pinning that sglang, the one whose targets are ``gpus`` (else the default
-    profile's) wins."""
+    (``sglang``: (version, where found) for each version), else, where no sglang is found,
+    the line whose profiles' torch is the one found (``torch``, the same way) when exactly
+    one line's is, else the default. Of several profiles of the line, the one whose targets
+    are ``gpus`` (else the default profile's) wins."""
     dirs = directories if directories is not None else search_dirs()
-    version, found_in = sglang[0] if sglang and len(sglang) == 1 else (None, None)
+    # builds of one release (local labels apart: two series hashes in dist/) are one sglang
+    one = sglang and len({_public_version(v) for v, _ in sglang}) == 1
+    version, found_in = sglang[0] if one else (None, None)
     stack = _stack_profile(version, gpus, dirs) if version else None
     stack_name = stack.name if stack else None
     if given or from_environment:
@@ -191,6 +199,12 @@ def choose_profile(
     elif stack is not None:
         prof, how = stack, "stack"
         reason = f"the profile of sglang {version} (found in {found_in})"
+    elif not sglang and (by_torch := _torch_profile(torch, gpus, dirs)) is not None:
+        prof, how = by_torch, "torch"
+        reason = (
+            f"the profile of torch {torch[0][0]}'s line, sglang {by_torch.pins['sglang']} "
+            f"(no sglang in the checked files; torch found in {torch[0][1]})"
+        )
     else:
         prof, how = load_profile(DEFAULT_PROFILE, dirs), "default"
         if version:
@@ -204,18 +218,43 @@ def choose_profile(
     return prof, choice
 
 
-def _stack_profile(version: str, gpus: list[CC] | None, dirs: list[str]) -> Profile | None:
-    """The profile pinning sglang ``version`` (local labels ignored) for ``gpus``, if any."""
-    public = _public_version(version)
-    matching = []
+def _line_profiles(dirs: list[str]) -> list[Profile]:
+    """The profiles that pin an sglang (a line's), broken ones left out (they are reported
+    when asked for by name)."""
+    out = []
     for name in available(dirs):
         try:
             prof = load_profile(name, dirs)
-        except ProfileError:  # a broken profile is reported when it is asked for by name
+        except ProfileError:
             continue
-        pin = prof.pins.get("sglang")
-        if pin and _public_version(pin) == public:
-            matching.append(prof)
+        if prof.pins.get("sglang"):
+            out.append(prof)
+    return out
+
+
+def _stack_profile(version: str, gpus: list[CC] | None, dirs: list[str]) -> Profile | None:
+    """The profile pinning sglang ``version`` (local labels ignored) for ``gpus``, if any."""
+    public = _public_version(version)
+    matching = [p for p in _line_profiles(dirs) if _public_version(p.pins["sglang"]) == public]
+    return _for_gpus(matching, gpus, dirs)
+
+
+def _torch_profile(
+    torch: list[tuple[str, str]] | None, gpus: list[CC] | None, dirs: list[str]
+) -> Profile | None:
+    """The profile, for ``gpus``, of the one line whose torch is the one torch found (none
+    where several torches are found, or several lines share that torch)."""
+    if not torch or len(torch) != 1:
+        return None
+    public = _public_version(torch[0][0])
+    matching = [p for p in _line_profiles(dirs) if _public_version(p.torch_version) == public]
+    if len({_public_version(p.pins["sglang"]) for p in matching}) != 1:
+        return None
+    return _for_gpus(matching, gpus, dirs)
+
+
+def _for_gpus(matching: list[Profile], gpus: list[CC] | None, dirs: list[str]) -> Profile | None:
+    """Of one line's profiles, the one whose targets are ``gpus`` (else the default's)."""
     if not matching:
         return None
     wanted = gpus
@@ -261,6 +300,7 @@ def _build(data: dict[str, Any], path: str) -> Profile:
         host_versions={str(k): str(v) for k, v in data.get("host", {}).get("versions", {}).items()},
         provides={str(k): [str(g) for g in v] for k, v in data.get("provides", {}).items()},
         torch_symbols=str(torch.get("symbols", "")),
+        optional_loads=[str(g) for g in data.get("loading", {}).get("optional", [])],
         path=path,
     )
 

@@ -20,7 +20,8 @@ from patchkit.classify.model import (
     PatchOutcome,
     Signal,
 )
-from patchkit.classify.parts import patch_parts
+from patchkit.classify.parts import hunks_signal, patch_parts
+from patchkit.classify.probes import Probe, ProbeResult, patch_probes, run_probes
 from patchkit.classify.signals import (
     added_lines_signal,
     patch_id_signal,
@@ -119,6 +120,9 @@ def carry_series(
                 outcome = outcomes[i] if outcomes else _carry_one(ctx, env, tip, patch, patch_file)
                 if outcome.label in ("upstreamed", "obsolete", "conflict"):
                     gitops.read_tree_into(mirror, env, tip)
+                probes = patch_probes(patch)
+                if probes:
+                    outcome.probes = _probed(ctx, env, tip, patch_file, outcome, probes)
                 if outcome.label in ("clean", "offset", "merged"):
                     tip = outcome.tree  # the signals read trees; the commits are written below
                     carried.append((outcome, patch))
@@ -132,6 +136,24 @@ def carry_series(
                 out.outcomes.append(outcome)
     out.tip = _commit_carried(mirror, new.commit, carried, runs)
     return out
+
+
+def _probed(
+    ctx: _Context, env: dict[str, str], tip: str, patch_file: Path, outcome: PatchOutcome,
+    probes: list[Probe],
+) -> list[ProbeResult]:  # fmt: skip
+    """The patch's probes on the tree it leaves: carried, or (in conflict) the release with
+    the files whose part still applies, or the release itself (upstream)."""
+    if outcome.label in ("clean", "offset", "merged"):
+        return run_probes(ctx.mirror, outcome.tree, probes, "the patched tree")
+    applying = [p.path for p in outcome.parts if p.state == "applies"]
+    if outcome.label != "conflict" or not applying:
+        return run_probes(ctx.mirror, tip, probes, "the release without the patch")
+    for path in applying:
+        gitops.apply_to_index(ctx.mirror, env, patch_file, include=path)
+    tree = gitops.write_tree(ctx.mirror, env)
+    gitops.read_tree_into(ctx.mirror, env, tip)
+    return run_probes(ctx.mirror, tree, probes, "the release with the parts that apply")
 
 
 def _commit_carried(
@@ -208,6 +230,13 @@ def _carry_one(
     _decide(outcome, signals, merged_tree, conflicts)
     if outcome.label == "conflict":
         _explain_conflict(ctx, env, tip, patch, patch_file, outcome)
+    elif outcome.note == DECLARED_NOTE:
+        # Upstream on the patch's own word: read the code beside it (the evidence it gives).
+        gitops.read_tree_into(ctx.mirror, env, tip)
+        outcome.parts = patch_parts(
+            ctx.mirror, env, tip, patch, patch_file, ctx.delta, ctx.new.version, ctx.old_base
+        )
+        outcome.signals.append(hunks_signal(outcome.parts))
     return outcome
 
 
@@ -249,7 +278,13 @@ def _explain_conflict(
         present, old_paths = ctx.paths()
         merge = next(s for s in outcome.signals if s.name == "empty-after-3way")
         outcome.note = merge.detail + moved_hint(patch, present, old_paths, ctx.delta)
-    outcome.parts = patch_parts(ctx.mirror, env, tip, patch, patch_file, ctx.delta, ctx.new.version)
+    outcome.parts = patch_parts(
+        ctx.mirror, env, tip, patch, patch_file, ctx.delta, ctx.new.version, ctx.old_base
+    )
+    signal = hunks_signal(outcome.parts)
+    outcome.signals.append(signal)
+    if signal.fired:
+        outcome.label, outcome.note, outcome.conflicts = "upstreamed", EQUIVALENT_NOTE, []
 
 
 def _upstream_signals(

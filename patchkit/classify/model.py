@@ -23,7 +23,10 @@ STRONG_SIGNALS = ("patch-id", "reverse-apply", "empty-after-3way")
 WEAK_SIGNALS = ("reverse-apply-reduced-context", "added-lines-present")
 # Fire for a patch upstream implemented differently: its definitions are new in the new base
 # (in its own files, or under another name elsewhere), its other additions and removals matched.
-EQUIVALENT_SIGNALS = ("definitions-present", "definitions-relocated")
+# `hunks-upstream`: every file of a patch in conflict is upstream by the release's code, hunk by
+# hunk (`patchkit.classify.hunks`).
+HUNKS_SIGNAL = "hunks-upstream"
+EQUIVALENT_SIGNALS = ("definitions-present", "definitions-relocated", HUNKS_SIGNAL)
 # The patch's own `Applied-Upstream:` trailer names this release or an earlier one.
 DECLARED_SIGNALS = ("applied-upstream-trailer",)
 # The states of one file of a patch that does not carry as a whole (`PatchOutcome.parts`).
@@ -54,6 +57,11 @@ class Part:
     path: str
     state: str
     detail: str
+    hunks: list[dict] = field(default_factory=list)  # HunkVerdict.to_json() of each hunk
+
+    @property
+    def upstream_hunks(self) -> int:
+        return sum(1 for h in self.hunks if h.get("state") == "upstream")
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -74,6 +82,7 @@ class PatchOutcome:
     provisional: bool = False  # classified while an earlier patch was left out (conflict)
     tree: str | None = field(default=None, repr=False)  # the carried tree, before committing
     parts: list[Part] = field(default_factory=list)
+    probes: list = field(default_factory=list)  # classify.probes.ProbeResult, one per probe
 
     @property
     def fired(self) -> list[str]:
@@ -81,14 +90,11 @@ class PatchOutcome:
 
     @property
     def partly_upstreamed(self) -> bool:
-        """In conflict, but some of its files are upstream already or patch code upstream
-        rewrote, while others are still needed."""
-        states = {p.state for p in self.parts}
-        return (
-            self.label == "conflict"
-            and bool(states & {"upstreamed", "rewritten"})
-            and bool(states & {"applies", "needed", "moved", "gone"})
-        )
+        """In conflict, with some of its files or hunks upstream already while others are
+        still needed (a file upstream rewrote is not upstream: it is still to be read)."""
+        upstream = any(p.state == "upstreamed" or p.upstream_hunks for p in self.parts)
+        left = any(p.state != "upstreamed" for p in self.parts)
+        return self.label == "conflict" and upstream and left
 
     def to_json(self) -> dict:
         return {
@@ -101,4 +107,5 @@ class PatchOutcome:
             "note": self.note,
             "provisional": self.provisional,
             "parts": [p.to_json() for p in self.parts],
+            "probes": [p.to_json() for p in self.probes],
         }

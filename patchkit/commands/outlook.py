@@ -78,9 +78,9 @@ def render_outlook(report) -> str:
 
     lines = []
     for line in report.lines:
-        lines += _line_table(line)
+        lines += _line_table(line)[:-1] + _unusable_rows(line) + [""]
     legend = ", ".join(f"{code} {state}" for state, code in CODES.items())
-    lines.append(f"legend: {legend}; ? {PROVISIONAL}")
+    lines.append(f"legend: {legend}; ? {PROVISIONAL}; ! a probe of what the patch guarantees fails")
     for state, words in LEGEND.items():
         lines.append(f"  {CODES[state]} {state}: {words}")
     return "\n".join(lines)
@@ -118,17 +118,25 @@ def render_markdown(report) -> str:
         out.append("|---|" + "---|" * len(versions) + "---|")
         for patch in line.patches:
             cells = [patch.cells[v] for v in versions]
-            codes = [CODES[c.state] + ("?" if c.provisional else "") for c in cells]
+            codes = [cell_code(c) for c in cells]
             name = patch.name.removesuffix(".patch")
             out.append(f"| `{name}` | " + " | ".join(codes) + f" | {patch.retire_at or '-'} |")
-        out += ["", f"{legend}; `?` {PROVISIONAL}.", ""]
+        out += ["", f"{legend}; `?` {PROVISIONAL}; "
+                "`!` a probe of what the patch guarantees fails.", ""]  # fmt: skip
         out.append(MARKDOWN_END)
     return "\n".join(out)
 
 
-def _line_table(line) -> list[str]:
+def cell_code(cell) -> str:
+    """A cell's letter, `?` when provisional, `!` when a probe of the patch fails."""
     from patchkit.outlook import CODES
 
+    return (
+        CODES[cell.state] + ("?" if cell.provisional else "") + ("!" if cell.probe_failed else "")
+    )
+
+
+def _line_table(line) -> list[str]:
     head = f"{line.target} line {line.line} (pin {line.pin})"
     if not line.releases:
         return [f"{head}: no release after the pin on the package index", ""]
@@ -136,7 +144,7 @@ def _line_table(line) -> list[str]:
     prefix = os.path.commonprefix(versions)
     prefix = prefix[: prefix.rfind(".") + 1]
     short = [v[len(prefix) :] for v in versions]
-    width = max(len(p.name.removesuffix(".patch")) for p in line.patches)
+    width = max((len(p.name.removesuffix(".patch")) for p in line.patches), default=0)
     cols = [max(len(s), 2) for s in short]
     rows = [
         f"{head}: {len(versions)} release(s), {versions[0]} to {versions[-1]}"
@@ -148,7 +156,7 @@ def _line_table(line) -> list[str]:
         cells = []
         for version, col in zip(versions, cols, strict=True):
             cell = patch.cells[version]
-            cells.append((CODES[cell.state] + ("?" if cell.provisional else "")).rjust(col))
+            cells.append(cell_code(cell).rjust(col))
         rows.append(
             f"  {patch.name.removesuffix('.patch'):<{width}}  {' '.join(cells)}  "
             f"{patch.retire_at or '-'}"
@@ -158,12 +166,17 @@ def _line_table(line) -> list[str]:
     return rows
 
 
+def _unusable_rows(line) -> list[str]:
+    """One row per release whose base could not be had, saying why."""
+    return [f"  {version}: unusable: {why}" for version, why in line.unusable.items()]
+
+
 def _newest_notes(line) -> list[str]:
     newest = line.newest
     out = [f"  on {newest}:"]
     for patch in line.patches:
         cell = patch.cells[newest]
-        if cell.state in ("clean", "offset"):
+        if cell.state in ("clean", "offset") and not cell.probe_failed:
             continue
         out.append(f"    {cell.state:>17}  {patch.name}")
         if cell.conflicts:

@@ -322,6 +322,7 @@ def _render_outcome(o: PatchOutcome, width: int) -> list[str]:
     if o.note and o.label != "clean":
         lines.append(f"{'':14}{o.note}")
     lines += [f"{'':14}{p.path}: {p.state} ({p.detail})" for p in o.parts]
+    lines += [f"{'':14}{p.words()}" for p in o.probes if not p.passed]
     return lines
 
 

@@ -196,6 +196,16 @@ def show_file(repo: Repo, rev: str, path: str) -> bytes | None:
 
 
 @verb
+def files_matching(repo: Repo, treeish: str, pattern: str, pathspecs: list[str]) -> list[str]:
+    """The paths under `pathspecs` in `treeish` with a line matching the extended regular
+    expression `pattern`."""
+    # -l: names only; -E: extended regex; exit status 1 means no file matched
+    out = repo.run("grep", "-l", "-I", "-E", "-e", pattern, treeish, "--", *pathspecs, check=False)
+    prefix = f"{treeish}:"
+    return [p.removeprefix(prefix) for p in str(out).splitlines() if p]
+
+
+@verb
 def tree_paths(repo: Repo, treeish: str) -> list[str]:
     """Every file path in a tree."""
     out = str(repo.run("ls-tree", "-r", "-z", "--name-only", treeish))

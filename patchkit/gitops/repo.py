@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import scratch
-from patchkit.gitops.faults import GitError, raise_for
+from patchkit.gitops.faults import GitError, GitFaultError, raise_for
 from patchkit.locks import held_lock_fds
 
 # The sealed environment: every git process gets exactly these variables (plus the few a verb
@@ -136,6 +136,9 @@ _NOWHERE = "/dev/null/no-repository"
 
 
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
+
+GIT_TIMEOUT = 3600.0
+STOP_GRACE = 10.0
 
 
 HEX_ID_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # a full object id (sha1, sha256)
@@ -297,7 +300,10 @@ class Repo:
             stderr=subprocess.PIPE,
         )
         try:
-            out, err = proc.communicate(stdin)
+            out, err = proc.communicate(stdin, timeout=child_timeout())
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise _timed_out(args) from None
         except BaseException:
             _stop(proc)
             raise
@@ -320,7 +326,10 @@ class Repo:
             )
             try:
                 yield
-                proc.wait()
+                proc.wait(child_timeout())
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                raise _timed_out(args) from None
             except BaseException:
                 _stop(proc)
                 raise
@@ -357,7 +366,33 @@ class Repo:
 
 def _stop(proc: subprocess.Popen) -> None:
     proc.terminate()  # git removes its own lock files on SIGTERM
-    proc.wait()
+    try:
+        proc.wait(STOP_GRACE)
+    except subprocess.TimeoutExpired:  # a git (or a program named git) that ignores SIGTERM
+        proc.kill()
+        proc.wait()
+
+
+def child_timeout() -> float:
+    """How long one git child may run: $PATCHKIT_GIT_TIMEOUT seconds, else an hour (a fetch
+    of a large history on a slow link fits; a git that hangs does not hold a run for ever)."""
+    try:
+        seconds = float(os.environ.get("PATCHKIT_GIT_TIMEOUT", ""))
+    except ValueError:
+        return GIT_TIMEOUT
+    return seconds if seconds > 0 else GIT_TIMEOUT
+
+
+def _timed_out(args) -> GitFaultError:
+    shown = " ".join(str(a) for a in args[:6]) + (" ..." if len(args) > 6 else "")
+    seconds = child_timeout()
+    return GitFaultError(
+        list(args),
+        -1,
+        "",
+        f"git {shown} did not finish within {seconds:g} s; it was stopped",
+        "check the git on PATH and the network, or set PATCHKIT_GIT_TIMEOUT for a slower one",
+    )
 
 
 def verb(func: Callable) -> Callable:

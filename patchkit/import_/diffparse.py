@@ -139,7 +139,28 @@ def parse_input(text: str) -> ParsedInput:
     messages = []
     for a, b in zip(starts, [*starts[1:], len(lines)], strict=True):
         messages.append(_parse_message(lines, a, b, mbox, problems))
+    if text and not text.endswith("\n"):
+        _cut_last_line(lines, messages, problems)
     return ParsedInput(messages, problems, mbox)
+
+
+def _cut_last_line(lines: list[str], messages: list[Message], problems: list[Problem]) -> None:
+    """A diff whose last hunk line has no newline and no `\\ No newline at end of file` note
+    after it was cut: diff and git end every line, and mark a file's missing last newline
+    (git apply calls it a corrupt patch). Refused as truncated input, not guessed at."""
+    files = [f for m in messages for f in m.files]
+    hunk = files[-1].hunks[-1] if files and files[-1].hunks else None
+    if hunk is None or not lines or lines[-1][:1] not in ("+", "-", " "):
+        return
+    problems.append(
+        Problem(
+            len(lines),
+            files[-1].path,
+            hunk.at,
+            "the input ends inside this hunk's last line (no newline, no `\\ No newline at "
+            "end of file` note): the diff was cut; make it again or complete it",
+        )
+    )
 
 
 def _parse_message(lines: list[str], a: int, b: int, mbox: bool, problems: list[Problem]):

@@ -1,9 +1,10 @@
 """The package index: finding a release's files and downloading them hash-checked.
 
-Downloads go through the index's simple API (PEP 691 JSON, or PEP 503 HTML as static mirrors
-serve it) at $PATCHKIT_INDEX_URL (else the index pip is configured with, `pipconf`; else
-PyPI), written beside their destination and renamed into place only once their sha256
-matches, so a mismatch leaves nothing behind.
+Every request goes through the run's one `net.Session` (credentials per origin, schemes,
+deadlines, caps). Downloads go through the index's simple API (PEP 691 JSON, or PEP 503 HTML
+as static mirrors serve it) at $PATCHKIT_INDEX_URL (else the index pip is configured with,
+`pipconf`; else PyPI), written beside their destination and renamed into place only once
+their sha256 matches, so a mismatch leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -12,31 +13,38 @@ import hashlib
 import json
 import os
 import re
-import urllib.error
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from patchkit import ui
+from patchkit import net, ui
 from patchkit.errors import FetchError, PinError
 from patchkit.locks import locked_temp_file
 from patchkit.upstream import pipconf
 
 MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
+MAX_PAGE_BYTES = 64 << 20
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+_SESSIONS: dict[str, net.Session] = {}
 
 
 def index_url() -> str:
     """The package index: $PATCHKIT_INDEX_URL, else the one pip is configured with
-    ($PIP_INDEX_URL or pip.conf), else PyPI; without credentials (see `urlopen`)."""
-    return _index()[0]
+    ($PIP_INDEX_URL or pip.conf), else PyPI; without credentials (the session keeps them)."""
+    return session().index
 
 
-def _index() -> tuple[str, tuple[str, str] | None]:
+def session() -> net.Session:
+    """The run's one network session, made on its first request to the configured index
+    (every page and download of the run goes through it)."""
     url = os.environ.get("PATCHKIT_INDEX_URL") or pipconf.configured_index_url()
-    clean, credentials = pipconf.without_credentials(url or "https://pypi.org/simple")
-    return clean.rstrip("/"), credentials
+    url = url or "https://pypi.org/simple"
+    key = f"{url}\0{os.environ.get('NETRC', '')}"  # a library caller may change either
+    if key not in _SESSIONS:
+        _SESSIONS[key] = net.Session(url)
+    return _SESSIONS[key]
 
 
 def normalize_name(name: str) -> str:
@@ -56,22 +64,6 @@ def file_sha256(path: Path) -> str:
         while chunk := fh.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def urlopen(url: str, accept: str | None = None):
-    import urllib.request  # http, email and ssl: 10 ms of every run that never downloads
-
-    headers = {"Accept": accept} if accept else {}
-    auth = pipconf.authorization(url, *_index())
-    if auth:
-        headers["Authorization"] = auth
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        return urllib.request.urlopen(request, timeout=120)
-    except urllib.error.HTTPError as exc:
-        raise FetchError(f"cannot download {url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise FetchError(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from None
 
 
 # url -> the files of its page, while `listings_kept` holds (None: not keeping): a cold
@@ -94,26 +86,30 @@ def listings_kept() -> Iterator[None]:
 def project_files(name: str) -> list[dict]:
     """The `files` of a project's simple-API page: PEP 691 JSON, or the PEP 503 HTML page
     that static mirrors (an air-gapped index on a file server) serve."""
-    url = f"{index_url()}/{project_name(name)}/"
     if _LISTED is None:
-        return _read_project_files(url)
-    if url not in _LISTED:
-        _LISTED[url] = _read_project_files(url)
-    return [dict(entry) for entry in _LISTED[url]]
+        return _read_project_files(name)
+    key = f"{index_url()}/{project_name(name)}/"
+    if key not in _LISTED:
+        _LISTED[key] = _read_project_files(name)
+    return [dict(entry) for entry in _LISTED[key]]
 
 
-def _read_project_files(url: str) -> list[dict]:
-    if url.startswith("file:"):
+def _read_project_files(name: str) -> list[dict]:
+    door = session()
+    url = f"{door.index}/{project_name(name)}/"
+    if door.local:
         url += "index.html"  # a mirror on disk: no server to pick the page
-    with urlopen(url, f"{SIMPLE_JSON}, text/html;q=0.1") as response:
-        kind = response.headers.get("Content-Type", "") if response.headers else ""
-        body = response.read(64 << 20)
+    page = door.read(url, limit=MAX_PAGE_BYTES, accept=f"{SIMPLE_JSON}, text/html;q=0.1")
+    body, kind, url = b"".join(page.chunks()), page.content_type, page.url
     if "json" in kind or body.lstrip()[:1] == b"{":
         try:
             listing = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise FetchError(f"{url}: the index's JSON page is not valid JSON") from None
         files = listing.get("files", []) if isinstance(listing, dict) else []
+        for entry in files:  # relative to the page as served (after any redirect), as pip does
+            if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+                entry["url"] = urllib.parse.urljoin(url, entry["url"])
     else:
         files = _html_files(body.decode("utf-8", "replace"), url)
     return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
@@ -165,10 +161,10 @@ def find_file(name: str, filenames: set[str], what: str) -> tuple[str, str | Non
     """(url, index sha256) of the first of `filenames` the index lists for `name`."""
     for entry in project_files(name):
         if entry["filename"] in filenames and isinstance(entry.get("url"), str):
-            url = entry["url"]
-            if not url.startswith(("https://", "http://", "file://")):
-                url = urllib.parse.urljoin(f"{index_url()}/{project_name(name)}/", url)
-            return url, (entry.get("hashes") or {}).get("sha256")
+            url = urllib.parse.urljoin(f"{index_url()}/{project_name(name)}/", entry["url"])
+            session().check_scheme(url)  # a remote index links no file:, ftp: or data: URL
+            sha256 = (entry.get("hashes") or {}).get("sha256")
+            return url, sha256 if isinstance(sha256, str) else None
     raise FetchError(f"{what}: not on {index_url()}")
 
 
@@ -186,12 +182,12 @@ def download(
     fd, tmp = locked_temp_file(dest.parent, prefix=f".{dest.name}.download-")
     try:
         digest = hashlib.sha256()
-        size = 0
-        with os.fdopen(os.dup(fd), "wb") as out, urlopen(url) as response:
-            while chunk := response.read(1 << 20):
-                size += len(chunk)
-                if size > MAX_DOWNLOAD_BYTES:
-                    raise FetchError(f"{url}: larger than {MAX_DOWNLOAD_BYTES >> 20} MiB; refusing")
+        door = session()
+        with (
+            os.fdopen(os.dup(fd), "wb") as out,
+            door.open(url, limit=MAX_DOWNLOAD_BYTES) as transfer,
+        ):
+            for chunk in transfer.chunks():
                 digest.update(chunk)
                 out.write(chunk)
         check_sha256(label, digest.hexdigest(), expected_sha256)

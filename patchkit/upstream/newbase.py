@@ -8,7 +8,6 @@ the same bases) and by `resolve_new_base`.
 from __future__ import annotations
 
 import dataclasses
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,12 @@ from patchkit.errors import FetchError, PinError
 from patchkit.targets import SHA256_RE, SHA_RE, Release, Target, WheelPin
 from patchkit.upstream.index import normalize_name, project_files
 from patchkit.upstream.mirror import SDIST_REF, WHEEL_REF, Mirror, import_fields, wheel_fields
-from patchkit.upstream.sdist import COMMIT_ID_RES, download_sdist, import_sdist
+from patchkit.upstream.sdist import (
+    COMMIT_ID_RES,
+    download_sdist,
+    import_sdist,
+    read_sdist_member,
+)
 from patchkit.upstream.wheel import download_wheel, import_wheel
 
 
@@ -214,15 +218,12 @@ def sdist_recorded_commit(archive: Path, target: Target) -> str | None:
     """The upstream commit an sdist records in its commit-id file (None when it records none)."""
     if not target.commit_id_file:
         return None
-    with tarfile.open(archive, "r:*") as tar:
-        for member in tar.getmembers():
-            parts = member.name.split("/", 1)
-            if member.isfile() and len(parts) == 2 and parts[1] == target.commit_id_file:
-                data = tar.extractfile(member)
-                text = data.read().decode("utf-8", "replace") if data else ""
-                for pattern in COMMIT_ID_RES:
-                    match = pattern.search(text)
-                    if match:
-                        return match.group(1).lower()
-                return None
+    data = read_sdist_member(archive, target.commit_id_file)
+    if data is None:
+        return None
+    text = data.decode("utf-8", "replace")
+    for pattern in COMMIT_ID_RES:
+        match = pattern.search(text)
+        if match:
+            return match.group(1).lower()
     return None

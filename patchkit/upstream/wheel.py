@@ -11,6 +11,7 @@ message, and are carried unchanged when a patched wheel is repacked.
 from __future__ import annotations
 
 import calendar
+import io
 import re
 import stat
 import zipfile
@@ -18,8 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
 from patchkit import gitops
-from patchkit.archives import archive_problem
+from patchkit.archives import (
+    MAX_METADATA_BYTES,
+    MemberError,
+    archive_problem,
+    copy_member,
+    member_head,
+    read_member,
+)
 from patchkit.errors import FetchError, InvalidArchiveError, PinError
 from patchkit.targets import Release, Target, WheelPin
 from patchkit.upstream.index import check_sha256, download, file_sha256, find_file
@@ -29,6 +40,8 @@ from patchkit.upstream.sdist import IMPORT_IDENTITY_EMAIL, IMPORT_IDENTITY_NAME,
 if TYPE_CHECKING:
     from patchkit.upstream.mirror import Mirror
 
+MAX_SOURCE_MEMBER_BYTES = 256 << 20  # sglang's largest source file is under 1 MiB
+MAX_COMMIT_ID_FILE_BYTES = 1 << 20
 COMPILED_RE = re.compile(r"\.(so(\.[0-9]+)*|pyd|dll|dylib)$")
 ELF_MAGIC = b"\x7fELF"
 
@@ -99,8 +112,7 @@ def wheel_layout(zf: zipfile.ZipFile, label: str) -> WheelLayout:
         if parts[0].endswith((".dist-info", ".data")):
             metadata.append(info)
             continue
-        with zf.open(info) as fh:
-            head = fh.read(4)
+        head = member_head(zf, info, 4)
         (compiled if is_compiled(info.filename, head) else sources).append(info)
     return WheelLayout(dist_info, tuple(sources), tuple(compiled), tuple(metadata))
 
@@ -117,19 +129,40 @@ def recorded_commit_id(zf: zipfile.ZipFile, target: Target) -> str | None:
     if not target.commit_id_file:
         return None
     try:
-        text = zf.read(target.commit_id_file).decode("utf-8", "replace")
+        info = zf.getinfo(target.commit_id_file)
     except KeyError:
         return None
+    text = read_member(zf, info, MAX_COMMIT_ID_FILE_BYTES).decode("utf-8", "replace")
     return commit_id_in(text)
 
 
 def import_wheel(
     mirror: Mirror, target: Target, release: Release, pin: WheelPin, archive: Path
 ) -> str:
-    """Import the wheel's source files under the target's subdir as a deterministic commit."""
+    """Import the wheel's source files under the target's subdir as a deterministic commit.
+    A damaged wheel (not a zip, truncated, a bad CRC, a member that inflates past its claim)
+    is a one-line FetchError naming it and the release, and is removed from the cache."""
     check_wheel_file(archive, pin)
+    try:
+        return _import_checked(mirror, target, release, pin, archive)
+    except InvalidArchiveError:
+        archive.unlink(missing_ok=True)  # never importable: the next run asks the index again
+        raise
+    except (zipfile.BadZipFile, MemberError, EOFError) as exc:
+        archive.unlink(missing_ok=True)
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FetchError(
+            f"{pin.filename} ({target.name} {release.version}): a damaged wheel ({why[:200]}); "
+            "it was removed from the cache, nothing was imported"
+        ) from None
+
+
+def _import_checked(
+    mirror: Mirror, target: Target, release: Release, pin: WheelPin, archive: Path
+) -> str:
     with zipfile.ZipFile(archive) as zf:
         layout = wheel_layout(zf, pin.filename)
+        check_identity(zf, layout, pin, release)
         recorded = recorded_commit_id(zf, target)
         if recorded and release.commit and not release.commit.startswith(recorded.lower()):
             raise PinError(
@@ -163,7 +196,67 @@ def _source_files(zf: zipfile.ZipFile, layout: WheelLayout, subdir: str):
     the archive as git is given them (nothing is extracted)."""
     prefix = f"{subdir}/" if subdir else ""
     for info in layout.sources:
-        with zf.open(info) as src:
-            data = src.read()
+        data = io.BytesIO()
+        copy_member(zf, info, data, MAX_SOURCE_MEMBER_BYTES)  # bounded, CRC-checked
         executable = bool((info.external_attr >> 16) & 0o111)
-        yield prefix + PurePosixPath(info.filename).as_posix(), executable, data
+        yield prefix + PurePosixPath(info.filename).as_posix(), executable, data.getvalue()
+
+
+def check_identity(zf: zipfile.ZipFile, layout: WheelLayout, pin: WheelPin, release: Release):
+    """Refuse a wheel whose file name, `.dist-info` folder and METADATA `Name`/`Version` do not
+    all name the release asked for (pip refuses such wheels too)."""
+    try:
+        name, version, _, _ = parse_wheel_filename(pin.filename)
+    except InvalidWheelFilename as exc:
+        raise InvalidArchiveError(f"{pin.filename}: not a wheel file name ({exc})") from None
+    problem = _release_problem(version, release) or _dist_info_problem(
+        layout.dist_info, name, version
+    )
+    if problem is None:
+        meta = _metadata(zf, layout.dist_info)
+        got_name, got_version = meta.get("name", ""), meta.get("version", "")
+        if canonicalize_name(got_name) != name:
+            problem = f"its METADATA names project {got_name!r}, not {name}"
+        elif _version(got_version) != version:
+            problem = f"its METADATA says version {got_version!r}, not {version}"
+    if problem:
+        raise InvalidArchiveError(
+            f"{pin.filename} ({release.version}): {problem}; refusing, nothing was imported"
+        )
+
+
+def _release_problem(version, release: Release) -> str | None:
+    if _version(release.version) != version:
+        return f"the file is version {version}, the release asked for is {release.version}"
+    return None
+
+
+def _dist_info_problem(dist_info: str, name: str, version) -> str | None:
+    folder_name, _, folder_version = dist_info.removesuffix(".dist-info").rpartition("-")
+    if canonicalize_name(folder_name) != name or _version(folder_version) != version:
+        return f"its metadata folder {dist_info} names another project or version"
+    return None
+
+
+def _version(text: str):
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _metadata(zf: zipfile.ZipFile, dist_info: str) -> dict[str, str]:
+    """The first `Name` and `Version` of a wheel's METADATA (lower-cased keys)."""
+    try:
+        info = zf.getinfo(f"{dist_info}/METADATA")
+    except KeyError:
+        raise InvalidArchiveError(f"no {dist_info}/METADATA") from None
+    text = read_member(zf, info, MAX_METADATA_BYTES).decode("utf-8", "replace")
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first blank line
+        key, sep, value = line.partition(":")
+        if sep and key.lower() in ("name", "version"):
+            fields.setdefault(key.lower(), value.strip())
+    return fields

@@ -216,6 +216,14 @@ def shim_caller_without_libtorch() -> str:
     return _gxx("shim-no-libtorch", source, [], [stub_library("libc10.so")])
 
 
+def shim_caller_linking_nothing() -> str:
+    """An extension calling torch's shim (aoti_torch_abi_version) that NEEDs no torch library
+    at all: built to bind it from the global scope (cuda-core's tensor bridge is)."""
+    source = 'extern "C" long aoti_torch_abi_version(void);\n'
+    source += 'extern "C" long ext_entry(void) { return aoti_torch_abi_version(); }\n'
+    return _gxx("shim-links-nothing", source, [])
+
+
 # at::_ops::add_Tensor::call, which libtorch_cpu.so exports (in either ABI: it names no string)
 ADD_TENSOR = "_ZN2at4_ops10add_Tensor4callERKNS_6TensorES4_RKN3c106ScalarE"
 
@@ -292,9 +300,9 @@ def string_library(soname: str, text: str) -> str:
     return _cached(f"text-{soname}", source + soname, build)
 
 
-def linking(name: str, libs: list[str], call: str = "", rpath: str = "") -> str:
+def linking(name: str, libs: list[str], call: str = "", rpath: str = "", runpath: str = "") -> str:
     """A library NEEDing each of ``libs`` (paths), optionally calling ``call``, with an
-    optional DT_RPATH."""
+    optional DT_RPATH or DT_RUNPATH."""
     source = (
         f"extern int {call}(void);\nint entry(void) {{ return {call}(); }}\n"
         if call
@@ -310,10 +318,13 @@ def linking(name: str, libs: list[str], call: str = "", rpath: str = "") -> str:
             cmd += [f"-L{os.path.dirname(lib)}", f"-l:{os.path.basename(lib)}"]
         if rpath:
             cmd += [f"-Wl,-rpath,{rpath}", "-Wl,--disable-new-dtags"]
+        if runpath:
+            cmd += [f"-Wl,-rpath,{runpath}", "-Wl,--enable-new-dtags"]
         _run(cmd)
         os.unlink(src)
 
     key = source + "|".join(libs) + (f"|rpath={rpath}" if rpath else "")
+    key += f"|runpath={runpath}" if runpath else ""
     return _cached(f"link-{name}", key, build)
 
 

@@ -2,7 +2,7 @@
 
 The tests import the patched upstream modules from a prepared tree (nothing is installed):
 ``sglang_tree`` (importable directory ``<root>/python``) and ``flashinfer_tree`` (importable
-directory ``<root>``).  With ``PATCHKIT_PAYLOAD_TREE=base`` the same fixtures give the
+directory ``<root>``: the FlashInfer line the SGLang line goes ``with`` in targets.toml).  With ``PATCHKIT_PAYLOAD_TREE=base`` the same fixtures give the
 unpatched trees, and every payload test must then fail (``tests/test_payload_base_fails.py``).
 
 ``PATCHKIT_PAYLOAD_LINE`` picks the SGLang series line (default: the target's default line);
@@ -20,6 +20,7 @@ keyed by the sdist hash and the content of the applied patches.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -174,12 +175,46 @@ def sglang_tree(payload_kind: str, standins: Path) -> Path:
     return root
 
 
+def flashinfer_line() -> str | None:
+    """The FlashInfer line the SGLang line under test goes `with` (targets.toml); None: the
+    SGLang line uses FlashInfer as released."""
+    from patchkit.workspace import Workspace
+
+    sglang = Workspace.load(REPO).target("sglang")
+    return sglang.companion(payload_line() or sglang.current_line.name, "flashinfer")
+
+
 @pytest.fixture(scope="session")
 def flashinfer_tree(payload_kind: str) -> Path:
-    """Root of the FlashInfer 0.6.3 tree (patched unless PATCHKIT_PAYLOAD_TREE=base)."""
-    root = prepare_tree("flashinfer", payload_kind == "patched")
+    """Root of the FlashInfer tree of the SGLang line under test: 0.6.3 for 0.5.9,
+    0.6.15.post1 for 0.5.17 (patched unless PATCHKIT_PAYLOAD_TREE=base)."""
+    line = flashinfer_line()
+    if line is None:
+        pytest.skip("the SGLang line under test carries no FlashInfer line")
+    root = prepare_tree("flashinfer", payload_kind == "patched", line)
     _put_first_on_path(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def flashinfer_wheel_version(flashinfer_tree: Path, tmp_path_factory) -> tuple[str, str]:
+    """(release, the ``__version__`` patchkit's build writes into the tree's wheel): the
+    build's own version step (docs/wheels.md, step 3) run on a copy of the version files."""
+    from patchkit.lines import line_series
+    from patchkit.wheels.build import pin_version, wheel_version
+    from patchkit.workspace import Workspace
+
+    ws = Workspace.load(REPO)
+    spec = ws.targets.get("flashinfer", flashinfer_line())
+    version = wheel_version(spec.pin, "cu130", line_series(ws.project, spec).hash())
+    copy = tmp_path_factory.mktemp("flashinfer-version")
+    (copy / "flashinfer").mkdir()
+    for name in ("pyproject.toml", "flashinfer/_build_meta.py"):
+        shutil.copyfile(flashinfer_tree / name, copy / name)
+    pin_version(copy, version, None)
+    written: dict[str, str] = {}
+    exec((copy / "flashinfer" / "_build_meta.py").read_text(), written)  # noqa: S102
+    return spec.pin, written["__version__"]
 
 
 @pytest.fixture

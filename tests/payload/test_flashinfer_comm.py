@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-# FlashInfer 0.6.3 is the FlashInfer of the SGLang 0.5.9 line (0.5.12 pins 0.6.11.post1).
-pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.9")]
+# The FlashInfer line each SGLang line goes with (0.6.3 for 0.5.9, 0.6.15.post1 for 0.5.17);
+# 0.5.23's FlashInfer 0.7.2 builds SM12x trtllm comm itself.
+pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines("0.5.9", "0.5.17")]
 
 SM120A = "-gencode=arch=compute_120a,code=sm_120a"
 SM90A = "-gencode=arch=compute_90a,code=sm_90a"

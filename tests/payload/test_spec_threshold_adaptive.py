@@ -14,6 +14,7 @@ real ``EAGLEWorkerV2.__init__`` with its draft worker stood in for (it loads a m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import logging
 from types import SimpleNamespace
@@ -176,8 +177,10 @@ def test_graphs_only_for_batch_sizes_each_state_can_run(tree):
     assert params.candidate_steps == [0, 2]
     # Zero steps: batches above the re-enable threshold, padded up to a graph size.
     assert params.cuda_graph_bs_for_step(0) == [24, 32, 40, 48, 64, 96, 128]
-    # Speculation: batches of at most 30 requests, padded to 32 at most.
-    assert params.cuda_graph_bs_for_step(2) == [1, 2, 4, 8, 12, 16, 24, 32]
+    # The configured state is the worker's own (captured before the controller builds any):
+    # asking for it here is a misuse, not a silent full list.
+    with pytest.raises(ValueError, match="only the zero-step state"):
+        params.cuda_graph_bs_for_step(2)
 
 
 @pytest.mark.parametrize(("steps", "reenable"), [(0, 4), (2, 0), (2, 9)])
@@ -261,3 +264,112 @@ def test_worker_builds_the_threshold_policy(resolve, monkeypatch):
     assert isinstance(params, BatchThresholdStepParams)
     assert (params.steps, params.disable_above, params.reenable_at) == (2, 16, 12)
     assert _worker(monkeypatch, resolve).adaptive_controller is None
+
+
+class DecodeStepDraftStandIn:
+    """EagleDraftWorker with its GPU parts stood in for: its model (draft_runner), its own TP
+    group, the drafting and the draft extend (GPU kernels), each call recorded."""
+
+    def __init__(self, *args, **kwargs):
+        self.calls: list[tuple[str, int]] = []
+        self.draft_runner = SimpleNamespace(tp_group=None)
+        self.parallel_layout = None
+
+    @staticmethod
+    def tp(*args):
+        return contextlib.nullcontext()  # the draft's own TP group (a GPU process group)
+
+    draft_tp_context = tp
+
+    def _rebuild_topk1_chain_buffers(self):
+        pass  # GPU buffers of the top-1 chain
+
+    def draft(self, batch):
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        bs = batch.seq_lens.shape[0]
+        self.calls.append(("draft", bs))
+        tokens = self.speculative_num_draft_tokens
+        return EagleVerifyInput.create_idle_input(
+            topk=1, spec_steps=self.speculative_num_steps, num_verify_tokens=tokens, device="cpu"
+        )
+
+    def _draft_extend_for_decode(self, batch, batch_output, **kwargs):
+        self.calls.append(("draft_extend", batch.seq_lens.shape[0]))
+
+
+def _decode_batch(bs: int):
+    """A decode batch as the worker reads it: its size from ``seq_lens``, the pending token."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return SimpleNamespace(
+        forward_mode=ForwardMode.DECODE,
+        is_extend_in_batch=False,
+        seq_lens=torch.full((bs,), 20, dtype=torch.int64),
+        seq_lens_sum=20 * bs,
+        seq_lens_cpu=None,
+        spec_info=SimpleNamespace(bonus_tokens=torch.arange(bs), is_verify_input=lambda: False),
+    )
+
+
+def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
+    """The real EAGLEWorkerV2 decode step over a ramp: it asks the policy with the batch's own
+    size, drafts only while speculating, and above the threshold verifies the pending token
+    alone (one draft token, zero steps) with no draft call.  Stand-ins: the draft worker's GPU
+    parts and its TP group, state building (CUDA-graph capture) and the verify's kernels
+    (recorded); the state swaps are the real ``apply_runtime_state``."""
+    from sglang.srt import server_args as server_args_module
+    from sglang.srt.speculative import eagle_worker_v2
+
+    monkeypatch.setattr(eagle_worker_v2, "EagleDraftWorker", DecodeStepDraftStandIn)
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--speculative-reenable-batch-threshold",
+                   "6", "--max-running-requests", "64")  # fmt: skip
+    args.device = "cpu"
+    server_args_module.set_global_server_args_for_scheduler(args)
+    attn = SimpleNamespace(verify_mask=None, max_context_len=64)
+    target = SimpleNamespace(model_runner=SimpleNamespace(attn_backend=attn))
+    if "ps" in inspect.signature(eagle_worker_v2.EAGLEWorkerV2.__init__).parameters:
+        worker = eagle_worker_v2.EAGLEWorkerV2(args, 0, None, 0, target)  # 0.5.17
+    else:  # 0.5.23: one pipeline rank from the runtime context, the draft's own TP context
+        one_rank = SimpleNamespace(pp_group=SimpleNamespace(is_last_rank=True), pp_size=1)
+        monkeypatch.setattr(eagle_worker_v2, "get_parallel", lambda: one_rank)
+        monkeypatch.setattr(eagle_worker_v2, "draft_tp_context", DecodeStepDraftStandIn.tp)
+        worker = eagle_worker_v2.EAGLEWorkerV2(args, 0, 0, target)
+    draft = worker._draft_worker
+    draft.speculative_num_steps, draft.speculative_num_draft_tokens = 2, 3
+
+    def build_state(speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None):
+        return SimpleNamespace(  # what capture builds; apply_runtime_state is the real one
+            speculative_num_steps=speculative_num_steps,
+            speculative_num_draft_tokens=speculative_num_draft_tokens,
+            **dict.fromkeys(RUNTIME_STATE_PARTS),
+            target_attn_backend=attn,
+        )
+
+    monkeypatch.setattr(worker, "build_adaptive_runtime_state", build_state)
+    worker.adaptive_controller.register(build_state(2, 3))
+    worker.adaptive_controller.init_states(cuda_graph_bs=GRAPH_BS)
+    verified: list[tuple[int, int]] = []
+
+    def verify(batch, **kwargs):
+        verified.append((batch.seq_lens.shape[0], batch.spec_info.draft_token_num))
+        return SimpleNamespace(new_seq_lens=batch.seq_lens + 1, next_draft_input=None)
+
+    monkeypatch.setattr(worker, "verify", verify)
+    ramp = [4, 8, 9, 12, 7, 5, 3]  # disabled above 8, re-enabled at <= 6 (5 pads to 8)
+    for bs in ramp:
+        worker.forward_batch_generation(_decode_batch(bs))
+    assert verified == [(4, 3), (8, 3), (9, 1), (12, 1), (7, 1), (5, 3), (3, 3)]
+    drafted = [bs for kind, bs in draft.calls if kind == "draft"]
+    assert drafted == [4, 8, 5, 3]
+    assert [bs for kind, bs in draft.calls if kind == "draft_extend"] == ramp
+
+
+RUNTIME_STATE_PARTS = (
+    "draft_attn_backend",
+    "cuda_graph_runner",
+    "target_graph_runner",
+    "draft_extend_attn_backend",
+    "cuda_graph_runner_for_draft_extend",
+)

@@ -9,6 +9,7 @@ functions only decide whether a rule is broken and fill in the fields.
 from __future__ import annotations
 
 import fnmatch
+import os
 
 from patchkit.abi.checks.context import (
     Context,
@@ -50,6 +51,7 @@ from patchkit.abi.checks.symbols import (
     check_symbol_versions,
     check_symbols,
 )
+from patchkit.abi.checks.variants import select_variants
 
 # What callers take from here: the context, its findings, the driver, the predictions.
 __all__ = ["Context", "DriverInfo", "Finding", "detect_driver", "predict", "run_checks"]
@@ -76,7 +78,15 @@ def check_malformed(ctx: Context) -> None:
 
 
 def check_nothing(ctx: Context) -> None:
-    if not ctx.reports:
+    """No object to check is an error, except for a wheelhouse of pure-Python wheels (what
+    `make wheels` builds for a line): their metadata is checked, and that is said."""
+    if ctx.reports:
+        return
+    wheels = sorted(os.path.basename(d.wheel) for d in ctx.tree.dists.values() if d.wheel)
+    if ctx.tree.kind == "wheelhouse" and not ctx.tree.has_env and wheels and not ctx.tree.invalid:
+        folder = os.path.dirname(min(ctx.tree.wheels)) if ctx.tree.wheels else ctx.tree.root
+        ctx.emit("pure-python", folder, evidence=tuple(wheels), n=len(wheels), folder=folder)
+    else:
         ctx.emit(
             "nothing-checked",
             ctx.tree.root if ctx.tree.kind == "env" else "wheelhouse",
@@ -89,6 +99,7 @@ def run_checks(ctx: Context) -> list[Finding]:
     read_torch(ctx)
     load_profile_torch(ctx)
     check_nothing(ctx)
+    select_variants(ctx)
     check_malformed(ctx)
     check_profile_stack(ctx)
     check_torch_variant(ctx)

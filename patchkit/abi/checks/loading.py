@@ -9,6 +9,9 @@ import posixpath
 import re
 from collections import defaultdict
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from patchkit.abi.checks.context import (
     CUDA_RUNTIME,
     TORCH_PRELOADS,
@@ -16,6 +19,8 @@ from patchkit.abi.checks.context import (
     _top,
     owner_label,
 )
+from patchkit.abi.checks.distributions import TARGET_MARKERS
+from patchkit.abi.imports import ImportGraph
 from patchkit.abi.loader import EXEMPT, Closure, Loader
 from patchkit.abi.scan import FileReport
 
@@ -102,6 +107,8 @@ def build_loader(ctx: Context) -> Loader:
         _library_path(ctx),
         tree_root=ctx.tree.root,
         elsewhere=_elsewhere(ctx),
+        # an installed environment's sources are read; a wheel's are not (nor over an env)
+        imports=ImportGraph(ctx.tree.root if ctx.tree.kind == "env" else None, reports),
     )
     local = [rel for rel in reports if re.fullmatch(r"torch/_C\..*so", rel)]
     if not local and "torch/lib/libtorch_python.so" in ctx.profile_torch:
@@ -188,20 +195,128 @@ def _report_missing(ctx: Context, cl: Closure, seen: set, elsewhere, missing) ->
         if m and int(m.group(2)) != t and obj is not None and obj.key in ctx.grouped:
             continue  # part of the CUDA-build finding (check 6)
         label = owner_label(ctx, obj.key, obj.report) if obj else needed_by
-        missing[(label, name)].append(needed_by)
+        missing[(label, name)].append((needed_by, obj.key if obj else None))
     for name, needed_by, dist in cl.elsewhere:
         elsewhere[dist][name].add(needed_by)
 
 
-def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list[str]]) -> None:
-    for (label, name), users in sorted(missing.items()):
+def _emit_missing(ctx: Context, missing: dict[tuple[str, str], list]) -> None:
+    optional: dict[str, list[tuple[str, str]]] = defaultdict(list)  # label -> (name, user)
+    for (label, name), every in sorted(missing.items()):
+        users = [u for u in every if not _optional_load(ctx, u[1])]
+        for origin, key in every:
+            if (origin, key) not in users:
+                optional[owner_label(ctx, key, ctx.reports[key])].append((name, origin))
+        if not users:
+            continue
+        origins = [u for u, _ in users]
+        if _not_checked(ctx, label, name, users):
+            continue
         if len(users) == 1:
-            ctx.emit("needed-missing", users[0], name=name, so=os.path.basename(users[0]))
+            ctx.emit("needed-missing", origins[0], name=name, so=os.path.basename(origins[0]))
             continue
         ctx.emit(
             "needed-missing",
             label,
-            evidence=tuple(f"{u}: needs {name}" for u in users),
+            evidence=tuple(f"{u}: needs {name}" for u in origins),
             name=name,
             so=f"{len(users)} objects",
         )
+    for label, found in sorted(optional.items()):
+        names = sorted({name for name, _ in found})
+        users = sorted({u for _, u in found})
+        ctx.emit(
+            "needed-optional",
+            users[0] if len(users) == 1 else label,
+            evidence=tuple(
+                f"{u}: needs {', '.join(sorted(n for n, v in found if v == u))}" for u in users
+            ),
+            names=", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""),
+            so=os.path.basename(users[0]) if len(users) == 1 else f"{len(users)} objects",
+        )
+
+
+def _optional_load(ctx: Context, key: str | None) -> bool:
+    """Whether the profile names the object as loaded only where it loads (`[loading]
+    optional`): a library it misses is a note, as its package goes on without it."""
+    if not key or key not in ctx.reports:
+        return False
+    return any(fnmatch.fnmatch(key, g) for g in ctx.profile.optional_loads)
+
+
+def _not_checked(ctx: Context, label: str, name: str, users: list) -> bool:
+    """A library on none of the objects' search paths that the checked files ship, in the
+    objects' own package or in one it requires: loaded at run time if a Python import loaded
+    it first, which verify could not see (a wheel's imports are not read; a library the
+    package loads with ctypes). Said as not checked, not as missing."""
+    shipped = [
+        rel
+        for rel, rep in sorted(ctx.reports.items())
+        if rep.elf and name in (rep.elf.soname, posixpath.basename(rel))
+    ]
+    keys = [key for _, key in users if key]
+    why = next((w for lib in shipped for key in keys if (w := _related(ctx, key, lib))), None)
+    if why is None:
+        return False
+    graph = ctx.loader.imports if ctx.loader else None
+    package = keys[0].split("/", 1)[0]
+    if graph is None or not graph.readable:
+        seen = "the imports of a wheel's modules are not read"
+    elif graph.cut_off:
+        seen = f"the imports of {package} were read only in part (too many modules)"
+    else:
+        seen = f"the imports of {package} that verify reads do not load it"
+    origins = [u for u, _ in users]
+    ctx.emit(
+        "needed-not-checked",
+        origins[0] if len(users) == 1 else label,
+        evidence=tuple(f"{u}: needs {name}" for u in origins) + (f"shipped as {shipped[0]}",),
+        name=name,
+        so=os.path.basename(origins[0]) if len(users) == 1 else f"{len(users)} objects",
+        where=shipped[0],
+        why=why,
+        seen=seen,
+        package=package,
+    )
+    return True
+
+
+def _related(ctx: Context, key: str, lib: str) -> str | None:
+    """Why the package holding ``key`` may have loaded ``lib`` first: it ships it, or it
+    requires (Requires-Dist, directly or through others) the distribution that does."""
+    if key.split("/", 1)[0] == lib.split("/", 1)[0]:
+        return f"{key.split('/', 1)[0]} ships it itself"
+    mine, theirs = ctx.tree.owner(key), ctx.tree.owner(lib)
+    if mine is None or theirs is None:
+        return None
+    if mine.name == theirs.name:
+        return f"{mine.name} ships it itself"
+    if theirs.name in _requirements(ctx, mine.name):
+        return f"{mine.name} requires {theirs.name}"
+    return None
+
+
+def _requirements(ctx: Context, dist: str) -> set[str]:
+    """The distributions of the checked files that ``dist`` requires, directly or not
+    (markers evaluated for the target host; a requirement of an extra counts, as the
+    distribution it names is installed)."""
+    found: set[str] = set()
+    queue = [dist]
+    while queue:
+        current = ctx.tree.dists.get(queue.pop())
+        for text in current.requires if current else ():
+            try:
+                req = Requirement(text)
+                # an extra's requirement counts where it is installed (something asked for it)
+                extras = [""] + re.findall(r"extra\s*==\s*['\"]([^'\"]+)", str(req.marker))
+                if req.marker is not None and not any(
+                    req.marker.evaluate({"extra": e, **TARGET_MARKERS}) for e in extras
+                ):
+                    continue
+            except Exception:  # InvalidRequirement, or a marker that cannot be evaluated
+                continue
+            name = canonicalize_name(req.name)
+            if name in ctx.tree.dists and name not in found:
+                found.add(name)
+                queue.append(name)
+    return found

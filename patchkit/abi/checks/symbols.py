@@ -80,7 +80,7 @@ def check_symbols(ctx: Context, extensions: dict[str, FileReport]) -> None:
     # older torch, a NEEDED missing (libtorch_cpu.so, libtorch_cuda.so)
     exported = _torch_exports(ctx) if shim or api else frozenset()
     others = [p for p in pending if p.bucket not in TORCH_BUCKETS]
-    _emit_other(ctx, others + [p for p in api + shim if p.name in exported], names)
+    _emit_outside(ctx, others, [p for p in api + shim if p.name in exported], names)
     _emit_torch(ctx, [p for p in api if p.name not in exported], extensions, names)
     _emit_torch(ctx, [p for p in shim if p.name not in exported], extensions, names, shim=True)
     _emit_unchecked(ctx, unchecked, extensions)
@@ -206,6 +206,46 @@ def _torch_exports(ctx: Context) -> frozenset[str]:
         names = frozenset().union(*(name_set(elf.defined) for elf in _torch_libraries(ctx)))
         ctx.__dict__["_torch_exports"] = names
     return names
+
+
+def _emit_outside(
+    ctx: Context, others: list[_Unresolved], outside: list[_Unresolved], names: dict[str, str]
+) -> None:
+    """Other buckets' names, and torch's names from outside the object's scope: not checked
+    where the object links no torch library at all (_links_no_torch), else errors."""
+    unlinked = _links_no_torch(ctx, outside)
+    _emit_other(ctx, others + [p for p in outside if p.rel not in unlinked], names)
+    _emit_global_only(ctx, [p for p in outside if p.rel in unlinked], names)
+
+
+def _links_no_torch(ctx: Context, items: list[_Unresolved]) -> set[str]:
+    """The objects among ``items`` whose NEEDED closure holds no torch library: built to bind
+    torch's names from the global scope, where a package puts torch's libraries (reopening
+    ``torch._C`` with RTLD_GLOBAL) before loading them."""
+    out = set()
+    for rel in {p.rel for p in items}:
+        cl = ctx.closures.get(rel)
+        if cl and not any(
+            o.key.startswith("torch/") or (o.report.elf and o.report.elf.soname in TORCH_SONAMES)
+            for o in cl.objects
+        ):
+            out.add(rel)
+    return out
+
+
+def _emit_global_only(ctx: Context, items: list[_Unresolved], names: dict[str, str]) -> None:
+    """One warning per object: torch exports its names, and it links no torch library."""
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for item in items:
+        by_file[item.origin].append(item.name)
+    for origin, found in sorted(by_file.items()):
+        ctx.emit(
+            "undefined-symbol-global",
+            origin,
+            evidence=tuple(names.get(n, n) for n in found),
+            n=len(found),
+            example=names.get(found[0], found[0]),
+        )
 
 
 def _emit_other(ctx: Context, items: list[_Unresolved], names: dict[str, str]) -> None:

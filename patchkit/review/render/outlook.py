@@ -137,6 +137,9 @@ def _line_section(line: LineOutlook) -> str:
 def _cell(cell, patch: str, version: str) -> str:
     mark = "?" if cell.provisional else ""
     words = cell.state + (f" ({PROVISIONAL})" if mark else "")
+    if getattr(cell, "probe_failed", False):
+        mark += "!"
+        words += " (a probe of what the patch guarantees fails)"
     badge = (
         f'<span class="badge label-{escape(cell.state)}" title="{escape(words)}">'
         f"{escape(CODES[cell.state] + mark)}</span>"
