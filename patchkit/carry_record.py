@@ -17,6 +17,7 @@ from pathlib import Path
 
 from patchkit import gitops
 from patchkit.classify import Carry, Part, PatchOutcome, Signal
+from patchkit.classify.probes import ProbeResult
 from patchkit.series import Series
 from patchkit.stamps import Stamp, module_files, series_key
 from patchkit.upstream import Base
@@ -75,14 +76,22 @@ def read_carry(stamp: Stamp, mirror: gitops.Repo) -> Carry | None:
 
 def record_carry(stamp: Stamp, carry: Carry) -> None:
     """Record `carry` (a cache that cannot be written is skipped: the next run carries)."""
-    outcomes = [_outcome_json(o) for o in carry.outcomes]
-    stamp.record(json.dumps({"tip": carry.tip, "outcomes": outcomes}))
+    try:
+        outcomes = [_outcome_json(o) for o in carry.outcomes]
+        payload = json.dumps({"tip": carry.tip, "outcomes": outcomes})
+    except TypeError:  # a field this record does not know how to keep: carried next time
+        return
+    stamp.record(payload)
+
+
+# PatchOutcome's fields that hold lists of these records (any other field is plain JSON)
+_RECORDS = {"signals": Signal, "parts": Part, "probes": ProbeResult}
 
 
 def _outcome_json(outcome: PatchOutcome) -> dict:
     data = {f.name: getattr(outcome, f.name) for f in dataclasses.fields(PatchOutcome)}
-    data["signals"] = [dataclasses.asdict(s) for s in outcome.signals]
-    data["parts"] = [dataclasses.asdict(p) for p in outcome.parts]
+    for name in _RECORDS.keys() & data.keys():
+        data[name] = [dataclasses.asdict(item) for item in data[name]]
     if outcome.refreshed is not None:
         data["refreshed"] = base64.b64encode(outcome.refreshed).decode()
     return data
@@ -93,8 +102,8 @@ def _outcome(data: dict) -> PatchOutcome:
     if set(data) != known:
         raise KeyError("a record of another PatchOutcome")
     fields = dict(data)
-    fields["signals"] = [Signal(**s) for s in data["signals"]]
-    fields["parts"] = [Part(**p) for p in data["parts"]]
+    for name in _RECORDS.keys() & known:
+        fields[name] = [_RECORDS[name](**item) for item in data[name]]
     if data["refreshed"] is not None:
         fields["refreshed"] = base64.b64decode(data["refreshed"])
     return PatchOutcome(**fields)
