@@ -18,7 +18,7 @@ PROFILE   ?= cu130-sm120
 ARGS      ?=
 LINE      ?=
 
-.PHONY: wheels test test-venvs test-fast test-mutation test-reliability gpu-test gpu-bundle verify review lint bench clean install
+.PHONY: wheels test test-venvs test-fast test-mutation test-reliability gpu-test gpu-bundle verify review lint bench bench-outlook clean install
 
 $(BVENV)/.stamp: pyproject.toml
 	@echo "creating $(BVENV) with patchkit and its dependencies (once: about 20 s)"
@@ -60,9 +60,10 @@ $(VENV)/.stamp-browser: tests/browser/ensure-chromium.sh $(VENV)/.stamp-core
 	bash tests/browser/ensure-chromium.sh
 	touch $@
 
-## wheels: patched, versioned wheels with provenance in dist/ (each target's default line;
-## LINE=0.5.17 builds that line and the lines it is built with, e.g. the cp311 and cp312
-## wheels of a wheel base and its FlashInfer 0.6.15.post1)
+## wheels: patched, versioned wheels with provenance in dist/ (the newest SGLang line, 0.5.23,
+## the default, and the FlashInfer line it names, none for 0.5.23; LINE=0.5.17 builds that
+## line and the lines it is built with, e.g. the cp311 and cp312 wheels of a wheel base and
+## its FlashInfer 0.6.15.post1; LINE=0.5.9 the seed line on its sdists)
 wheels: $(BVENV)/.stamp
 	$(BVENV)/bin/patchkit build --target all $(if $(LINE),--line $(LINE)) --profile $(PROFILE) --out dist $(ARGS)
 
@@ -161,6 +162,11 @@ bench: $(VENV)/.stamp-payload
 	$(VENV)/bin/python bench/wheels.py
 	$(VENV)/bin/python bench/verify.py
 	$(VENV)/bin/python bench/scale.py --sizes 10,100 --runs 3
+
+## bench-outlook: release day, cold and warm outlook and a warm rebase preview beside pip
+## download of the same release files (network; 15-20 minutes on a loaded 2-core machine)
+bench-outlook: $(VENV)/.stamp-core
+	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python bench/outlook.py $(ARGS)
 
 clean:
 	rm -rf work dist build/work

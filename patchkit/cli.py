@@ -60,6 +60,12 @@ ENVIRONMENT = (
     ("PATCHKIT_NET_BUDGET", "seconds all of a run's downloads may take (default 3600)"),
     ("PATCHKIT_GIT_TIMEOUT", "seconds one git child may run before it is stopped (default 3600)"),
     ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
+    ("PATCHKIT_OUTLOOK_JOBS", "releases outlook classifies at once (default: one per core, <= 4)"),
+    ("PATCHKIT_INDEX_TTL", "seconds outlook keeps the index's release list (default 300; 0: ask)"),
+    (
+        "PATCHKIT_UNREACHABLE_TTL",
+        "seconds a git host that could not be reached is skipped (default 600; 0: ask)",
+    ),
     (
         "PATCHKIT_PROFILE",
         "the build / verify profile (default: cu130-sm120; verify: that of the sglang checked)",

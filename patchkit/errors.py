@@ -109,10 +109,16 @@ class InvalidArchiveError(PatchkitError):
 def did_you_mean(word: str, known: Iterable[str]) -> str:
     """`; did you mean 'X'?` naming the known name closest to a mistyped `word`, or "" when
     none is close: the one suggestion every unknown name (verb, target, ref, line) gets."""
+    close = closest(word, known)
+    return f"; did you mean {close!r}?" if close else ""
+
+
+def closest(word: str, known: Iterable[str], cutoff: float = 0.7) -> str | None:
+    """The known name closest to `word`, when one is close enough (difflib's ratio)."""
     from difflib import get_close_matches
 
-    close = get_close_matches(word, list(known), n=1, cutoff=0.7)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    close = get_close_matches(word, list(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def os_error_hint(exc: OSError) -> str | None:

@@ -44,6 +44,8 @@ RULES: dict[str, tuple[str, str]] = {
     "reexport": ("error", "apply + export does not reproduce the file byte for byte"),
     "reexport-skipped": ("warning", "the re-export check could not run"),
     "base-damaged": ("error", "the pinned base in the mirror is damaged or tampered"),
+    "targets-key-typo": ("error", "targets.toml has an unknown key close to a known one"),
+    "targets-key-unknown": ("warning", "targets.toml has a key patchkit does not read"),
 }
 REQUIRED = ("Origin", "Forwarded", "Last-Update")
 ORIGIN_RE = re.compile(r"^(upstream|backport|vendor|other)(?:,\s*(\S.*))?$")
@@ -200,6 +202,20 @@ def lint_target(
     _check_overlaps(target, patches, add)
     if reexport is not None and patches and len(patches) == len(entries):
         _check_reexport(target, directory, patches, reexport, add)
+    return report
+
+
+def lint_targets_file(path: Path) -> LintReport:
+    """Keys of targets.toml that patchkit does not read: an error when one is near a known key
+    (a typo: `defualt_line` leaves the default line unset), else a warning."""
+    from patchkit.compat import tomllib
+    from patchkit.targets import unknown_keys
+
+    report = LintReport()
+    data = tomllib.loads(path.read_text(encoding="utf-8"))  # loaded once already: it parses
+    for unknown in unknown_keys(data):
+        rule = "targets-key-typo" if unknown.nearest else "targets-key-unknown"
+        report.findings.append(Finding(rule, path.name, None, unknown.message))
     return report
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchkit import gitops, ui
-from patchkit.classify import PatchOutcome, carry_series
+from patchkit.carry_pool import CarryPool
+from patchkit.classify import PatchOutcome
 from patchkit.errors import FetchError, InvalidArchiveError, PinError, UsageError
 from patchkit.files import replace_file
 from patchkit.series import Series
@@ -52,6 +53,20 @@ LEGEND = {
     "upstreamed": "upstream has it (see the evidence): retire it",
     "obsolete": "what it edits is gone and the release meets its purpose: retire it",
 }
+
+
+# One letter a state, in the terminal and Markdown tables and on the HTML page.
+CODES = {
+    "clean": "c",
+    "offset": "o",
+    "merged": "m",
+    "conflict": "X",
+    "partly-upstreamed": "x",
+    "upstreamed": "U",
+    "obsolete": "O",
+}
+# What `?` after a state means (Cell.provisional).
+PROVISIONAL = "classified while an earlier patch was in conflict"
 
 
 @dataclass
@@ -213,6 +228,10 @@ class BaseSource:
     new_base: Callable[[Target, str], object]
     facts: Callable[[object], object]  # Base -> patchkit.classify.NewBase
     mirror: Callable[[Target], gitops.Repo]
+    # version -> base, for the releases the mirror already holds (read at once, no network);
+    # a base whose states are not all cached is obtained again through `new_base`
+    held: Callable[[Target, list[str]], dict[str, object]] = lambda target, versions: {}
+    jobs: int = 1  # releases classified at once (worker processes when more than one)
 
 
 def line_outlook(
@@ -239,40 +258,58 @@ def line_outlook(
     if not versions:
         return result
     old = source.old_base(target)
-    for version in versions:
-        ui.progress(f"{target.name} {version}: obtaining its base")
-        try:
-            new = source.new_base(target, version)
-        except (FetchError, PinError, InvalidArchiveError) as exc:
-            # One release whose base cannot be had (damaged, hostile, unreachable) is a row
-            # that says why; the other releases are still classified.
-            ui.progress(f"{target.name} {version}: unusable ({exc.message})")
-            result.unusable[version] = exc.message
-            continue
-        column = ReleaseColumn(version, new.source, new.commit, new.stands_for)
-        cells = _classified(target, series, source, old, new, cache, column)
-        for row, cell in zip(result.patches, cells, strict=True):
-            row.cells[version] = cell
-        result.releases.append(column)
+    held = source.held(target, versions)
+    found = []  # (version, base, its cells or None while being classified)
+    with CarryPool(source.jobs) as pool:
+        for k, version in enumerate(versions, 1):
+            where = f"{target.name} {version} (release {k} of {len(versions)})"
+            new = held.get(version)
+            cells = _cached_cells(target, series, old, new, cache) if new is not None else None
+            if cells is None:
+                ui.progress(f"{where}: obtaining its base")
+                try:
+                    new = source.new_base(target, version)
+                except (FetchError, PinError, InvalidArchiveError) as exc:
+                    # One release whose base cannot be had (damaged, hostile, unreachable) is
+                    # a row that says why; the other releases are still classified.
+                    ui.progress(f"{where}: unusable ({exc.message})")
+                    result.unusable[version] = exc.message
+                    continue
+                cells = _cached_cells(target, series, old, new, cache)
+            if cells is None:  # classified meanwhile the next releases are obtained
+                facts = source.facts(new)
+                pool.submit(version, source.mirror(target), series, old.commit, facts, where)
+            found.append((version, new, cells))
+        for version, new, cells in found:
+            cached = cells is not None
+            if cells is None:
+                cells = [Cell.of(o) for o in pool.outcomes(version)]
+                _keep_cells(target, series, old, new, cache, cells)
+            column = ReleaseColumn(version, new.source, new.commit, new.stands_for, cached)
+            for row, cell in zip(result.patches, cells, strict=True):
+                row.cells[version] = cell
+            result.releases.append(column)
     for row in result.patches:
         row.retire_at = _retire_at(row, [r.version for r in result.releases])
     return result
 
 
-def _classified(target, series, source, old, new, cache: Path, column) -> list[Cell]:
+def _cell_paths(target, series, old, new, cache: Path) -> list[Path]:
     keys = _keys(series, old.commit, new.commit)
-    paths = [cache / "outlook" / target.name / new.commit / f"{k}.json" for k in keys]
-    cells = [_read_cell(p) for p in paths]
-    if all(c is not None for c in cells):
-        column.cached = True
-        return cells  # type: ignore[return-value]
-    ui.progress(f"{target.name} {column.version}: carrying {len(series.patches)} patch(es)")
-    carry = carry_series(source.mirror(target), series, old.commit, source.facts(new))
-    cells = [Cell.of(o) for o in carry.outcomes]
-    for path, cell in zip(paths, cells, strict=True):
+    return [cache / "outlook" / target.name / new.commit / f"{k}.json" for k in keys]
+
+
+def _cached_cells(target, series, old, new, cache: Path) -> list[Cell] | None:
+    """Every patch's state on `new` from the cache, or None when one is not there."""
+    cells = [_read_cell(p) for p in _cell_paths(target, series, old, new, cache)]
+    return cells if all(c is not None for c in cells) else None  # type: ignore[return-value]
+
+
+def _keep_cells(target, series, old, new, cache: Path, cells: list[Cell]) -> None:
+    """Each patch's state on `new`, kept in the cache."""
+    for path, cell in zip(_cell_paths(target, series, old, new, cache), cells, strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
         replace_file(path, json.dumps(cell.to_json(), indent=1).encode() + b"\n")
-    return cells
 
 
 def _keys(series: Series, old: str, new: str) -> list[str]:
@@ -316,17 +353,21 @@ def index_source(cache: Path) -> BaseSource:
     """Bases as every verb obtains them: the package index's releases, each imported into
     the target's mirror (`patchkit.upstream`: sdist, else the wheel for the pinned platforms,
     sha256-checked, downloads bounded)."""
+    from patchkit.carry_pool import default_jobs
     from patchkit.rebase import new_base_facts
     from patchkit.upstream import Mirror, acquire, resolve_new_base
+    from patchkit.upstream.held import held_bases
     from patchkit.upstream.releases import releases_after
 
     def mirror(target: Target) -> gitops.Repo:
         return Mirror(target, cache).repo
 
     return BaseSource(
-        releases=releases_after,
+        releases=lambda target, after: releases_after(target, after, cache=cache),
         old_base=lambda target: acquire(target, None, cache=cache),
         new_base=lambda target, version: resolve_new_base(target, version, cache=cache)[0],
         facts=lambda base: new_base_facts(base, cache),
         mirror=mirror,
+        held=lambda target, versions: held_bases(target, versions, cache),
+        jobs=default_jobs(),
     )

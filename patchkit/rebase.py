@@ -20,6 +20,7 @@ from pathlib import Path
 
 from patchkit import gitops, ui
 from patchkit.apply import BASE_REF, BRANCH, ApplyOptions, build_series
+from patchkit.carry_record import carry_stamp, read_carry, record_carry
 from patchkit.classify import (
     LABELS,
     REMOVED_LABELS,
@@ -160,13 +161,13 @@ def classify_rebase(
             | {f.source for p in series.patches for f in p.files if f.source}
         )
         range_ids = gitops.patch_ids_in_range(mirror, old_base.commit, new_base.commit, paths)
-    carry = carry_series(
-        mirror,
-        series,
-        old_base.commit,
-        new_base_facts(new_base, mirror.path.parent.parent),  # <cache>/mirrors/<name>.git
-        range_ids=range_ids,
-    )
+    cache = mirror.path.parent.parent  # <cache>/mirrors/<name>.git
+    stamp = carry_stamp(cache, target.name, series, old_base.commit, new_base, range_ids)
+    carry = read_carry(stamp, mirror)  # the same carry, made before: read, not redone
+    if carry is None:
+        facts = new_base_facts(new_base, cache)
+        carry = carry_series(mirror, series, old_base.commit, facts, range_ids=range_ids)
+        record_carry(stamp, carry)
     report.outcomes = carry.outcomes
     report.tip = carry.tip
     return report

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from packaging.version import InvalidVersion, Version
 
 from patchkit.compat import tomllib
-from patchkit.errors import ConfigError, UsageError, did_you_mean
+from patchkit.errors import ConfigError, UsageError, closest, did_you_mean
 
 HEX_RE = re.compile(r"^[0-9a-f]{4,40}\Z")
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
@@ -264,6 +264,65 @@ def load_targets(path: Path) -> Targets:
                         f"{other} line {other_line!r}, which is not a carried line"
                     )
     return Targets(series_version=version, targets=targets, path=path)
+
+
+# The keys each table of targets.toml may hold; `unknown_keys` names any other (a typo such
+# as `defualt_line` would otherwise be read as absent and change nothing but the outcome).
+KNOWN_KEYS = {
+    "top": ("series", "targets"),
+    "series": ("version",),
+    "target": ("git", "subdir", "commit_id_file", "default_line", "pin", "lines", "releases"),
+    "line": ("pin", "series", "with", "retired", "why", "last_commit"),
+    "release": ("version", "tag", "commit", "sdist", "sdist_sha256", "wheels"),
+}
+
+
+@dataclass(frozen=True)
+class UnknownKey:
+    """A key targets.toml holds that patchkit does not read, and the known key nearest it."""
+
+    table: str  # e.g. `targets.sglang.lines."0.5.9"`
+    key: str
+    nearest: str | None  # a known key close enough to be what was meant
+    known: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        if self.nearest:
+            near = f"did you mean {self.nearest!r}?"
+        else:
+            near = f"the table's keys are {', '.join(self.known)}"
+        return f"[{self.table}] has the unknown key {self.key!r}, which is ignored; {near}"
+
+
+def unknown_keys(data: dict) -> list[UnknownKey]:
+    """Every key of a parsed targets.toml outside `KNOWN_KEYS`, table by table."""
+    found: list[UnknownKey] = []
+
+    def check(table: object, kind: str, where: str) -> None:
+        if not isinstance(table, dict):
+            return
+        known = KNOWN_KEYS[kind]
+        for key in table:
+            if key not in known:
+                # a short key's typo (`tga`) is further from it by ratio than a long one's
+                found.append(UnknownKey(where, key, closest(key, known, cutoff=0.6), known))
+
+    check(data, "top", "top level")
+    check(data.get("series"), "series", "series")
+    targets = data.get("targets")
+    for name, table in targets.items() if isinstance(targets, dict) else ():
+        check(table, "target", f"targets.{name}")
+        if not isinstance(table, dict):
+            continue
+        lines = table.get("lines")
+        for line, entry in lines.items() if isinstance(lines, dict) else ():
+            check(entry, "line", f'targets.{name}.lines."{line}"')
+        releases = table.get("releases")
+        for i, entry in enumerate(releases if isinstance(releases, list) else ()):
+            version = entry.get("version", f"#{i + 1}") if isinstance(entry, dict) else ""
+            check(entry, "release", f"targets.{name}.releases {version}")
+    return found
 
 
 def _str(path: Path, where: str, table: dict, key: str, *, required: bool = False) -> str | None:

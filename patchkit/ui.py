@@ -51,6 +51,19 @@ def progress(message: str) -> None:
         out.progress(message)
 
 
+class _Forward:
+    """A progress sink that hands each message to a function (a worker process's progress,
+    sent to the process that shows it)."""
+
+    def __init__(self, send) -> None:
+        self.progress = send
+
+
+def forward_progress(send) -> None:
+    """From now on in this context, `progress(message)` calls `send(message)`."""
+    _SINK.set(_Forward(send))  # type: ignore[arg-type]
+
+
 def _color_forced() -> bool:
     return bool(os.environ.get("FORCE_COLOR")) and not os.environ.get("NO_COLOR")
 

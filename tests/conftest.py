@@ -7,11 +7,13 @@ second `make test` reuses them; each test that needs isolation copies what it ne
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,18 @@ from timing import (  # noqa: E402,F401 - the run's hooks: long items first, fig
 # the fixtures that copy it, so no test can leave objects there that another test then finds.
 os.environ.setdefault("PATCHKIT_CACHE", str(_ROOT / ".cache" / "test-default"))
 
+# The project every test runs in unless it makes its own: a copy whose sglang default line is
+# the seed line the tests speak of (helpers.SEED_LINE); removed when the run ends.
+from helpers import seed_project  # noqa: E402
+
+# (A copy of tests/ without patches/, as the GPU bundle carries, has no project to copy.)
+SEED_PROJECT = _ROOT
+if (_ROOT / "patches" / "targets.toml").is_file():
+    _SEED = Path(tempfile.mkdtemp(prefix="patchkit-seed-"))
+    atexit.register(shutil.rmtree, _SEED, ignore_errors=True)
+    SEED_PROJECT = seed_project(_SEED / "project")
+    os.environ["PATCHKIT_PROJECT"] = str(SEED_PROJECT)
+
 from helpers import (  # noqa: E402,F401
     ROOT,
     TEST_CACHE,
@@ -57,7 +71,7 @@ def shared_cache() -> Path:
 def workspace():
     from patchkit.workspace import Workspace
 
-    return Workspace.load(ROOT)
+    return Workspace.load(SEED_PROJECT)
 
 
 @pytest.fixture(scope="session")
@@ -127,11 +141,7 @@ def cache(tmp_path, warm_mirrors, monkeypatch) -> Path:
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Path:
     """A scratch copy of this project's patches/ and build/ (safe to edit), as PATCHKIT_PROJECT."""
-    dest = tmp_path / "project"
-    dest.mkdir()
-    shutil.copytree(ROOT / "patches", dest / "patches")
-    if (ROOT / "build").exists():
-        shutil.copytree(ROOT / "build", dest / "build", ignore=shutil.ignore_patterns("work"))
+    dest = seed_project(tmp_path / "project")
     monkeypatch.setenv("PATCHKIT_PROJECT", str(dest))
     return dest
 

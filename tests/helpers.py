@@ -11,6 +11,41 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_CACHE = Path(os.environ.get("PATCHKIT_TEST_CACHE", ROOT / ".cache" / "test-patchkit"))
 
 
+# The line the tests were written on and call the default: the seed's 0.5.9 (an sdist base
+# with a git pin). The project's own default is the newest line; `seed_project` copies the
+# project with 0.5.9 as the default, and the tests run in such a copy (conftest), while
+# test_targets and test_build check the real default on ROOT itself.
+SEED_LINE = "0.5.9"
+
+
+def seed_project(dest: Path) -> Path:
+    """A copy of this project's patches/ and build/ whose sglang default line is SEED_LINE."""
+    import shutil
+
+    dest.mkdir(parents=True)
+    shutil.copytree(ROOT / "patches", dest / "patches")
+    if (ROOT / "build").exists():
+        shutil.copytree(ROOT / "build", dest / "build", ignore=shutil.ignore_patterns("work"))
+    toml = dest / "patches" / "targets.toml"
+    toml.write_text(seeded_targets(toml.read_text()))
+    return dest
+
+
+def seeded_targets(text: str) -> str:
+    """targets.toml's text with SEED_LINE as sglang's default line."""
+    import re
+
+    text, count = re.subn(
+        r'(\[targets\.sglang\][^\[]*?)^default_line = "[^"]*"$',
+        rf'\1default_line = "{SEED_LINE}"',
+        text,
+        count=1,
+        flags=re.M | re.S,
+    )
+    assert count == 1, "targets.toml: no default_line under [targets.sglang]"
+    return text
+
+
 def git(cwd: Path, *args: str, env: dict | None = None) -> str:
     """Plain git for test set-up (the code under test uses patchkit.gitops)."""
     full_env = {

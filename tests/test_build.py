@@ -30,7 +30,7 @@ DIST_INFO_RE = re.compile(r"^sglang-(?P<version>[^/]+)\.dist-info/")
 
 @pytest.fixture(scope="module")
 def series():
-    return Workspace.load(ROOT).series("sglang")
+    return Workspace.load().series("sglang")  # the seed line's (the test project's default)
 
 
 def _read(wheel: Path, suffix: str) -> bytes:
@@ -210,7 +210,7 @@ def test_an_empty_series_is_skipped_not_built(project, cache):
     assert report["skipped"][0]["target"] == "flashinfer line 0.6.3"  # the default line
 
 
-def test_all_on_a_line_builds_the_lines_it_is_built_with(workspace):
+def test_all_on_a_line_builds_the_lines_it_is_built_with(workspace, monkeypatch):
     """`build --target all --line L`: the targets with a line L, and for the others the line
     L names in `with` (sglang 0.5.17 is built with FlashInfer 0.6.15.post1)."""
     from patchkit.wheels.build import lines_to_build
@@ -223,7 +223,14 @@ def test_all_on_a_line_builds_the_lines_it_is_built_with(workspace):
     assert chosen("0.5.17") == [("sglang", "0.5.17"), ("flashinfer", "0.6.15.post1")]
     assert chosen("0.5.9") == [("sglang", "0.5.9"), ("flashinfer", "0.6.3")]
     assert chosen("0.6.15.post1") == [("flashinfer", "0.6.15.post1")]
-    assert chosen(None) == [("sglang", "0.5.9"), ("flashinfer", "0.6.3")]
+    assert chosen(None) == [("sglang", "0.5.9"), ("flashinfer", "0.6.3")]  # the seed default
+    # The project's own default, the newest line, which names no FlashInfer line (`make
+    # wheels` builds SGLang 0.5.23 alone).
+    monkeypatch.delenv("PATCHKIT_PROJECT")
+    real = Workspace.load(ROOT)
+    assert [(s.target, t.line) for s, t in lines_to_build(real, real.expand(["all"]), None)] == [
+        ("sglang", "0.5.23")
+    ]
     with pytest.raises(UsageError, match="sglang line 0.5.12 is retired: .*--line 0.5.17"):
         chosen("0.5.12")
     with pytest.raises(UsageError, match="--line 0.5.99: no target has that line"):

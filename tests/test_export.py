@@ -3,10 +3,11 @@ ordinary git (commit --fixup + rebase --autosquash, new commits) export determin
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, git, patchkit, series_folder, snapshot
+from helpers import git, patchkit, series_folder, snapshot
 
 from patchkit.export import slug, split_mbox, strip_patch_trailer
 
@@ -21,7 +22,7 @@ def test_apply_then_export_reproduces_the_real_series(tmp_path, cache, target):
     out = tmp_path / "out"
     r = patchkit("export", str(tree), "--out", str(out))
     assert r.returncode == 0, r.stderr
-    series = series_folder(ROOT, target)
+    series = series_folder(Path(os.environ["PATCHKIT_PROJECT"]), target)  # the seed line's
     names = [
         ln
         for ln in (series / "series").read_text().splitlines()

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, git, patchkit, result_of, series_folder, snapshot
+from helpers import ROOT, SEED_LINE, git, patchkit, result_of, series_folder, snapshot
 from import_fixtures import NEW_FILE, SERVER_ARGS, mapping_file, monolith  # noqa: F401
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401
 from series_fixtures import write_series
@@ -446,7 +446,7 @@ def test_into_series_on_top_of_the_real_series_needs_3way(cache, project, monoli
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"overlap: {KIMI} " in r.stdout and "kimi-k25-eagle3-delegation.patch" in r.stdout
     assert "applied to the base and the existing series" in r.stdout
-    old_names = load_series(series_folder(ROOT, "sglang"), "sglang").names
+    old_names = load_series(series_folder(ROOT, "sglang", SEED_LINE), "sglang").names
     assert load_series(series_dir, "sglang").names == [
         *old_names,
         "srt-managers-changes.patch",

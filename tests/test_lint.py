@@ -274,3 +274,51 @@ def test_a_retired_line_is_refused_naming_its_successor():
     [line] = r.stderr.splitlines()
     assert line.startswith("patchkit: error: sglang line 0.5.12 is retired: "), line
     assert "use --line 0.5.17" in line and "git show 9b8af9823d2f:" in line, line
+
+
+def test_an_unknown_key_of_targets_toml_is_named_with_the_nearest_known_one(tmp_path):
+    """A typo of a known key is an error naming it; a key near none is a warning listing the
+    table's keys; the real targets.toml has neither."""
+    from patchkit.lint import lint_targets_file
+
+    assert lint_targets_file(ROOT / "patches" / "targets.toml").findings == []
+    text = (ROOT / "patches" / "targets.toml").read_text()
+    edited = text.replace('subdir = "python"', 'subdir = "python"\nbogus_key = 3', 1).replace(
+        '[targets.sglang.lines."0.5.17"]\npin', '[targets.sglang.lines."0.5.17"]\npinn', 1
+    )
+    edited = edited.replace('version = "0.5.23"\ntag', 'version = "0.5.23"\ntga', 1)
+    path = tmp_path / "targets.toml"
+    path.write_text(edited)
+    found = {(f.rule, f.severity, f.message) for f in lint_targets_file(path).findings}
+    assert found == {
+        (
+            "targets-key-unknown",
+            "warning",
+            "[targets.sglang] has the unknown key 'bogus_key', which is ignored; the table's "
+            "keys are git, subdir, commit_id_file, default_line, pin, lines, releases",
+        ),
+        (
+            "targets-key-typo",
+            "error",
+            "[targets.sglang.lines.\"0.5.17\"] has the unknown key 'pinn', which is ignored; "
+            "did you mean 'pin'?",
+        ),
+        (
+            "targets-key-typo",
+            "error",
+            "[targets.sglang.releases 0.5.23] has the unknown key 'tga', which is ignored; "
+            "did you mean 'tag'?",
+        ),
+    }
+
+
+def test_lint_reports_an_unknown_key_of_targets_toml(project):
+    path = project / "patches" / "targets.toml"
+    text = path.read_text()
+    path.write_text(text.replace('subdir = "python"', 'subdir = "python"\nbogus_key = 3', 1))
+    r = patchkit("lint", "--no-reexport")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning: targets.toml: [targets-key-unknown] [targets.sglang] has the unknown key " in (
+        r.stdout
+    )
+    assert "1 warning(s)" in r.stdout

@@ -70,6 +70,10 @@ EXPECTED_0510 = {
 
 @pytest.fixture
 def classified(cache_0510, workspace):  # noqa: F811
+    return _classify_onto_0510(workspace)
+
+
+def _classify_onto_0510(workspace):
     from patchkit.rebase import classify_rebase, resolve_new_base
     from patchkit.upstream import Mirror, acquire
 
@@ -99,6 +103,31 @@ def test_real_series_onto_0_5_10_every_patch_classified(classified, workspace):
     )
     got = {o.name: o.label for o in classified.outcomes}
     assert got == {n: EXPECTED_0510[n] for n in names}
+
+
+@pytest.mark.slow
+def test_a_second_preview_reads_the_recorded_carry(classified, workspace, monkeypatch):
+    """The same series between the same bases: read from its record, not carried again; a
+    record naming a commit the mirror lost (pruned) is not used."""
+    import patchkit.rebase as rebase
+    from patchkit import gitops
+    from patchkit.carry_record import read_carry
+    from patchkit.stamps import Stamp
+    from patchkit.upstream import Mirror
+
+    carried = []
+    real = rebase.carry_series
+    monkeypatch.setattr(rebase, "carry_series", lambda *a, **k: carried.append(1) or real(*a, **k))
+    assert _classify_onto_0510(workspace).to_json() == classified.to_json()
+    assert carried == []
+    mirror = Mirror(workspace.target("sglang")).repo
+    (record,) = (mirror.path.parent.parent / "verified").glob("carry-sglang-*")
+    text = record.read_text()
+    stamp = Stamp(record, text.partition("\n")[0])
+    assert read_carry(stamp, mirror) is not None
+    record.write_text(text.replace(classified.tip, "0" * 40))
+    assert read_carry(stamp, mirror) is None
+    assert gitops.read_commits(mirror, [classified.tip])[classified.tip] == classified.tip
 
 
 @pytest.mark.slow

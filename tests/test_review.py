@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from browser.cdp import Browser, find_chromium
-from helpers import ROOT, git, patchkit, result_of, series_folder
+from helpers import ROOT, SEED_LINE, git, patchkit, result_of, series_folder
 from rebase_fixtures import cache_0510, sglang_0510  # noqa: F401 - fixtures
 
 from patchkit.targets import load_targets
@@ -24,7 +24,9 @@ AUX_POST = "eagle3-aux-capture-post-allreduce.patch"
 
 
 def series_names(root: Path, target: str) -> list[str]:
-    text = (series_folder(root, target) / "series").read_text()
+    """The series of `target`'s line in the tests' projects (sglang: the seed line)."""
+    line = SEED_LINE if target == "sglang" else None
+    text = (series_folder(root, target, line) / "series").read_text()
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from helpers import ROOT
 
 from patchkit.errors import ConfigError, UsageError
 from patchkit.targets import bump_version, load_targets, parse_target_spec
@@ -68,7 +69,9 @@ def test_bump_version():
 def test_real_lines(workspace):
     sglang = workspace.target("sglang")
     assert sglang.line_names == ["0.5.9", "0.5.17", "0.5.23"]
-    assert (sglang.line, sglang.pin, sglang.default_line) == ("0.5.9", "0.5.9", "0.5.9")
+    assert (sglang.line, sglang.pin, sglang.default_line) == ("0.5.9", "0.5.9", "0.5.9")  # seed
+    real = load_targets(ROOT / "patches" / "targets.toml").get("sglang")  # the project's own
+    assert (real.line, real.pin, real.default_line) == ("0.5.23", "0.5.23", "0.5.23")
     new = sglang.on_line("0.5.17")
     assert (new.line, new.pin, new.current_line.series) == ("0.5.17", "0.5.17", "sglang/0.5.17")
     assert new.pinned.sdist is None and new.pinned.commit is None

@@ -6,14 +6,13 @@ and a private cache; a fresh virtual environment gets it with `pip install --no-
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, patchkit, private_cache, result_of
+from helpers import patchkit, private_cache, result_of, seed_project
 
 
 @dataclass
@@ -25,11 +24,9 @@ class BuiltWheel:
 
 
 def scratch_project(dest: Path) -> Path:
-    """A copy of this project's patches/ and build/ (profiles), usable as PATCHKIT_PROJECT."""
-    dest.mkdir(parents=True)
-    shutil.copytree(ROOT / "patches", dest / "patches")
-    shutil.copytree(ROOT / "build", dest / "build", ignore=shutil.ignore_patterns("work"))
-    return dest
+    """A copy of this project's patches/ and build/ (profiles), usable as PATCHKIT_PROJECT
+    (sglang's default line the seed line, as the tests expect)."""
+    return seed_project(dest)
 
 
 def build_in_scratch(

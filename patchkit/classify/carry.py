@@ -111,12 +111,12 @@ def carry_series(
         for run in disjoint_runs(series.patches):
             files = []
             for patch in run:
-                ui.progress(f"carrying {patch.name}")
                 patch_file = Path(tmp) / patch.name
                 patch_file.write_bytes(patch.raw)
                 files.append(patch_file)
             outcomes = _carry_run(ctx, env, tip, run, files, runs)
             for i, (patch, patch_file) in enumerate(zip(run, files, strict=True)):
+                ui.progress(f"carrying {patch.name}")  # as each is classified, not per run
                 outcome = outcomes[i] if outcomes else _carry_one(ctx, env, tip, patch, patch_file)
                 if outcome.label in ("upstreamed", "obsolete", "conflict"):
                     gitops.read_tree_into(mirror, env, tip)

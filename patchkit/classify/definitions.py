@@ -154,6 +154,8 @@ def _relocation(body: list[str], name: str, delta: Delta) -> AddedDefinition | N
     if not calls:
         return None
     for candidate in delta.added:
+        if not all(c in candidate.text for c in calls):  # cheap: before reading its effects
+            continue
         if calls <= candidate.calls and names <= candidate.names | {name}:
             if delta.calls_of(candidate.name):
                 return candidate

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from patchkit import gitops
-from patchkit.classify.text import DEF_RE, effects
+from patchkit.classify.text import DEF_RE, effects, normalize
 
 
 @dataclass
@@ -25,6 +25,17 @@ class AddedDefinition:
     @cached_property
     def _effects(self) -> tuple[frozenset[str], frozenset[str]]:
         return effects(self.body)
+
+    @cached_property
+    def text(self) -> str:
+        """The body as one text: a name missing from it is in none of its calls or names."""
+        return "\n".join(self.body)
+
+    @cached_property
+    def normalized(self) -> str:
+        """The body's lines normalised, one per line (a normalised line is found in it
+        exactly when it is part of one of them)."""
+        return "\n".join(normalize(line) for line in self.body)
 
     @property
     def calls(self) -> frozenset[str]:

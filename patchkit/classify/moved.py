@@ -66,7 +66,7 @@ def _home(removed: set[str], context: set[str], was: str, delta: Delta, gone: st
     first = next(iter(removed))
     best: tuple[tuple[int, bool], AddedDefinition] | None = None
     for candidate in delta.added:
-        if candidate.path == gone or not any(first in normalize(ln) for ln in candidate.body):
+        if candidate.path == gone or first not in candidate.normalized:
             continue
         body = {normalize(ln) for ln in candidate.body}
         if not removed <= body:

@@ -6,7 +6,7 @@ import click
 
 from patchkit import completion, gitops
 from patchkit.lines import check_line_names, line_series
-from patchkit.lint import LintReport, RoundTripStamp, lint_target
+from patchkit.lint import LintReport, RoundTripStamp, lint_target, lint_targets_file
 from patchkit.project import cache_root
 from patchkit.stamps import module_files
 from patchkit.targets import Target
@@ -82,6 +82,8 @@ def command(targets, line_names, no_reexport, as_json, verbose) -> int:
         return reexport
 
     report = LintReport()
+    if ws.targets.path is not None:
+        report.findings += lint_targets_file(ws.targets.path).findings
     with out.reporting():
         for name in names:
             whole = ws.target(name)

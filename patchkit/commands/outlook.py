@@ -10,17 +10,6 @@ import click
 from patchkit import completion
 from patchkit.ui import Output, json_option
 
-# One letter a state, so every release fits in a terminal's width.
-CODES = {
-    "clean": "c",
-    "offset": "o",
-    "merged": "m",
-    "conflict": "X",
-    "partly-upstreamed": "x",
-    "upstreamed": "U",
-    "obsolete": "O",
-}
-
 
 @click.command("outlook")
 @click.option(
@@ -55,6 +44,7 @@ def command(target_name, line, since, html_file, markdown, as_json, verbose) -> 
     from patchkit.lines import line_series
     from patchkit.outlook import OutlookReport, index_source, line_outlook
     from patchkit.project import cache_root
+    from patchkit.upstream.index import listings_kept
     from patchkit.workspace import Workspace
 
     out = Output(json_mode=as_json, verbose=verbose)
@@ -63,7 +53,7 @@ def command(target_name, line, since, html_file, markdown, as_json, verbose) -> 
     cache = cache_root()
     source = index_source(cache)
     report = OutlookReport()
-    with out.reporting():
+    with out.reporting(), listings_kept():  # the index's page read once for every release
         for name in names:
             whole = ws.targets.get(name)
             for line_name in [line] if line else whole.line_names:
@@ -84,16 +74,13 @@ def command(target_name, line, since, html_file, markdown, as_json, verbose) -> 
 
 def render_outlook(report) -> str:
     """The terminal table: releases as columns, patches as rows, then what needs work."""
-    from patchkit.outlook import LEGEND
+    from patchkit.outlook import CODES, LEGEND, PROVISIONAL
 
     lines = []
     for line in report.lines:
         lines += _line_table(line)[:-1] + _unusable_rows(line) + [""]
     legend = ", ".join(f"{code} {state}" for state, code in CODES.items())
-    lines.append(
-        f"legend: {legend}; ? classified while an earlier patch was in conflict; "
-        "! a probe of what the patch guarantees fails"
-    )
+    lines.append(f"legend: {legend}; ? {PROVISIONAL}; ! a probe of what the patch guarantees fails")
     for state, words in LEGEND.items():
         lines.append(f"  {CODES[state]} {state}: {words}")
     return "\n".join(lines)
@@ -116,6 +103,8 @@ def render_markdown(report) -> str:
     """Each line as a Markdown table (releases as columns, one letter a state), between a
     stamped opening comment and MARKDOWN_END, so a document can hold it and a test can
     compare it."""
+    from patchkit.outlook import CODES, PROVISIONAL
+
     legend = ", ".join(f"`{code}` {state}" for state, code in CODES.items())
     out = []
     for line in report.lines:
@@ -132,7 +121,7 @@ def render_markdown(report) -> str:
             codes = [cell_code(c) for c in cells]
             name = patch.name.removesuffix(".patch")
             out.append(f"| `{name}` | " + " | ".join(codes) + f" | {patch.retire_at or '-'} |")
-        out += ["", f"{legend}; `?` classified while an earlier patch was in conflict; "
+        out += ["", f"{legend}; `?` {PROVISIONAL}; "
                 "`!` a probe of what the patch guarantees fails.", ""]  # fmt: skip
         out.append(MARKDOWN_END)
     return "\n".join(out)
@@ -140,6 +129,8 @@ def render_markdown(report) -> str:
 
 def cell_code(cell) -> str:
     """A cell's letter, `?` when provisional, `!` when a probe of the patch fails."""
+    from patchkit.outlook import CODES
+
     return (
         CODES[cell.state] + ("?" if cell.provisional else "") + ("!" if cell.probe_failed else "")
     )

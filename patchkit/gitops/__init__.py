@@ -31,6 +31,7 @@ from patchkit.gitops.faults import (
     OwnershipError,
     PathTooLongError,
 )
+from patchkit.gitops.imports import import_files
 from patchkit.gitops.objects import (
     FICLONE,
     chain_present,
@@ -43,7 +44,6 @@ from patchkit.gitops.objects import (
     loose_objects_of,
     object_ids,
     objects_since,
-    pack_objects,
     parents_of,
     prune_unreachable,
     remove_leftovers,
@@ -207,6 +207,7 @@ __all__ = [
     "has_commit",
     "head",
     "import_directory",
+    "import_files",
     "index_entries",
     "init_bare",
     "interrupted_checkout_state",
@@ -217,7 +218,6 @@ __all__ = [
     "object_ids",
     "objects_since",
     "operation_in_progress",
-    "pack_objects",
     "parents_of",
     "patch_file_paths",
     "patch_id",

@@ -26,13 +26,6 @@ def init_bare(path: Path) -> Repo:
     return repo
 
 
-@verb
-def pack_objects(repo: Repo) -> None:
-    """Pack loose objects without deltas: clones hard-link one file and checkouts read fast."""
-    repo.run("repack", "-a", "-d", "-q", "--window=0")
-    repo.run("prune-packed")
-
-
 def is_repository(repo: Repo) -> bool:
     """True when a repository of `repo`'s kind is at its path (git reads it as one)."""
     marker = repo.path / ("HEAD" if repo.bare else ".git")
@@ -269,9 +262,18 @@ def loose_objects_of(repo: Repo, commit: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=32)
 def _loose_objects_of(repo: Repo, commit: str, packs: tuple[str, ...]) -> tuple[str, ...]:
-    root = os.fspath(repo.path / "objects")  # one `stat` per object
-    ids = object_ids(repo, commit)
-    return tuple(oid for oid in ids if os.path.exists(f"{root}/{oid[:2]}/{oid[2:]}"))
+    # The loose folders listed once (a few hundred files where series were built), not one
+    # `stat` per object of the commit (thousands for a release's tree).
+    loose: set[str] = set()
+    with os.scandir(repo.path / "objects") as folders:
+        for folder in folders:
+            if len(folder.name) == 2 and folder.is_dir():
+                try:
+                    with os.scandir(folder.path) as names:
+                        loose.update(folder.name + n.name for n in names)
+                except FileNotFoundError:  # emptied and removed meanwhile (prune-packed)
+                    continue
+    return tuple(oid for oid in object_ids(repo, commit) if oid in loose)
 
 
 # (repository, tip, base) -> objects_since's lines, as last read

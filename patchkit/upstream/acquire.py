@@ -34,6 +34,7 @@ from patchkit.upstream.mirror import (
     import_fields,
     wheel_fields,
 )
+from patchkit.upstream.reach import known_unreachable, note_failure
 
 if TYPE_CHECKING:
     from patchkit.upstream.newbase import NewPin
@@ -225,14 +226,7 @@ def _chain(
     if base is None and release is not None and not release.sdist:
         base = _cached_wheel(mirror, target, release, held)
     if base is None:
-        if _skip_git(offline_git):
-            attempts.append(Attempt("git", "skipped: PATCHKIT_OFFLINE_GIT is set"))
-        elif release is not None and release.commit is None:
-            attempts.append(
-                Attempt("git", f"release {release.version} pins no upstream commit to fetch")
-            )
-        else:
-            base = _from_git(mirror, target, release, want_sha, ref, target.git, "git", attempts)
+        base = _from_target_git(mirror, target, release, want_sha, ref, offline_git, attempts)
     if base is None and release is not None and release.sdist:
         base = _from_sdist(mirror, target, release, attempts)
     elif base is None and release is not None and release.wheels:
@@ -246,6 +240,30 @@ def _chain(
                 Attempt("index", "no pinned release with an sdist or wheel for this ref")
             )
     return base
+
+
+def _from_target_git(
+    mirror: Mirror,
+    target: Target,
+    release: Release | None,
+    want_sha: str | None,
+    ref: str,
+    offline_git: bool | None,
+    attempts: list[Attempt],
+) -> Base | None:
+    """The target's git URL, unless git is off, the release pins no commit, or its host was
+    found unreachable a short while ago (`reach`)."""
+    if _skip_git(offline_git):
+        attempts.append(Attempt("git", "skipped: PATCHKIT_OFFLINE_GIT is set"))
+    elif release is not None and release.commit is None:
+        attempts.append(
+            Attempt("git", f"release {release.version} pins no upstream commit to fetch")
+        )
+    elif (known := known_unreachable(target.git, mirror.root)) is not None:
+        attempts.append(Attempt("git", known))
+    else:
+        return _from_git(mirror, target, release, want_sha, ref, target.git, "git", attempts)
+    return None
 
 
 def _index_version(target: Target, ref: str) -> str | None:
@@ -438,6 +456,7 @@ def _from_git(
             gitops.fetch(repo, source, [f"{sha}:{GIT_REF.format(sha=sha)}"])
     except gitops.GitError as exc:
         attempts.append(Attempt(label, first_line(str(exc))))
+        note_failure(source, str(exc), mirror.root)  # the next runs skip a host that is down
         return None
     if not gitops.has_commit(repo, sha):
         attempts.append(Attempt(label, f"{source} did not provide {sha[:12]}"))

@@ -14,6 +14,8 @@ import json
 import os
 import re
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from patchkit import net, ui
@@ -64,9 +66,35 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# url -> the files of its page, while `listings_kept` holds (None: not keeping): a cold
+# outlook otherwise read the page again for every release it imports and downloads
+_LISTED: dict[str, list[dict]] | None = None
+
+
+@contextmanager
+def listings_kept() -> Iterator[None]:
+    """Within the block, each project's page is read from the index once."""
+    global _LISTED
+    outer = _LISTED
+    _LISTED = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _LISTED = outer
+
+
 def project_files(name: str) -> list[dict]:
     """The `files` of a project's simple-API page: PEP 691 JSON, or the PEP 503 HTML page
     that static mirrors (an air-gapped index on a file server) serve."""
+    if _LISTED is None:
+        return _read_project_files(name)
+    key = f"{index_url()}/{project_name(name)}/"
+    if key not in _LISTED:
+        _LISTED[key] = _read_project_files(name)
+    return [dict(entry) for entry in _LISTED[key]]
+
+
+def _read_project_files(name: str) -> list[dict]:
     door = session()
     url = f"{door.index}/{project_name(name)}/"
     if door.local:

@@ -146,9 +146,8 @@ def _import_wheels_tofu(
     archive = download_wheel(chosen[0], mirror.root)
     ui.progress(f"importing {archive.name} into the {target.name} mirror")
     sha = import_wheel(mirror, target, provisional, chosen[0], archive)
-    # The other wheels are fetched now too: their sha256 is what the index served today.
-    for pin in chosen[1:]:
-        download_wheel(pin, mirror.root)
+    # The other wheels' sha256 is what the index lists today; they are downloaded (and
+    # checked against it) when a build needs them, not for a preview or an outlook.
     _remember_wheels(mirror, version, chosen)
     return sha
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import os
 import re
 import tarfile
-import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -199,30 +197,47 @@ def sdist_identity(archive: Path) -> gitops.Identity:
     return gitops.Identity(IMPORT_IDENTITY_NAME, IMPORT_IDENTITY_EMAIL, f"{int(stamp)} +0000")
 
 
+def _sdist_files(archive: Path, subdir: str) -> dict[str, tuple[bool, bytes]]:
+    """Each file of an sdist as extraction would leave it, read in place after every header
+    is checked (`check_sdist`): path under the target's layout (its top folder replaced by
+    `subdir`) -> (executable, bytes)."""
+    top = check_sdist(archive)
+    files: dict[str, tuple[bool, bytes]] = {}
+    with _readable(archive), tarfile.open(archive, "r:*") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            rest = PurePosixPath(member.name).relative_to(top).as_posix()
+            handle = tar.extractfile(member)
+            data = handle.read() if handle else b""
+            path = f"{subdir}/{rest}" if subdir else rest
+            files.pop(path, None)  # a later member replaces an earlier one, as on disk
+            files[path] = (bool(member.mode & 0o100), data)  # git: the owner's x bit
+    return files
+
+
 def import_sdist(mirror: Mirror, target: Target, release: Release, archive: Path) -> str:
-    """Import an sdist's tree under the target's subdir as a deterministic commit."""
+    """Import an sdist's tree under the target's subdir as a deterministic commit (its files
+    read from the archive and written as one pack: nothing is extracted)."""
     repo = mirror.repo
-    scratch_root = mirror.root / "tmp"
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch_root, prefix=f"import-{target.name}-") as tmp:
-        top = safe_extract_sdist(archive, Path(tmp) / "x")
-        recorded = release_commit_id(top, target)
-        _check_recorded_commit(release, recorded)
-        layout = Path(tmp) / "tree"
-        dest = layout / target.subdir if target.subdir else layout
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(top, dest)
-        upstream = (release.commit or recorded) if recorded else None
-        message = (
-            f"Import {release.sdist} from its sdist\n\n"
-            f"Patchkit-Sdist: {archive.name}\n"
-            f"Patchkit-Sdist-Sha256: {file_sha256(archive)}\n"
-            f"Patchkit-Sdist-Commit-Id: {recorded or 'none'}\n"
-            f"Patchkit-Upstream-Commit: {upstream or 'unknown'}\n"
-        )
-        sha = gitops.import_directory(repo, layout, message, sdist_identity(archive))
+    files = _sdist_files(archive, target.subdir)
+    recorded = None
+    if target.commit_id_file:
+        prefix = f"{target.subdir}/" if target.subdir else ""
+        found = files.get(prefix + target.commit_id_file)
+        recorded = commit_id_in(found[1].decode("utf-8", "replace")) if found else None
+    _check_recorded_commit(release, recorded)
+    upstream = (release.commit or recorded) if recorded else None
+    message = (
+        f"Import {release.sdist} from its sdist\n\n"
+        f"Patchkit-Sdist: {archive.name}\n"
+        f"Patchkit-Sdist-Sha256: {file_sha256(archive)}\n"
+        f"Patchkit-Sdist-Commit-Id: {recorded or 'none'}\n"
+        f"Patchkit-Upstream-Commit: {upstream or 'unknown'}\n"
+    )
+    entries = ((path, executable, data) for path, (executable, data) in files.items())
+    sha = gitops.import_files(repo, entries, message, sdist_identity(archive))
     gitops.update_ref(repo, SDIST_REF.format(version=release.version), sha)
-    gitops.pack_objects(repo)
     return sha
 
 

@@ -11,10 +11,9 @@ message, and are carried unchanged when a patched wheel is repacked.
 from __future__ import annotations
 
 import calendar
-import os
+import io
 import re
 import stat
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -161,23 +160,9 @@ def import_wheel(
 def _import_checked(
     mirror: Mirror, target: Target, release: Release, pin: WheelPin, archive: Path
 ) -> str:
-    scratch_root = mirror.root / "tmp"
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    with (
-        zipfile.ZipFile(archive) as zf,
-        tempfile.TemporaryDirectory(dir=scratch_root, prefix=f"import-{target.name}-") as tmp,
-    ):
+    with zipfile.ZipFile(archive) as zf:
         layout = wheel_layout(zf, pin.filename)
         check_identity(zf, layout, pin, release)
-        root = Path(tmp) / "tree"
-        dest = root / target.subdir if target.subdir else root
-        for info in layout.sources:
-            path = dest / info.filename
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("wb") as out:
-                copy_member(zf, info, out, MAX_SOURCE_MEMBER_BYTES)
-            executable = (info.external_attr >> 16) & 0o111
-            os.chmod(path, 0o755 if executable else 0o644)
         recorded = recorded_commit_id(zf, target)
         if recorded and release.commit and not release.commit.startswith(recorded.lower()):
             raise PinError(
@@ -200,10 +185,21 @@ def _import_checked(
         )
         if not layout.sources:
             raise FetchError(f"{pin.filename}: holds no source files to import")
-        sha = gitops.import_directory(mirror.repo, root, message, who)
+        files = _source_files(zf, layout, target.subdir)
+        sha = gitops.import_files(mirror.repo, files, message, who)
     gitops.update_ref(mirror.repo, WHEEL_REF.format(version=release.version), sha)
-    gitops.pack_objects(mirror.repo)
     return sha
+
+
+def _source_files(zf: zipfile.ZipFile, layout: WheelLayout, subdir: str):
+    """(path under the target's layout, executable, bytes) of each source member, read from
+    the archive as git is given them (nothing is extracted)."""
+    prefix = f"{subdir}/" if subdir else ""
+    for info in layout.sources:
+        data = io.BytesIO()
+        copy_member(zf, info, data, MAX_SOURCE_MEMBER_BYTES)  # bounded, CRC-checked
+        executable = bool((info.external_attr >> 16) & 0o111)
+        yield prefix + PurePosixPath(info.filename).as_posix(), executable, data.getvalue()
 
 
 def check_identity(zf: zipfile.ZipFile, layout: WheelLayout, pin: WheelPin, release: Release):

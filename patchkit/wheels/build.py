@@ -703,7 +703,11 @@ def lines_to_build(
 ) -> list[tuple[RefSpec, Target]]:
     """Each spec with the line it builds: `--line` (or the line pinned to its ref, else the
     default line); with several targets (`--target all --line L`), the targets that have a
-    line L and, for the others, the line L is built with (`with` in targets.toml)."""
+    line L and, for the others, the line L is built with (`with` in targets.toml). Several
+    targets without `--line` build the default line of the one whose lines name the others
+    (`make wheels`: SGLang's newest line, with the FlashInfer line it names, if any)."""
+    if line is None and len(specs) > 1:
+        line = _leading_default_line(workspace, specs)
     if line is not None and len(specs) > 1:
         check_line_names([workspace.target(spec.target) for spec in specs], [line])
     chosen = []
@@ -716,6 +720,19 @@ def lines_to_build(
                 continue
         chosen.append((spec, pick_line(whole, spec.ref, own_line)))
     return chosen
+
+
+def _leading_default_line(workspace, specs: Sequence[RefSpec]) -> str | None:
+    """The default line of the one target of `specs` whose lines are built with another's
+    (None: no target, or several, lead; each then builds its own default line)."""
+    if any(spec.ref for spec in specs):
+        return None
+    leads = [
+        whole
+        for whole in (workspace.target(spec.target) for spec in specs)
+        if any(line.companions for line in whole.lines)
+    ]
+    return leads[0].default_line if len(leads) == 1 else None
 
 
 def _companion_line(workspace, specs: Sequence[RefSpec], name: str, line: str) -> str | None:

@@ -9,7 +9,6 @@ import shutil
 
 import pytest
 from reliability_support import (
-    ROOT,
     cache_problems,
     checkout_problems,
     cli,
@@ -81,7 +80,7 @@ def test_two_applies_racing_on_the_real_sglang_import(tmp_path, sglang_sdist):
     (cache / "sdists").mkdir(parents=True)
     os.link(sglang_sdist, cache / "sdists" / sglang_sdist.name)
     env = {
-        "PATCHKIT_PROJECT": str(ROOT),
+        "PATCHKIT_PROJECT": os.environ["PATCHKIT_PROJECT"],  # the seed-line copy (conftest)
         "PATCHKIT_CACHE": str(cache),
         "PATCHKIT_OFFLINE_GIT": "1",
         "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",

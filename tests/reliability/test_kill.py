@@ -357,7 +357,7 @@ def test_kill_sdist_import_sglang(tmp_path, tallies, sglang_sdist, workspace):
     cache = tmp_path / "cache"
     pins = {sglang_sdist.name: workspace.target("sglang").pinned.sdist_sha256}
     env = {
-        "PATCHKIT_PROJECT": str(ROOT),
+        "PATCHKIT_PROJECT": os.environ["PATCHKIT_PROJECT"],  # the seed-line copy (conftest)
         "PATCHKIT_CACHE": str(cache),
         "PATCHKIT_OFFLINE_GIT": "1",
         "PATCHKIT_INDEX_URL": "http://127.0.0.1:9/simple",

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from helpers import loosen_packs
+from helpers import loosen_packs, seeded_targets
 from reliability_support import (
     ROOT,
     cli,
@@ -131,7 +131,7 @@ def test_sdist_recorded_commit_disagrees_with_pin(tmp_path, sglang_sdist):
     forged = out.getvalue()
     project = tmp_path / "project"
     (project / "patches").mkdir(parents=True)
-    targets = (ROOT / "patches" / "targets.toml").read_text()
+    targets = seeded_targets((ROOT / "patches" / "targets.toml").read_text())
     pinned = "11b1445bfb039c20217783850fda66a71b814391b2cf313f4e6cadc3b9fea41b"
     assert pinned in targets
     (project / "patches" / "targets.toml").write_text(targets.replace(pinned, sha256(forged)))
@@ -164,7 +164,7 @@ def test_sdist_recorded_commit_disagrees_with_pin(tmp_path, sglang_sdist):
 def _project_with_pin(tmp_path: Path, commit: str) -> Path:
     project = tmp_path / "project"
     (project / "patches" / "sglang").mkdir(parents=True)
-    targets = (ROOT / "patches" / "targets.toml").read_text()
+    targets = seeded_targets((ROOT / "patches" / "targets.toml").read_text())
     pinned = "bbe9c7eeb520b0a67e92d133dfc137a3688dc7f2"
     assert pinned in targets
     (project / "patches" / "targets.toml").write_text(targets.replace(pinned, commit))
@@ -272,7 +272,11 @@ def test_tampered_mirror_object_refused(tmp_path, cache):
     objects = len(git(mirror, "rev-list", "--objects", "--no-walk", base).splitlines())
     blob = git(mirror, "rev-parse", f"{base}:python/README.md").strip()
     _tamper(mirror, blob)
-    env = {"PATCHKIT_PROJECT": str(ROOT), "PATCHKIT_CACHE": str(cache), "PATCHKIT_OFFLINE_GIT": "1"}
+    env = {
+        "PATCHKIT_PROJECT": os.environ["PATCHKIT_PROJECT"],  # the seed-line copy (conftest)
+        "PATCHKIT_CACHE": str(cache),
+        "PATCHKIT_OFFLINE_GIT": "1",
+    }
     done = cli("apply", "--target", "sglang", "--into", str(tmp_path / "wt"), env=env)
     problems = _refused(done, "damaged or tampered", blob[:12])
     if (tmp_path / "wt").exists():

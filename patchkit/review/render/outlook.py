@@ -1,11 +1,17 @@
 """`outlook --html`: the outlook as one self-contained page in the review page's style (its
-CSS inline, no script, nothing fetched)."""
+CSS inline, no script, nothing fetched).
+
+Laid out for the question a team asks on release day: each line's verdict on the newest
+release first, then the table with the patch, its "retire at" and the releases newest first,
+one letter a state as in the terminal, so the newest releases and "retire at" are on the
+first screen (1400 px wide and less; the patch column stays in view when the table scrolls).
+A cell opens to its evidence, the per-file states first, git's own words last."""
 
 from __future__ import annotations
 
 from html import escape
 
-from patchkit.outlook import LEGEND, LineOutlook, OutlookReport
+from patchkit.outlook import CODES, LEGEND, PROVISIONAL, LineOutlook, OutlookReport
 from patchkit.review.render.html import _anchor, _asset, _badge
 
 # Nothing is fetched or run: inline CSS, and the empty data: icon (else the browser asks for
@@ -22,6 +28,7 @@ PAGE = """<!DOCTYPE html>
 <title>{title}</title>
 <style>
 {css}
+{page_css}
 </style>
 </head>
 <body>
@@ -40,6 +47,26 @@ self-contained: it loads nothing from the network.</footer>
 """
 
 
+# The outlook's own layout on top of the review page's style: the page as wide as the window,
+# compact release columns, the patch column kept in view when the table scrolls sideways.
+PAGE_CSS = """
+main { max-width: none; }
+table.outlook { width: auto; }
+table.outlook th.release { white-space: normal; font-size: 12px; text-align: center; padding: 4px; }
+table.outlook th.patch, table.outlook td.patch { position: sticky; left: 0; z-index: 1;
+  background: var(--bg); white-space: nowrap; }
+table.outlook th.patch { background: var(--panel); }
+table.outlook td.patch code { font-size: 12px; }
+table.outlook td.retire, table.outlook th.retire { white-space: nowrap; font-weight: 600; }
+table.outlook td.cell .badge { padding: 1px 6px; font-family: var(--mono); }
+table.outlook td.cell details { margin: 0; }
+table.outlook td.cell summary { list-style: none; padding: 0; }
+table.outlook td.cell summary::-webkit-details-marker { display: none; }
+table.outlook td.cell .evidence { min-width: 48ch; white-space: normal; }
+p.verdict { font-weight: 600; }
+"""
+
+
 def render_page(report: OutlookReport) -> str:
     """The whole page: one table per line, then the legend."""
     title = "patchkit outlook: upstream releases against each line"
@@ -49,17 +76,26 @@ def render_page(report: OutlookReport) -> str:
         for ln in report.lines
     )
     legend = "".join(
-        f"<dt>{_badge('label', state)}</dt><dd>{escape(words)}</dd>"
+        f"<dt>{_badge('label', state, CODES[state])} {escape(state)}</dt><dd>{escape(words)}</dd>"
         for state, words in LEGEND.items()
     )
+    legend += f"<dt>{_badge('label', 'conflict', 'X?')} (any state with ?)</dt>"
+    legend += f"<dd>{escape(PROVISIONAL)}: provisional until that patch is resolved</dd>"
     body = "\n".join(_line_section(ln) for ln in report.lines)
     body += f'<section id="legend"><h2>Legend</h2><dl class="meta">{legend}</dl></section>'
     lede = (
         "Each patch of each line carried onto every release after the line's pin, as "
-        "`patchkit rebase` would carry it; open a cell for its evidence."
+        "`patchkit rebase` would carry it, newest release first; open a cell for its "
+        f"evidence. A state with ? was {PROVISIONAL}."
     )
     return PAGE.format(
-        csp=CSP, title=escape(title), css=_asset("style.css"), lede=escape(lede), toc=toc, body=body
+        csp=CSP,
+        title=escape(title),
+        css=_asset("style.css"),
+        page_css=PAGE_CSS,
+        lede=escape(lede),
+        toc=toc,
+        body=body,
     )
 
 
@@ -69,13 +105,17 @@ def _line_section(line: LineOutlook) -> str:
     if not line.releases:
         empty = "<p>No release after the pin on the package index.</p>"
         return f'<section id="{anchor}"><h2>{escape(head)}</h2>{empty}</section>'
-    columns = "".join(f"<th>{escape(r.version)}</th>" for r in line.releases)
+    newest_first = list(reversed(line.releases))
+    columns = "".join(
+        f'<th class="release">{escape(r.version).replace(".post", "<wbr>.post")}</th>'
+        for r in newest_first
+    )
     rows = []
     for patch in line.patches:
-        cells = "".join(_cell(patch.cells[r.version], patch.name, r.version) for r in line.releases)
+        cells = "".join(_cell(patch.cells[r.version], patch.name, r.version) for r in newest_first)
         rows.append(
-            f"<tr><td><code>{escape(patch.name)}</code></td>{cells}"
-            f"<td>{escape(patch.retire_at or '-')}</td></tr>"
+            f'<tr><td class="patch"><code>{escape(patch.name.removesuffix(".patch"))}</code></td>'
+            f'<td class="retire">{escape(patch.retire_at or "-")}</td>{cells}</tr>'
         )
     work = line.needs_work
     verdict = (
@@ -83,22 +123,35 @@ def _line_section(line: LineOutlook) -> str:
         if work
         else f"{escape(line.newest or '')} takes the series as it is."
     )
+    retire = f"Every patch retired at: {escape(line.retire_at)}." if line.retire_at else ""
+    span = f"{len(line.releases)} release(s), {line.releases[0].version} to {line.newest}"
     return (
-        f'<section id="{anchor}"><h2>{escape(head)}</h2><p class="base">{verdict}</p>'
-        f'<div class="diff-wrap"><table class="summary outlook"><thead><tr><th>patch</th>'
-        f"{columns}<th>retire at</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        "</div></section>"
+        f'<section id="{anchor}"><h2>{escape(head)}</h2>'
+        f'<p class="base verdict">{verdict} {retire}</p><p class="base">{escape(span)}, '
+        'newest first.</p><div class="diff-wrap"><table class="summary outlook"><thead><tr>'
+        f'<th class="patch">patch</th><th class="retire">retire at</th>{columns}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
     )
 
 
 def _cell(cell, patch: str, version: str) -> str:
-    badge = _badge("label", cell.state, cell.state + ("?" if cell.provisional else ""))
-    details = [escape(cell.note)] if cell.note else []
-    details += [f"conflicts in {escape(', '.join(cell.conflicts))}"] if cell.conflicts else []
+    mark = "?" if cell.provisional else ""
+    words = cell.state + (f" ({PROVISIONAL})" if mark else "")
+    if getattr(cell, "probe_failed", False):
+        mark += "!"
+        words += " (a probe of what the patch guarantees fails)"
+    badge = (
+        f'<span class="badge label-{escape(cell.state)}" title="{escape(words)}">'
+        f"{escape(CODES[cell.state] + mark)}</span>"
+    )
+    # What to act on first: the per-file states, then the signals, then git's own words.
+    details = [f"<strong>{escape(patch)} on {escape(version)}: {escape(words)}</strong>"]
     details += [f"<code>{escape(p['path'])}</code>: {escape(p['state'])} ({escape(p['detail'])})"
                 for p in cell.parts]  # fmt: skip
     details += [f"evidence: {escape(e)}" for e in cell.evidence]
-    if not details:
+    details += [f"conflicts in {escape(', '.join(cell.conflicts))}"] if cell.conflicts else []
+    details += [escape(cell.note)] if cell.note else []
+    if len(details) == 1:
         return f'<td class="cell" title="{escape(patch)} on {escape(version)}">{badge}</td>'
     inner = "<br>".join(details)
     return (

@@ -1,0 +1,82 @@
+"""Importing a tree of files (an sdist's or a wheel's) as one parentless commit, written as
+one pack: no files extracted to disk, no index, no `git add` of thousands of paths.
+
+The blobs, trees and commit are serialized here as git writes them (the trees by
+`TreeModel`, the commit as commit-tree writes it), so the commit id is the one
+`import_directory` gives for the same files; git then checks and indexes the stream
+(`index-pack --strict`: every object hashed, its format checked, what it names present).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Iterable
+
+from patchkit.gitops.faults import GitError
+from patchkit.gitops.repo import Identity, Repo, _hash_name, verb
+from patchkit.gitops.trees import TreeModel, _plain_identity, commit_tree
+
+_BLOB, _TREE, _COMMIT = 3, 2, 1  # pack object types
+FILE_MODE, EXECUTABLE_MODE = "100644", "100755"
+
+
+@verb
+def import_files(
+    repo: Repo, files: Iterable[tuple[str, bool, bytes]], message: str, who: Identity
+) -> str:
+    """Commit `files` ((path, executable, bytes); a later path replaces an earlier one) as
+    a parentless commit with `message` and `who`; returns its id. The objects the
+    repository lacks are written as one new pack."""
+    algorithm = _hash_name(repo)
+    blobs: dict[str, tuple[int, bytes]] = {}  # id -> (size, zlib stream): kept compressed
+    changes: dict[str, tuple[str, str]] = {}
+    for path, executable, data in files:
+        oid = hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
+        if oid not in blobs:
+            blobs[oid] = (len(data), zlib.compress(data, 1))
+        changes[path] = (EXECUTABLE_MODE if executable else FILE_MODE, oid)
+    if not changes:
+        raise GitError(["import"], 0, "no file to import")
+    root, tree_bodies, tree_ids = TreeModel({"": {}}, algorithm).change(changes)
+    objects = [(oid, _BLOB, size, stream) for oid, (size, stream) in blobs.items()]
+    for oid, body in zip(tree_ids, tree_bodies, strict=True):
+        objects.append((oid, _TREE, len(body), zlib.compress(body, 1)))
+    commit = None
+    if _plain_identity(who):
+        ident = f"{who.name} <{who.email}> {who.date}"
+        text = message if message.endswith("\n") else message + "\n"
+        body = f"tree {root}\nauthor {ident}\ncommitter {ident}\n\n{text}".encode()
+        commit = hashlib.new(algorithm, b"commit %d\0" % len(body) + body).hexdigest()
+        objects.append((commit, _COMMIT, len(body), zlib.compress(body, 1)))
+    held = _present(repo, [oid for oid, *_ in objects])
+    missing = [(kind, size, stream) for oid, kind, size, stream in objects if oid not in held]
+    if missing:
+        repo.run("index-pack", "--stdin", "--strict", stdin=_pack(missing, algorithm))
+    if commit is None:  # an identity commit-tree would rewrite: let it write the commit
+        commit = commit_tree(repo, root, None, message, who)
+    return commit
+
+
+def _present(repo: Repo, ids: list[str]) -> set[str]:
+    """Which of `ids` the repository holds (one `cat-file --batch-check`)."""
+    stdin = "".join(f"{oid}\n" for oid in ids).encode()
+    out = str(repo.run("cat-file", "--batch-check=%(objectname)", stdin=stdin))
+    return {line for line in out.split("\n") if line and not line.endswith(" missing")}
+
+
+def _pack(objects: list[tuple[int, int, bytes]], algorithm: str) -> bytes:
+    """A version 2 pack of whole (undeltified) objects, each (type, size, zlib stream): per
+    object a size-and-type header and the stream, then the pack's hash."""
+    out = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(objects).to_bytes(4, "big"))
+    for type_code, size, stream in objects:
+        byte = (type_code << 4) | (size & 0x0F)
+        size >>= 4
+        while size:
+            out.append(byte | 0x80)
+            byte = size & 0x7F
+            size >>= 7
+        out.append(byte)
+        out += stream
+    out += hashlib.new(algorithm, bytes(out)).digest()
+    return bytes(out)
