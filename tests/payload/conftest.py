@@ -3,7 +3,8 @@
 The tests import the patched upstream modules from a prepared tree (nothing is installed):
 ``sglang_tree`` (importable directory ``<root>/python``) and ``flashinfer_tree`` (importable
 directory ``<root>``: the FlashInfer line the SGLang line goes ``with`` in targets.toml).
-With ``PATCHKIT_PAYLOAD_TREE=base`` the same fixtures give the unpatched trees, and every payload test must then fail (``tests/test_payload_base_fails.py``).
+With ``PATCHKIT_PAYLOAD_TREE=base`` the same fixtures give the unpatched trees, and every
+payload test must then fail (``tests/test_payload_base_fails.py``).
 
 ``PATCHKIT_PAYLOAD_LINE`` picks the SGLang series line (default: the target's default line);
 each line needs its own interpreter (``build/constraints/payload-test*.txt``: 0.5.9 runs on
