@@ -99,6 +99,11 @@ def test_default_adaptive_config_fits_every_state(tree, tmp_path):
     for step, rows in need.items():
         assert shared.get_logits_buffer(VOCAB, rows=rows).shape == (rows, VOCAB), step
     assert shared.max_rows == max(need.values())  # not more than the widest state needs
+    # Without --speculative-adaptive the configured steps alone size it, as before.
+    (tmp_path / "plain").mkdir()
+    plain = _runner(tree, tmp_path / "plain", *EAGLE3_TOPK1, *COMMON)
+    steps = plain.server_args.speculative_num_steps
+    assert _shared_buffer(plain).max_rows == 128 * (steps + 1)
 
 
 def test_a_config_file_sizes_by_its_own_candidates(tree, tmp_path):
@@ -109,9 +114,3 @@ def test_a_config_file_sizes_by_its_own_candidates(tree, tmp_path):
     runner = _runner(tree, tmp_path, *argv, "--speculative-adaptive-config", str(path), *COMMON)
     shared = _shared_buffer(runner)
     assert shared.max_rows == max(_rows_each_state_needs(runner, [0, 1, 5]).values()) == 128 * 6
-
-
-def test_without_adaptive_the_configured_steps_size_it(tree, tmp_path):
-    runner = _runner(tree, tmp_path, *EAGLE3_TOPK1, *COMMON)
-    steps = runner.server_args.speculative_num_steps
-    assert _shared_buffer(runner).max_rows == 128 * (steps + 1)
