@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from patchkit.gitops.faults import GitError
 from patchkit.gitops.repo import Identity, Repo, _hash_name, verb
-from patchkit.gitops.trees import TreeModel, _plain_identity, commit_tree
+from patchkit.gitops.trees import TreeModel, _plain_identity, commit_tree, pack_of
 
 _BLOB, _TREE, _COMMIT = 3, 2, 1  # pack object types
 FILE_MODE, EXECUTABLE_MODE = "100644", "100755"
@@ -52,7 +52,7 @@ def import_files(
     held = _present(repo, [oid for oid, *_ in objects])
     missing = [(kind, size, stream) for oid, kind, size, stream in objects if oid not in held]
     if missing:
-        repo.run("index-pack", "--stdin", "--strict", stdin=_pack(missing, algorithm))
+        repo.run("index-pack", "--stdin", "--strict", stdin=pack_of(missing, algorithm))
     if commit is None:  # an identity commit-tree would rewrite: let it write the commit
         commit = commit_tree(repo, root, None, message, who)
     return commit
@@ -63,20 +63,3 @@ def _present(repo: Repo, ids: list[str]) -> set[str]:
     stdin = "".join(f"{oid}\n" for oid in ids).encode()
     out = str(repo.run("cat-file", "--batch-check=%(objectname)", stdin=stdin))
     return {line for line in out.split("\n") if line and not line.endswith(" missing")}
-
-
-def _pack(objects: list[tuple[int, int, bytes]], algorithm: str) -> bytes:
-    """A version 2 pack of whole (undeltified) objects, each (type, size, zlib stream): per
-    object a size-and-type header and the stream, then the pack's hash."""
-    out = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(objects).to_bytes(4, "big"))
-    for type_code, size, stream in objects:
-        byte = (type_code << 4) | (size & 0x0F)
-        size >>= 4
-        while size:
-            out.append(byte | 0x80)
-            byte = size & 0x7F
-            size >>= 7
-        out.append(byte)
-        out += stream
-    out += hashlib.new(algorithm, bytes(out)).digest()
-    return bytes(out)

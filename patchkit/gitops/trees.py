@@ -241,19 +241,22 @@ def write_objects(repo: Repo, kind: str, bodies: list[bytes], ids: list[str]) ->
             != oid
         ):
             raise GitError(["unpack-objects"], 0, f"a {kind} id does not name its bytes")
-    stream = _pack_stream(_PACK_TYPES[kind], bodies, algorithm)
+    type_code = _PACK_TYPES[kind]
+    # stored (level 0) streams: git inflates them and compresses what it writes
+    objects = [(type_code, len(body), zlib.compress(body, 0)) for body in bodies]
+    stream = pack_of(objects, algorithm)
     repo.run("unpack-objects", "-q", "--strict", stdin=stream)
 
 
 _PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 
 
-def _pack_stream(type_code: int, bodies: list[bytes], algorithm: str) -> bytes:
-    """A version 2 pack of whole (undeltified) objects of one type, as git's pack format
-    writes them: a size-and-type header, the zlib stream, and the stream's hash at the end."""
-    out = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(bodies).to_bytes(4, "big"))
-    for body in bodies:
-        size = len(body)
+def pack_of(objects: list[tuple[int, int, bytes]], algorithm: str) -> bytes:
+    """A version 2 pack of whole (undeltified) objects, each (type, size, zlib stream), as
+    git's pack format writes them: per object a size-and-type header and the stream, then
+    the pack's hash."""
+    out = bytearray(b"PACK" + (2).to_bytes(4, "big") + len(objects).to_bytes(4, "big"))
+    for type_code, size, stream in objects:
         byte = (type_code << 4) | (size & 0x0F)
         size >>= 4
         while size:
@@ -261,7 +264,7 @@ def _pack_stream(type_code: int, bodies: list[bytes], algorithm: str) -> bytes:
             byte = size & 0x7F
             size >>= 7
         out.append(byte)
-        out += zlib.compress(body, 0)  # stored: git inflates it and compresses what it writes
+        out += stream
     out += hashlib.new(algorithm, bytes(out)).digest()
     return bytes(out)
 

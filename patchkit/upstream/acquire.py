@@ -283,6 +283,11 @@ def _from_index_unpinned(
     except FetchError as exc:
         attempts.append(Attempt("index", exc.message))
         return None
+    return unpinned_base(target, release, sha, trust)
+
+
+def unpinned_base(target: Target, release: Release, sha: str, trust: str) -> Base:
+    """The Base of a release no pin names, imported from its index file (wheel or sdist)."""
     wheel = release.base_wheel
     return Base(
         target.name,

@@ -17,7 +17,7 @@ from pathlib import Path
 from patchkit import gitops
 from patchkit.errors import PatchkitError
 from patchkit.targets import Target
-from patchkit.upstream.acquire import Base, _sdist_base, _wheel_base
+from patchkit.upstream.acquire import Base, _sdist_base, _wheel_base, unpinned_base
 from patchkit.upstream.mirror import SDIST_REF, WHEEL_REF, Mirror
 
 
@@ -69,16 +69,4 @@ def _held_base(mirror: Mirror, target: Target, version: str, held: dict) -> Base
         release, sha, trust = _sdist_release(mirror, version, f"{name}=={version}", sdist)
     else:
         release, sha, trust = _wheel_release(mirror, version, wheel)
-    pin = release.base_wheel
-    return Base(
-        target.name,
-        sha,
-        "wheel" if pin else "sdist",
-        release,
-        release.commit,
-        sdist_sha256=release.sdist_sha256,
-        pinned=False,
-        notes=(trust,),
-        wheel=pin.filename if pin else None,
-        wheel_sha256=pin.sha256 if pin else None,
-    )
+    return unpinned_base(target, release, sha, trust)
