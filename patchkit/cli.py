@@ -191,15 +191,15 @@ def _take_interrupts() -> dict[int, object]:
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Run the CLI; map PatchkitError to its exit code and one or two lines on stderr. Under
     `--json` every outcome, errors included, is one envelope document on stdout. The caller's
-    signal handlers are given back, except to a process that exits after an interrupted run
-    (`exiting`, the console script): it stays deaf through its exit clean-up."""
+    signal handlers are given back, except to a process that exits after the run (`exiting`,
+    the console script): it stays deaf through its exit clean-up, so a Ctrl-C that lands as a
+    run ends neither cuts the clean-up short nor turns the run's exit code into a kill."""
     previous = _take_interrupts()
     try:
         return _main(argv)
     finally:
-        if not (exiting and _interrupted_once):
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_IGN if exiting else handler)
 
 
 def _main(argv: list[str] | None) -> int:
