@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -16,6 +18,28 @@ TEST_CACHE = Path(os.environ.get("PATCHKIT_TEST_CACHE", ROOT / ".cache" / "test-
 # project with 0.5.9 as the default, and the tests run in such a copy (conftest), while
 # test_targets and test_build check the real default on ROOT itself.
 SEED_LINE = "0.5.9"
+
+
+# A toy target's series, one line (1.0); the wheel-base tests add a 2.0 line.
+TOY_TOML = """\
+[series]
+version = "1.0.0"
+
+[targets.toy]
+git = "https://example.invalid/toy.git"
+subdir = "python"
+default_line = "1.0"
+
+[targets.toy.lines."1.0"]
+pin = "1.0"
+series = "toy/1.0"
+"""
+
+
+def record_hash(data: bytes) -> str:
+    """A RECORD line's hash of `data` (sha256, urlsafe base64 without padding)."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
 
 
 def seed_project(dest: Path) -> Path:

@@ -134,7 +134,7 @@ def test_the_delta_reads_renames_and_definitions_added_anywhere():
     assert (added.path, added.name) == ("pkg/components/setup.py", "setup_aux")
     assert "set_layers" in added.calls and "layer_ids" in added.names
     assert delta.calls_of("setup_aux") == ["pkg/runner.py"]
-    assert delta.net["self.model.set_layers()"] == -1
+    assert delta.net("self.model.set_layers()") == -1
 
 
 def test_a_definition_upstream_carries_under_another_name_elsewhere_is_relocated():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from helpers import git
 
 from patchkit import gitops
@@ -27,7 +28,11 @@ def _bare(path: Path) -> gitops.Repo:
     return gitops.Repo.bare_at(path)
 
 
-def test_the_same_commit_as_git_add_of_the_files(tmp_path):
+@pytest.mark.parametrize("budget", [128 << 20, 12], ids=["held-raw", "compressed-as-read"])
+def test_the_same_commit_as_git_add_of_the_files(tmp_path, monkeypatch, budget):
+    """Whether a file's bytes are held as read or compressed at once (past the import's
+    budget of uncompressed bytes), the objects and the commit are the same."""
+    monkeypatch.setattr("patchkit.gitops.imports.RAW_BUDGET", budget)
     tree = tmp_path / "tree"
     for name, (executable, data) in FILES.items():
         path = tree / name

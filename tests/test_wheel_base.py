@@ -22,33 +22,20 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, error_of, git, patchkit, result_of, snapshot
+from helpers import ROOT, error_of, git, patchkit, record_hash, result_of, snapshot
+from helpers import TOY_TOML as ONE_LINE
 from series_fixtures import EXPORT
 
 from patchkit.wheels.sbom import validate_sbom
 
-TOY_TOML = """\
-[series]
-version = "1.0.0"
-
-[targets.toy]
-git = "https://example.invalid/toy.git"
-subdir = "python"
-default_line = "1.0"
-
-[targets.toy.lines."1.0"]
-pin = "1.0"
-series = "toy/1.0"
-
+TOY_TOML = (
+    ONE_LINE
+    + """
 [targets.toy.lines."2.0"]
 pin = "2.0"
 series = "toy/2.0"
 """
-
-
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
+)
 
 
 def make_wheel(dest: Path, version: str, files: dict[str, bytes], tag: str = "py3-none-any"):
@@ -59,7 +46,7 @@ def make_wheel(dest: Path, version: str, files: dict[str, bytes], tag: str = "py
         f"Metadata-Version: 2.1\nName: toy\nVersion: {version}\n\n".encode()
     )
     members[f"{info}/WHEEL"] = f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
-    record = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in members.items())
+    record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in members.items())
     members[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
     path = dest / f"toy-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -752,3 +739,32 @@ def test_the_index_pip_is_configured_with_is_used_with_its_credentials(toy, tmp_
     else:
         assert r.returncode == 0, r.stdout + r.stderr
     assert "s3cret" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("keep_bytes", [128 << 20, 40, 0], ids=["all-kept", "some", "none"])
+def test_an_import_reads_the_same_sources_whatever_it_keeps(tmp_path, monkeypatch, keep_bytes):
+    """The import reads each source member once while checking the wheel (kept up to
+    KEEP_BYTES, read again past it): the same layout and the same files either way; a member
+    compiled by its ELF head is compiled, whatever its name, and is never imported."""
+    from patchkit.upstream import wheel
+
+    files = {**toy_sources("1.0"), "toy/_blob": b"\x7fELF" + bytes(20), "toy/data.txt": b"x" * 30}
+    path = make_wheel(tmp_path, "1.0", files)
+    monkeypatch.setattr(wheel, "KEEP_BYTES", keep_bytes)
+    with zipfile.ZipFile(path) as zf:
+        plain = wheel.wheel_layout(zf, "toy")
+        kept: dict[str, bytes] = {}
+        layout = wheel.wheel_layout(zf, "toy", kept)
+        assert layout == plain
+        assert sum(map(len, kept.values())) <= keep_bytes
+        imported = list(wheel._source_files(zf, layout, "python", kept))
+    assert {i.filename for i in layout.compiled} == {
+        "toy/_speed.cpython-311-x86_64-linux-gnu.so",
+        "toy/_blob",
+    }
+    assert imported == [
+        (f"python/{name}", False, data)
+        for name, data in files.items()
+        if name in {"toy/__init__.py", "toy/core.py", "toy/data.txt"}
+    ]
+    assert set(kept) <= {"toy/_blob"}  # each source handed on once, not held twice

@@ -134,7 +134,7 @@ def relocated_signal(patch: Patch, delta: Delta) -> Signal:
         if match is not None:
             found.append((name, match))
     kept = [
-        line for line, count in shape.removed_lines().items() if -delta.net.get(line, 0) < count
+        line for line, count in shape.removed_lines().items() if -delta.net(line) < count
     ]
     fired = len(found) == len(public) and not kept
     detail = f"{len(found)}/{len(public)} public definitions the patch adds found in the new tree"
@@ -153,8 +153,12 @@ def _relocation(body: list[str], name: str, delta: Delta) -> AddedDefinition | N
     calls, names = effects(body)
     if not calls:
         return None
+    # cheap, before reading a candidate's effects: each name it must call or use is in its
+    # text (the longest first: the rarest, most candidates fail there)
+    first, *rest = sorted(calls | (names - {name}), key=len, reverse=True)
     for candidate in delta.added:
-        if not all(c in candidate.text for c in calls):  # cheap: before reading its effects
+        text = candidate.text
+        if first not in text or not all(n in text for n in rest):
             continue
         if calls <= candidate.calls and names <= candidate.names | {name}:
             if delta.calls_of(candidate.name):

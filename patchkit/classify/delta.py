@@ -37,6 +37,11 @@ class AddedDefinition:
         exactly when it is part of one of them)."""
         return "\n".join(normalize(line) for line in self.body)
 
+    @cached_property
+    def lines(self) -> frozenset[str]:
+        """The body's lines, normalised."""
+        return frozenset(self.normalized.split("\n"))
+
     @property
     def calls(self) -> frozenset[str]:
         return self._effects[0]
@@ -47,20 +52,45 @@ class AddedDefinition:
 
 
 @dataclass
-class Delta:
-    """Upstream's changes between two bases."""
+class FileDelta:
+    """What one file's part of the diff says: read once per (paths, blobs) pair, the same
+    object for every delta whose diff holds that part."""
 
-    renames: dict[str, str] = field(default_factory=dict)  # old path -> new path
+    renamed: tuple[str, str] | None = None  # (old path, new path)
     added: list[AddedDefinition] = field(default_factory=list)
-    net: dict[str, int] = field(default_factory=dict)  # normalised line -> added minus removed
-    _call_sites: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    net: dict[str, int] = field(default_factory=dict)
+    call_sites: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Delta:
+    """Upstream's changes between two bases, file by file."""
+
+    files: list[FileDelta] = field(default_factory=list)
+
+    @cached_property
+    def renames(self) -> dict[str, str]:
+        """Old path -> new path of each file upstream renamed."""
+        return dict(f.renamed for f in self.files if f.renamed)
+
+    @cached_property
+    def added(self) -> list[AddedDefinition]:
+        return [d for f in self.files for d in f.added]
+
+    def net(self, line: str) -> int:
+        """How many times the normalised `line` was added, minus how many removed."""
+        return sum(f.net.get(line, 0) for f in self.files)
 
     def calls_of(self, name: str) -> list[str]:
         """Files where an added line calls `name` (outside the line that defines it)."""
-        return sorted({path for path, line in self._call_sites if f"{name}(" in line})
+        call = f"{name}("
+        return sorted({p for f in self.files for p, line in f.call_sites if call in line})
 
 
 _CACHE: dict[tuple[gitops.Repo, str, str], Delta] = {}
+# Each file part of the last diff read, by its header (paths and full blob ids): the next
+# release's diff against the same base repeats most of them, byte for byte.
+_PARTS: dict[str, FileDelta] = {}
 
 
 def upstream_delta(mirror: gitops.Repo, old: str, new: str) -> Delta:
@@ -68,34 +98,49 @@ def upstream_delta(mirror: gitops.Repo, old: str, new: str) -> Delta:
     key = (mirror, old, new)
     if key not in _CACHE:
         _CACHE.clear()  # one pair at a time: a diff of two releases is tens of MB
-        _CACHE[key] = read_delta(gitops.diff_trees(mirror, old, new))
+        _CACHE[key] = read_delta(gitops.diff_trees(mirror, old, new), _PARTS)
     return _CACHE[key]
 
 
 _FILE_RE = re.compile(r"^diff --git ", re.MULTILINE)
 
 
-def read_delta(diff: str) -> Delta:
-    """Parse `git diff` output (renames detected) into a Delta; only Python files' lines are
-    read (most of a release's diff is kernels and data)."""
-    delta = Delta()
+def read_delta(diff: str, parts: dict[str, FileDelta] | None = None) -> Delta:
+    """Parse `git diff --full-index` output (renames detected) into a Delta; only Python
+    files' lines are read (most of a release's diff is kernels and data).  `parts`: the file
+    parts of an earlier read, reused where a header repeats; left holding this read's."""
+    earlier = dict(parts or {})
+    delta, seen = Delta(), {}
     for chunk in _FILE_RE.split(diff)[1:]:
         header, _, body = chunk.partition("\n@@")
-        lines = header.splitlines()
-        path = lines[0].rsplit(" b/", 1)[-1]
-        renamed = {k: ln.split(" ", 2)[2] for ln in lines for k in ("from", "to")
-                   if ln.startswith(f"rename {k} ")}  # fmt: skip
-        if "from" in renamed and "to" in renamed:
-            delta.renames[renamed["from"]] = renamed["to"]
-        if path.endswith(".py") and body:
-            _read_file(delta, path, body.splitlines())
+        part = earlier.get(header)
+        if part is None:
+            part = _read_part(header, body)
+        seen[header] = part
+        delta.files.append(part)
+    if parts is not None:
+        parts.clear()
+        parts.update(seen)
     return delta
 
 
-def _read_file(delta: Delta, path: str, lines: list[str]) -> None:
+def _read_part(header: str, body: str) -> FileDelta:
+    lines = header.splitlines()
+    path = lines[0].rsplit(" b/", 1)[-1]
+    renamed = {k: ln.split(" ", 2)[2] for ln in lines for k in ("from", "to")
+               if ln.startswith(f"rename {k} ")}  # fmt: skip
+    part = FileDelta()
+    if "from" in renamed and "to" in renamed:
+        part.renamed = (renamed["from"], renamed["to"])
+    if path.endswith(".py") and body:
+        _read_file(part, path, body.splitlines())
+    return part
+
+
+def _read_file(part: FileDelta, path: str, lines: list[str]) -> None:
     body: list[str] = []
     indent, name = -1, ""
-    net = delta.net
+    net = part.net
     for line in lines:
         sign = line[:1]
         if sign not in ("+", "-"):
@@ -109,19 +154,19 @@ def _read_file(delta: Delta, path: str, lines: list[str]) -> None:
         depth = len(text) - len(text.lstrip())
         closing = text.lstrip().startswith((")", "]", "}"))  # the end of a long signature
         if name and key and depth <= indent and not match and not closing:
-            _close(delta, path, name, body)
+            _close(part, path, name, body)
             name, body = "", []
         if match:
-            _close(delta, path, name, body)
+            _close(part, path, name, body)
             name, body, indent = match.group(1), [], depth
         else:
             if name:
                 body.append(text)
             if "(" in text:
-                delta._call_sites.append((path, text))
-    _close(delta, path, name, body)
+                part.call_sites.append((path, text))
+    _close(part, path, name, body)
 
 
-def _close(delta: Delta, path: str, name: str, body: list[str]) -> None:
+def _close(part: FileDelta, path: str, name: str, body: list[str]) -> None:
     if name and body:
-        delta.added.append(AddedDefinition(path, name, body))
+        part.added.append(AddedDefinition(path, name, body))

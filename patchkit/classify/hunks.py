@@ -29,6 +29,7 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from patchkit.classify.delta import Delta
 from patchkit.classify.text import (
@@ -74,9 +75,14 @@ class _Definition:
     first: int  # 1-based line of the `def`
     raw: list[str]  # its lines as written
 
-    @property
+    @cached_property
     def body(self) -> list[str]:
+        """Its lines, normalised."""
         return [normalize(x) for x in self.raw]
+
+    @cached_property
+    def lines(self) -> frozenset[str]:
+        return frozenset(self.body)
 
 
 def hunk_verdicts(pf, path: str, old_text: str, new_text: str, delta: Delta) -> list[HunkVerdict]:
@@ -196,8 +202,7 @@ def _after(raw: list[str], anchor: str) -> list[list[tuple[int, str]]]:
 
 def _same_lines(hunk, home: _Definition):
     blocks = _blocks(hunk)
-    body = set(home.body)
-    if not blocks or any(r in body for r in _removed(hunk)):
+    if not blocks or any(r in home.lines for r in _removed(hunk)):
         return None
     quoted = []
     for anchor, lines in blocks:
@@ -216,7 +221,7 @@ def _same_lines(hunk, home: _Definition):
 
 
 def _same_change(hunk, home: _Definition):
-    if any(r in set(home.body) for r in _removed(hunk)):
+    if any(r in home.lines for r in _removed(hunk)):
         return None
     matches = []
     for anchor, lines in _blocks(hunk):
@@ -322,8 +327,7 @@ def _delegated(hunk, home: _Definition):
     if match is None or not identifying(match.group(1)):
         return None
     condition = match.group(1)
-    body = home.body
-    if f"if {condition}:" in body or f"elif {condition}:" in body:
+    if f"if {condition}:" in home.lines or f"elif {condition}:" in home.lines:
         return None  # still a statement there: the hunk's place is still there
     # A membership test (`i + 1 in self.layers`) is passed on when the same collection is.
     tested = condition.rsplit(" in ", 1)[1] if " in " in condition else None
@@ -332,6 +336,7 @@ def _delegated(hunk, home: _Definition):
         + (r"[\w.+\- ]+ in " + re.escape(tested) if tested else re.escape(condition))
         + r"(?!\w)"
     )
+    body = home.body
     for i, line in enumerate(body):
         if pattern.search(line) and not line.endswith(":"):
             handed = " ".join(body[max(0, i - 1) : i + 1])
@@ -413,7 +418,7 @@ def _home(old: _Definition, hunk, path: str, new_defs: list[_Definition], delta:
     need = max(1.0, HOME_SHARE * len(wanted))
 
     def score(d: _Definition) -> int:
-        return len(wanted & set(d.body))
+        return len(wanted & d.lines)
 
     namesake = next((d for d in new_defs if d.name == old.name), None)
     if namesake is not None and score(namesake) >= need:
@@ -425,7 +430,6 @@ def _home(old: _Definition, hunk, path: str, new_defs: list[_Definition], delta:
     if namesake is not None:
         return f"{path}::{namesake.name}", namesake
     for added in delta.added:
-        moved = _Definition(added.name, 0, list(added.body))
-        if added.path != path and score(moved) >= need:
-            return f"{added.path}::{added.name}", moved
+        if added.path != path and len(wanted & added.lines) >= need:
+            return f"{added.path}::{added.name}", _Definition(added.name, 0, list(added.body))
     return None

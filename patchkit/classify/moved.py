@@ -64,9 +64,14 @@ def moved_code(pf, delta: Delta, gone: str) -> Moved | None:
 
 def _home(removed: set[str], context: set[str], was: str, delta: Delta, gone: str) -> Moved | None:
     first = next(iter(removed))
+    # each word of `first` is in the text of a body whose normalised text holds it
+    longest, *words = sorted(first.split(), key=len, reverse=True)
     best: tuple[tuple[int, bool], AddedDefinition] | None = None
     for candidate in delta.added:
-        if candidate.path == gone or first not in candidate.normalized:
+        text = candidate.text
+        if longest not in text or not all(w in text for w in words) or candidate.path == gone:
+            continue
+        if first not in candidate.normalized:
             continue
         body = {normalize(ln) for ln in candidate.body}
         if not removed <= body:

@@ -20,6 +20,10 @@ from patchkit.gitops.trees import TreeModel, _plain_identity, commit_tree, pack_
 _BLOB, _TREE, _COMMIT = 3, 2, 1  # pack object types
 FILE_MODE, EXECUTABLE_MODE = "100644", "100755"
 
+# How many bytes of file contents an import holds uncompressed while it learns which
+# objects the repository lacks (beyond it, each is compressed as it is read).
+RAW_BUDGET = 128 << 20
+
 
 @verb
 def import_files(
@@ -29,28 +33,37 @@ def import_files(
     a parentless commit with `message` and `who`; returns its id. The objects the
     repository lacks are written as one new pack."""
     algorithm = _hash_name(repo)
-    blobs: dict[str, tuple[int, bytes]] = {}  # id -> (size, zlib stream): kept compressed
+    # id -> (size, bytes, compressed?): kept as they are up to RAW_BUDGET bytes (compressed
+    # later only if the repository lacks them), compressed at once beyond it
+    blobs: dict[str, tuple[int, bytes, bool]] = {}
     changes: dict[str, tuple[str, str]] = {}
+    raw = 0
     for path, executable, data in files:
         oid = hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest()
         if oid not in blobs:
-            blobs[oid] = (len(data), zlib.compress(data, 1))
+            keep = raw + len(data) <= RAW_BUDGET
+            raw += len(data) if keep else 0
+            blobs[oid] = (len(data), data if keep else zlib.compress(data, 1), not keep)
         changes[path] = (EXECUTABLE_MODE if executable else FILE_MODE, oid)
     if not changes:
         raise GitError(["import"], 0, "no file to import")
     root, tree_bodies, tree_ids = TreeModel({"": {}}, algorithm).change(changes)
-    objects = [(oid, _BLOB, size, stream) for oid, (size, stream) in blobs.items()]
-    for oid, body in zip(tree_ids, tree_bodies, strict=True):
-        objects.append((oid, _TREE, len(body), zlib.compress(body, 1)))
+    objects = [(oid, _BLOB, *blob) for oid, blob in blobs.items()]
+    objects += [
+        (oid, _TREE, len(body), body, False)
+        for oid, body in zip(tree_ids, tree_bodies, strict=True)
+    ]
     commit = None
     if _plain_identity(who):
         ident = f"{who.name} <{who.email}> {who.date}"
         text = message if message.endswith("\n") else message + "\n"
         body = f"tree {root}\nauthor {ident}\ncommitter {ident}\n\n{text}".encode()
         commit = hashlib.new(algorithm, b"commit %d\0" % len(body) + body).hexdigest()
-        objects.append((commit, _COMMIT, len(body), zlib.compress(body, 1)))
+        objects.append((commit, _COMMIT, len(body), body, False))
     held = _present(repo, [oid for oid, *_ in objects])
-    missing = [(kind, size, stream) for oid, kind, size, stream in objects if oid not in held]
+    # compressed only when missing: a release shares most of its files with the one before
+    missing = [(kind, size, data if packed else zlib.compress(data, 1))
+               for oid, kind, size, data, packed in objects if oid not in held]  # fmt: skip
     if missing:
         repo.run("index-pack", "--stdin", "--strict", stdin=pack_of(missing, algorithm))
     if commit is None:  # an identity commit-tree would rewrite: let it write the commit

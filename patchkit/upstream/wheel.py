@@ -11,7 +11,6 @@ message, and are carried unchanged when a patched wheel is repacked.
 from __future__ import annotations
 
 import calendar
-import io
 import re
 import stat
 import zipfile
@@ -27,7 +26,6 @@ from patchkit.archives import (
     MAX_METADATA_BYTES,
     MemberError,
     archive_problem,
-    copy_member,
     member_head,
     read_member,
 )
@@ -44,6 +42,9 @@ MAX_SOURCE_MEMBER_BYTES = 256 << 20  # sglang's largest source file is under 1 M
 MAX_COMMIT_ID_FILE_BYTES = 1 << 20
 COMPILED_RE = re.compile(r"\.(so(\.[0-9]+)*|pyd|dll|dylib)$")
 ELF_MAGIC = b"\x7fELF"
+# How many bytes of source members an import keeps read while it checks the wheel (sglang
+# 0.5.23's wheel holds 117 MiB in all); past it, a member is read again when imported.
+KEEP_BYTES = 128 << 20
 
 
 def wheel_path(pin: WheelPin, cache: Path) -> Path:
@@ -85,8 +86,12 @@ def is_compiled(name: str, head: bytes = b"") -> bool:
     return bool(COMPILED_RE.search(name)) or head.startswith(ELF_MAGIC)
 
 
-def wheel_layout(zf: zipfile.ZipFile, label: str) -> WheelLayout:
-    """Check a wheel's members (refusing hostile ones) and divide them."""
+def wheel_layout(
+    zf: zipfile.ZipFile, label: str, keep: dict[str, bytes] | None = None
+) -> WheelLayout:
+    """Check a wheel's members (refusing hostile ones) and divide them. With `keep`, a member
+    not compiled by its name is read whole (bounded, CRC-checked) to learn its head, and its
+    bytes are kept there by name, up to KEEP_BYTES: an import reads each member once."""
     infos = zf.infolist()
     problem = archive_problem(infos)
     if problem:
@@ -102,6 +107,7 @@ def wheel_layout(zf: zipfile.ZipFile, label: str) -> WheelLayout:
     if f"{dist_info}/RECORD" not in {i.filename for i in files}:
         raise InvalidArchiveError(f"{label}: no {dist_info}/RECORD")
     sources, compiled, metadata = [], [], []
+    kept = 0
     for info in files:
         parts = PurePosixPath(info.filename).parts
         if any(p.lower() == ".git" for p in parts) or "\\" in info.filename:
@@ -112,7 +118,14 @@ def wheel_layout(zf: zipfile.ZipFile, label: str) -> WheelLayout:
         if parts[0].endswith((".dist-info", ".data")):
             metadata.append(info)
             continue
-        head = member_head(zf, info, 4)
+        if COMPILED_RE.search(info.filename):
+            compiled.append(info)
+            continue
+        if keep is not None and kept + info.file_size <= KEEP_BYTES:
+            head = keep[info.filename] = read_member(zf, info, MAX_SOURCE_MEMBER_BYTES)
+            kept += len(head)
+        else:
+            head = member_head(zf, info, 4)
         (compiled if is_compiled(info.filename, head) else sources).append(info)
     return WheelLayout(dist_info, tuple(sources), tuple(compiled), tuple(metadata))
 
@@ -161,7 +174,8 @@ def _import_checked(
     mirror: Mirror, target: Target, release: Release, pin: WheelPin, archive: Path
 ) -> str:
     with zipfile.ZipFile(archive) as zf:
-        layout = wheel_layout(zf, pin.filename)
+        contents: dict[str, bytes] = {}
+        layout = wheel_layout(zf, pin.filename, contents)
         check_identity(zf, layout, pin, release)
         recorded = recorded_commit_id(zf, target)
         if recorded and release.commit and not release.commit.startswith(recorded.lower()):
@@ -185,21 +199,23 @@ def _import_checked(
         )
         if not layout.sources:
             raise FetchError(f"{pin.filename}: holds no source files to import")
-        files = _source_files(zf, layout, target.subdir)
+        files = _source_files(zf, layout, target.subdir, contents)
         sha = gitops.import_files(mirror.repo, files, message, who)
     gitops.update_ref(mirror.repo, WHEEL_REF.format(version=release.version), sha)
     return sha
 
 
-def _source_files(zf: zipfile.ZipFile, layout: WheelLayout, subdir: str):
-    """(path under the target's layout, executable, bytes) of each source member, read from
-    the archive as git is given them (nothing is extracted)."""
+def _source_files(zf: zipfile.ZipFile, layout: WheelLayout, subdir: str, read: dict[str, bytes]):
+    """(path under the target's layout, executable, bytes) of each source member, taken from
+    `read` (popped: held once) or read from the archive as git is given them (nothing is
+    extracted)."""
     prefix = f"{subdir}/" if subdir else ""
     for info in layout.sources:
-        data = io.BytesIO()
-        copy_member(zf, info, data, MAX_SOURCE_MEMBER_BYTES)  # bounded, CRC-checked
+        data = read.pop(info.filename, None)
+        if data is None:
+            data = read_member(zf, info, MAX_SOURCE_MEMBER_BYTES)  # bounded, CRC-checked
         executable = bool((info.external_attr >> 16) & 0o111)
-        yield prefix + PurePosixPath(info.filename).as_posix(), executable, data.getvalue()
+        yield prefix + PurePosixPath(info.filename).as_posix(), executable, data
 
 
 def check_identity(zf: zipfile.ZipFile, layout: WheelLayout, pin: WheelPin, release: Release):

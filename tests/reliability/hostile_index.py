@@ -7,7 +7,6 @@ built here (crafted ones included), and a toy project whose target publishes whe
 
 from __future__ import annotations
 
-import base64
 import bz2
 import hashlib
 import http.server
@@ -25,29 +24,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import TOY_TOML, record_hash
 from reliability_support import GIT_ENV
 
-TOY_TOML = """\
-[series]
-version = "1.0.0"
-
-[targets.toy]
-git = "https://example.invalid/toy.git"
-subdir = "python"
-default_line = "1.0"
-
-[targets.toy.lines."1.0"]
-pin = "1.0"
-series = "toy/1.0"
-"""
-
-
 # -- archives ------------------------------------------------------------------------------
-
-
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
 
 
 def toy_sources(version: str) -> dict[str, bytes]:
@@ -74,7 +54,7 @@ def wheel_bytes(
         f"Metadata-Version: 2.1\nName: {meta_name or name}\nVersion: {meta_version or version}\n\n"
     ).encode()
     members[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in members.items())
+    record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in members.items())
     members[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -85,8 +65,11 @@ def wheel_bytes(
     return out.getvalue()
 
 
-def bomb_stream(method: int, total: int) -> bytes:
-    """`total` bytes of 'A' as a zip member of `method` (bzip2 or lzma) stores them."""
+def bomb_stream(
+    method: int, total: int, head: bytes = b"Metadata-Version: 2.1\nName: toy\nVersion: 3.0\n\n"
+) -> bytes:
+    """`head`, then `total` bytes of 'A', as a zip member of `method` (bzip2 or lzma) stores
+    them."""
     block = b"A" * (16 << 20)
     if method == zipfile.ZIP_BZIP2:
         c = bz2.BZ2Compressor(9)
@@ -96,7 +79,7 @@ def bomb_stream(method: int, total: int) -> bytes:
         c = lzma.LZMACompressor(format=lzma.FORMAT_RAW, filters=[lzma1])
         props = lzma._encode_filter_properties(lzma1)
         prefix = struct.pack("<BBH", 9, 4, len(props)) + props
-    out = [prefix, c.compress(b"Metadata-Version: 2.1\nName: toy\nVersion: 3.0\n\n")]
+    out = [prefix, c.compress(head)]
     out += [c.compress(block) for _ in range(total // len(block))]
     return b"".join(out) + c.flush()
 
@@ -110,16 +93,22 @@ def lying_wheel(version: str, member: str, method: int, stream: bytes, claim: in
         for info in good.infolist():
             if info.filename != member:
                 zf.writestr(info, good.read(info))
-        info = zipfile.ZipInfo(member, date_time=(2026, 1, 2, 3, 4, 6))
-        info.compress_type, info.file_size, info.compress_size = method, claim, len(stream)
-        info.CRC = 0
-        info.header_offset = zf.fp.tell()
-        zf.fp.write(info.FileHeader(False) + stream)
-        zf.start_dir = zf.fp.tell()
-        zf.filelist.append(info)
-        zf.NameToInfo[member] = info
-        zf._didModify = True
+        add_lying_member(zf, member, method, stream, claim)
     return out.getvalue()
+
+
+def add_lying_member(zf: zipfile.ZipFile, member: str, method: int, stream: bytes, claim: int):
+    """Append `member` to `zf` as `stream` compressed by `method`, its local header and
+    central directory entry claiming `claim` bytes uncompressed (and a CRC of 0)."""
+    info = zipfile.ZipInfo(member, date_time=(2026, 1, 2, 3, 4, 6))
+    info.compress_type, info.file_size, info.compress_size = method, claim, len(stream)
+    info.CRC = 0
+    info.header_offset = zf.fp.tell()
+    zf.fp.write(info.FileHeader(False) + stream)
+    zf.start_dir = zf.fp.tell()
+    zf.filelist.append(info)
+    zf.NameToInfo[member] = info
+    zf._didModify = True
 
 
 def bad_crc_wheel(version: str) -> bytes:

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hostile_index import add_lying_member, bomb_stream
 from reliability_support import ROOT, cli, git, make_project, one_or_two_lines, record, rev
 
 SECTION = "bounded input (tests/reliability/test_bounded_input.py)"
@@ -152,41 +153,13 @@ def test_verify_env_reads_no_fifo_nor_device(tmp_path):
            "load_utils.py, RECORD or METADATA: one unreadable-file error each")  # fmt: skip
 
 
-def _bomb(method: int, total: int) -> bytes:
-    """``total`` bytes of 'A' compressed by zipfile's ``method``, as a zip member stores it."""
-    import bz2
-    import lzma
-    import struct
-
-    block = b"A" * (16 << 20)
-    if method == zipfile.ZIP_BZIP2:
-        c = bz2.BZ2Compressor(9)
-        prefix = b""
-    else:
-        lzma1 = {"id": lzma.FILTER_LZMA1}
-        c = lzma.LZMACompressor(format=lzma.FORMAT_RAW, filters=[lzma1])
-        props = lzma._encode_filter_properties(lzma1)
-        prefix = struct.pack("<BBH", 9, 4, len(props)) + props
-    out = [prefix, c.compress(b"Name: bomb\nVersion: 1.0\n\n")]
-    out += [c.compress(block) for _ in range(total // len(block))]
-    return b"".join(out) + c.flush()
-
-
 def _lying_wheel(path: Path, member: str, method: int, data: bytes, claim: int) -> None:
     """A wheel whose ``member`` holds ``data`` (compressed by ``method``) while the central
     directory and the local header claim ``claim`` bytes uncompressed."""
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("bomb-1.0.dist-info/RECORD", "")
         zf.writestr("bomb-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
-        info = zipfile.ZipInfo(member)
-        info.compress_type, info.file_size, info.compress_size = method, claim, len(data)
-        info.CRC = 0
-        info.header_offset = zf.fp.tell()
-        zf.fp.write(info.FileHeader(False) + data)
-        zf.start_dir = zf.fp.tell()
-        zf.filelist.append(info)
-        zf.NameToInfo[member] = info
-        zf._didModify = True
+        add_lying_member(zf, member, method, data, claim)
 
 
 @pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA], ids=["bzip2", "lzma"])
@@ -203,7 +176,7 @@ def test_verify_wheel_member_that_inflates_past_its_claim_is_read_bounded(tmp_pa
     total = (256 << 20) if method == zipfile.ZIP_BZIP2 else (64 << 20)
     house = tmp_path / "house"
     house.mkdir()
-    data = _bomb(method, total)
+    data = bomb_stream(method, total, head=b"Name: bomb\nVersion: 1.0\n\n")
     _lying_wheel(house / "bomb-1.0-py3-none-any.whl", "bomb-1.0.dist-info/METADATA", method,
                  data, 200)  # fmt: skip
     members.forget_open()
