@@ -429,7 +429,12 @@ def _home(old: _Definition, hunk, path: str, new_defs: list[_Definition], delta:
         return f"{path}::{best.name}", best
     if namesake is not None:
         return f"{path}::{namesake.name}", namesake
+    # A body holding a wanted line holds that line's longest word: counted first, in its text.
+    words = [max(line.split(), key=len) for line in wanted]
     for added in delta.added:
-        if added.path != path and len(wanted & added.lines) >= need:
+        text = added.text
+        if sum(w in text for w in words) < need or added.path == path:
+            continue
+        if len(wanted & added.lines) >= need:
             return f"{added.path}::{added.name}", _Definition(added.name, 0, list(added.body))
     return None
