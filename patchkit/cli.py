@@ -58,6 +58,7 @@ ENVIRONMENT = (
     ("PATCHKIT_NET_TIMEOUT", "seconds one network read may wait (default 60)"),
     ("PATCHKIT_NET_DEADLINE", "seconds one download may take (default 1800; a page: 120)"),
     ("PATCHKIT_NET_BUDGET", "seconds all of a run's downloads may take (default 3600)"),
+    ("PATCHKIT_NET_RETRIES", "times a request is sent again after a 429/5xx or a drop (default 3)"),
     ("PATCHKIT_GIT_TIMEOUT", "seconds one git child may run before it is stopped (default 3600)"),
     ("PATCHKIT_OFFLINE_GIT", "1: never fetch from git remotes (bases come from the index)"),
     ("PATCHKIT_OUTLOOK_JOBS", "releases outlook classifies at once (default: one per core, <= 4)"),

@@ -6,7 +6,11 @@ whose index is itself a `file:` URL; a redirect from https to http is refused); 
 timeout, a deadline per transfer and one for the whole run, enforced by closing the socket
 when they pass (a server that sends one byte a second cannot hold a run); a size cap per
 transfer that says so when it cuts; and the `Content-Length` a server announced, checked
-against what it sent.
+against what it sent.  A request whose connection the server dropped before answering, or
+whose answer says "try again later" (429, 500, 502, 503, 504), is sent again after 0.5, 1
+and 2 s ($PATCHKIT_NET_RETRIES times, 3 by default) while its deadline leaves the time, as
+pip does; a server that refuses the connection or a name that does not resolve is not asked
+again, nor is a transfer cut mid-body.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from patchkit.net.auth import Credentials, split_credentials
 MAX_REDIRECTS = 10
 CHUNK = 1 << 20
 REDIRECTS = (301, 302, 303, 307, 308)
+TRANSIENT = frozenset((429, 500, 502, 503, 504))
 WEB = ("http", "https")
 
 
@@ -48,15 +53,21 @@ class Limits:
     page: float = 120.0
     file: float = 1800.0
     run: float = 3600.0
+    retries: int = 3  # how many times a request is sent again after a transient failure
 
     @classmethod
     def from_environment(cls) -> Limits:
         """$PATCHKIT_NET_TIMEOUT (per read), $PATCHKIT_NET_DEADLINE (per file transfer; a page
-        gets the smaller of it and 120 s), $PATCHKIT_NET_BUDGET (the run's)."""
+        gets the smaller of it and 120 s), $PATCHKIT_NET_BUDGET (the run's),
+        $PATCHKIT_NET_RETRIES (0 sends each request once)."""
         read = _seconds("PATCHKIT_NET_TIMEOUT", cls.read)
         file = _seconds("PATCHKIT_NET_DEADLINE", cls.file)
         run = _seconds("PATCHKIT_NET_BUDGET", cls.run)
-        return cls(read=read, page=min(cls.page, file), file=file, run=run)
+        try:
+            retries = max(0, int(os.environ.get("PATCHKIT_NET_RETRIES", cls.retries)))
+        except ValueError:
+            retries = cls.retries
+        return cls(read=read, page=min(cls.page, file), file=file, run=run, retries=retries)
 
 
 class _Watch:
@@ -67,6 +78,7 @@ class _Watch:
 
     def __init__(self, seconds: float) -> None:
         self.expired = False
+        self._ends = time.monotonic() + seconds
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._timer = threading.Timer(max(seconds, 0.0), self._expire)
@@ -80,6 +92,10 @@ class _Watch:
     def __exit__(self, *exc) -> None:
         self._timer.cancel()
         _Watch.local.current = None
+
+    def leaves(self, pause: float) -> bool:
+        """Whether the deadline is more than `pause` seconds away."""
+        return not self.expired and time.monotonic() + pause < self._ends
 
     def add(self, sock: socket.socket | None) -> None:
         if sock is None:
@@ -249,23 +265,40 @@ class Session:
         return target
 
     def _get(self, url: str, headers: dict, watch: _Watch, seconds: float):
+        """One answer to GET `url`, sent again after a transient failure (module docstring)
+        while the transfer's deadline leaves time for the pause."""
         import urllib3
 
-        manager = self._manager(url)
+        for attempt in range(self.limits.retries + 1):
+            pause = 0.5 * 2**attempt
+            last = attempt == self.limits.retries or not watch.leaves(pause)
+            try:
+                response = self._send(url, headers)
+            except urllib3.exceptions.HTTPError as exc:
+                dropped = isinstance(exc, urllib3.exceptions.ProtocolError)
+                if last or watch.expired or not dropped:
+                    raise _failure(url, exc, watch, seconds) from None
+            else:
+                if response.status not in TRANSIENT or last:
+                    return response
+                _discard(response)
+            time.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _send(self, url: str, headers: dict):
+        import urllib3
+
         timeout = urllib3.Timeout(connect=self.limits.read, read=self.limits.read)
-        try:
-            return manager.request(
-                "GET",
-                url,
-                headers=headers,
-                redirect=False,
-                retries=False,
-                preload_content=False,
-                decode_content=False,
-                timeout=timeout,
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            raise _failure(url, exc, watch, seconds) from None
+        return self._manager(url).request(
+            "GET",
+            url,
+            headers=headers,
+            redirect=False,
+            retries=False,
+            preload_content=False,
+            decode_content=False,
+            timeout=timeout,
+        )
 
     def _manager(self, url: str):
         """The pool manager for `url`: through the proxy the environment names for it

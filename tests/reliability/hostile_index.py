@@ -174,7 +174,8 @@ def sha256(data: bytes) -> str:
 @dataclass
 class Answer:
     """What a route answers: a body (cut to `send` bytes while announcing its whole length,
-    or sent `trickle` bytes a second), or a redirect."""
+    or sent `trickle` bytes a second), or a redirect; after `busy` 503s and `dropped`
+    connections closed unanswered."""
 
     body: bytes = b""
     status: int = 200
@@ -183,6 +184,8 @@ class Answer:
     trickle: float | None = None
     location: str | None = None
     needs: str | None = None  # the one Authorization value answered; 401 without it
+    busy: int = 0  # the first `busy` requests get 503 Service Unavailable
+    dropped: int = 0  # the first `dropped` requests: the connection closed, no answer
 
 
 @dataclass
@@ -229,6 +232,14 @@ class Server:
             return
         if found.needs and handler.headers.get("Authorization") != found.needs:
             handler.send_error(401)
+            return
+        if found.busy:
+            found.busy -= 1
+            handler.send_error(503)
+            return
+        if found.dropped:
+            found.dropped -= 1
+            handler.close_connection = True
             return
         handler.send_response(found.status)
         if found.location:

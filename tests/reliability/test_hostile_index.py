@@ -173,6 +173,18 @@ def _trickled_file(ix: Index) -> None:
     ix.a.routes[f"/f/{WHEEL}"].trickle = 0.5
 
 
+def _unsteady(route: str, **first) -> Callable[[Index], None]:
+    """The release served, its `route` ("page" or "file") after `first` transient failures."""
+
+    def serve(ix: Index) -> None:
+        _wheel()(ix)
+        answer = ix.a.routes["/simple/toy" if route == "page" else f"/f/{WHEEL}"]
+        for name, count in first.items():
+            setattr(answer, name, count)
+
+    return serve
+
+
 def _big_page(ix: Index) -> None:
     ix.a.routes["/simple/toy"] = Answer(b'{"files": [' + b" " * (65 << 20) + b"]}")
 
@@ -223,6 +235,10 @@ CASES = [
     Case("metadata-another-version", _wheel(meta_version="9.9"), "says version '9.9'"),
     Case("dist-info-another-project", _wheel(dist_info="evil-3.0.dist-info"), "metadata folder"),
     Case("dist-info-another-version", _wheel(dist_info="toy-9.9.dist-info"), "metadata folder"),
+    # transient failures: asked again (0.5, 1, 2 s apart), then given up with the answer
+    Case("page-busy-twice", _unsteady("page", busy=2), unusable=False),
+    Case("file-dropped-twice", _unsteady("file", dropped=2), unusable=False),
+    Case("file-busy-for-ever", _unsteady("file", busy=10**6), "HTTP 503", seconds=30),
     Case("page-over-64-MiB", _big_page, "over the 64 MiB cap"),
     Case("page-shorter-than-its-length", _short_page, "Content-Length"),
     Case("file-shorter-than-its-length", _short_file, "Content-Length"),
@@ -309,6 +325,8 @@ def test_hostile_index(index, case):
             assert "3.0: unusable:" in out, out
     else:
         assert rc == 0, said[-2000:]
+        assert "unusable" not in out, out
+        assert (cache / "mirrors/toy.git/refs/patchkit/wheel/3.0").exists()  # imported
     assert index.ftp.connections == 0
     record(SECTION, f"{case.id}: exit {rc}, {rss:.0f} MB peak RSS, {wall:.1f} s")
 
