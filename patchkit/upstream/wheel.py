@@ -109,12 +109,7 @@ def wheel_layout(
     sources, compiled, metadata = [], [], []
     kept = 0
     for info in files:
-        parts = PurePosixPath(info.filename).parts
-        if any(p.lower() == ".git" for p in parts) or "\\" in info.filename:
-            raise InvalidArchiveError(f"{label}: member {info.filename!r} is not a plain path")
-        mode = info.external_attr >> 16
-        if mode and not stat.S_ISREG(mode) and stat.S_IFMT(mode):
-            raise InvalidArchiveError(f"{label}: member {info.filename!r} is not a regular file")
+        parts = _plain_member(info, label)
         if parts[0].endswith((".dist-info", ".data")):
             metadata.append(info)
             continue
@@ -128,6 +123,17 @@ def wheel_layout(
             head = member_head(zf, info, 4)
         (compiled if is_compiled(info.filename, head) else sources).append(info)
     return WheelLayout(dist_info, tuple(sources), tuple(compiled), tuple(metadata))
+
+
+def _plain_member(info: zipfile.ZipInfo, label: str) -> tuple[str, ...]:
+    """The parts of a member's path; refused unless a plain path to a regular file."""
+    parts = PurePosixPath(info.filename).parts
+    if any(p.lower() == ".git" for p in parts) or "\\" in info.filename:
+        raise InvalidArchiveError(f"{label}: member {info.filename!r} is not a plain path")
+    mode = info.external_attr >> 16
+    if mode and not stat.S_ISREG(mode) and stat.S_IFMT(mode):
+        raise InvalidArchiveError(f"{label}: member {info.filename!r} is not a regular file")
+    return parts
 
 
 def wheel_epoch(zf: zipfile.ZipFile) -> int:
