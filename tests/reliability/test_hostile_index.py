@@ -185,6 +185,13 @@ def _unsteady(route: str, **first) -> Callable[[Index], None]:
     return serve
 
 
+def _busy_then_redirected(ix: Index) -> None:
+    """The page answers 503 twice, then redirects to B: the retries carry the credentials to
+    A alone, as the redirect does not."""
+    _page_redirected(ix)
+    ix.a.routes["/simple/toy"].busy = 2
+
+
 def _big_page(ix: Index) -> None:
     ix.a.routes["/simple/toy"] = Answer(b'{"files": [' + b" " * (65 << 20) + b"]}")
 
@@ -239,6 +246,7 @@ CASES = [
     Case("page-busy-twice", _unsteady("page", busy=2), unusable=False),
     Case("file-dropped-twice", _unsteady("file", dropped=2), unusable=False),
     Case("file-busy-for-ever", _unsteady("file", busy=10**6), "HTTP 503", seconds=30),
+    Case("page-busy-then-redirected", _busy_then_redirected, unusable=False, credentials="url"),
     Case("page-over-64-MiB", _big_page, "over the 64 MiB cap"),
     Case("page-shorter-than-its-length", _short_page, "Content-Length"),
     Case("file-shorter-than-its-length", _short_file, "Content-Length"),
