@@ -134,21 +134,15 @@ def test_a_guarded_capture_handed_to_the_callee_is_delegated():
     assert kept.state == "needed"
 
 
-WITH_IMPORT = """\
---- a/pkg/norm.py
-+++ b/pkg/norm.py
-@@ -1,2 +1,3 @@
-+from pkg.dist import tensor_model_parallel_all_reduce
- def fuse(x, residual):
-     if residual is not None:
-@@ -3,5 +4,6 @@ def fuse(x, residual):
-         fused = try_fused(x, residual)
-         if fused is not None:
-             return fused
-+        x = tensor_model_parallel_all_reduce(x)
-~
-     return norm(x, residual)
-""".replace("~", " ")  # a blank context line
+# An import hunk before FALLBACK's hunk (its lines one further down).
+WITH_IMPORT = FALLBACK.replace(
+    "@@ -3,5 +3,6 @@",
+    "@@ -1,2 +1,3 @@\n"
+    "+from pkg.dist import tensor_model_parallel_all_reduce\n"
+    " def fuse(x, residual):\n"
+    "     if residual is not None:\n"
+    "@@ -3,5 +4,6 @@",
+)
 
 
 def test_a_hunk_of_imports_follows_the_other_hunks_of_its_file():

@@ -29,6 +29,12 @@ def _fake_git(where: Path, verb: str, behaviour: str) -> dict[str, str]:
     return {"PATH": f"{where}{os.pathsep}{os.environ['PATH']}"}
 
 
+def _apply_with(toy, tmp_path: Path, env: dict[str, str]):
+    """`patchkit apply --target toy` into a fresh tree, with `env` over the toy's."""
+    return cli("apply", "--target", "toy", "--into", str(tmp_path / "tree"),
+               env={**toy.env, **env}, timeout=120)  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "behaviour, words",
     [
@@ -38,16 +44,7 @@ def _fake_git(where: Path, verb: str, behaviour: str) -> dict[str, str]:
     ids=["fatal-128", "error-3"],
 )
 def test_an_unknown_git_failure_is_one_line_naming_the_command(toy, tmp_path, behaviour, words):
-    path = _fake_git(tmp_path / "bin", "init", behaviour)
-    r = cli(
-        "apply",
-        "--target",
-        "toy",
-        "--into",
-        str(tmp_path / "tree"),
-        env={**toy.env, **path},
-        timeout=120,
-    )
+    r = _apply_with(toy, tmp_path, _fake_git(tmp_path / "bin", "init", behaviour))
     assert r.returncode == 1, r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert "git init" in r.stderr and words in r.stderr, r.stderr
@@ -57,15 +54,7 @@ def test_an_unknown_git_failure_is_one_line_naming_the_command(toy, tmp_path, be
 def test_a_git_that_hangs_is_stopped_at_its_timeout(toy, tmp_path):
     path = _fake_git(tmp_path / "bin", "init", "exec sleep 600")
     start = time.monotonic()
-    r = cli(
-        "apply",
-        "--target",
-        "toy",
-        "--into",
-        str(tmp_path / "tree"),
-        env={**toy.env, **path, "PATCHKIT_GIT_TIMEOUT": "3"},
-        timeout=120,
-    )
+    r = _apply_with(toy, tmp_path, {**path, "PATCHKIT_GIT_TIMEOUT": "3"})
     took = time.monotonic() - start
     assert r.returncode == 1, r.stderr
     assert "did not finish within 3 s" in r.stderr and "git init" in r.stderr, r.stderr
