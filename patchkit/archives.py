@@ -262,8 +262,6 @@ def member_chunks(
     try:
         src = _Stored(zf)
         yield from _decoded(src, info, _data_start(src, info), step)
-    except MemberError:
-        raise
     except READ_ERRORS as exc:
         raise MemberError(f"member {info.filename!r} cannot be read ({_reason(exc)})") from None
 
@@ -322,15 +320,6 @@ def read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes
     """The bytes of one member, refusing more than `limit` (checked before decompressing and
     again on the bytes actually produced, so a lying header gains nothing)."""
     return b"".join(member_chunks(zf, info, limit))
-
-
-def copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, out: BinaryIO, limit: int) -> int:
-    """Write one member to `out` (bounded as `member_chunks`); returns its size."""
-    total = 0
-    for piece in member_chunks(zf, info, limit):
-        out.write(piece)
-        total += len(piece)
-    return total
 
 
 def member_head(zf: zipfile.ZipFile, info: zipfile.ZipInfo, n: int) -> bytes:

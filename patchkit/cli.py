@@ -162,7 +162,6 @@ def group(ctx: click.Context, debug: bool, project_dir: str | None) -> None:
 
 
 _INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
-_interrupted_once = False
 
 
 def _on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
@@ -170,8 +169,6 @@ def _on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
     by patchkit and by the gits its clean-up starts (SIG_IGN is inherited), so a second
     Ctrl-C cannot cut short the clean-up of the first (it gave a traceback and left scratch
     folders). SIGKILL still ends the run; the next one recovers from that."""
-    global _interrupted_once
-    _interrupted_once = True
     for signum_ in _INTERRUPTS:
         signal.signal(signum_, signal.SIG_IGN)
     raise KeyboardInterrupt
@@ -180,8 +177,6 @@ def _on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
 def _take_interrupts() -> dict[int, object]:
     """Route SIGTERM, and SIGINT unless it was ignored from the start (a background job), to
     `_on_interrupt`; the handlers they had."""
-    global _interrupted_once
-    _interrupted_once = False
     previous = {signum: signal.getsignal(signum) for signum in _INTERRUPTS}
     for signum in _INTERRUPTS:
         if signum == signal.SIGTERM or previous[signum] != signal.SIG_IGN:

@@ -86,6 +86,15 @@ class Cell:
         """A probe of what the patch guarantees fails here, whatever the state."""
         return any(not p["passed"] for p in self.probes)
 
+    @property
+    def code(self) -> str:
+        """Its letter, `?` when provisional, `!` when a probe of the patch fails."""
+        return (
+            CODES[self.state]
+            + ("?" if self.provisional else "")
+            + ("!" if self.probe_failed else "")
+        )
+
     @classmethod
     def of(cls, outcome: PatchOutcome) -> Cell:
         state = "partly-upstreamed" if outcome.partly_upstreamed else outcome.label

@@ -133,9 +133,7 @@ def relocated_signal(patch: Patch, delta: Delta) -> Signal:
         match = _relocation(shape.added[path][name], name, delta)
         if match is not None:
             found.append((name, match))
-    kept = [
-        line for line, count in shape.removed_lines().items() if -delta.net(line) < count
-    ]
+    kept = [line for line, count in shape.removed_lines().items() if -delta.net(line) < count]
     fired = len(found) == len(public) and not kept
     detail = f"{len(found)}/{len(public)} public definitions the patch adds found in the new tree"
     if found:

@@ -109,7 +109,7 @@ def read_delta(diff: str, parts: dict[str, FileDelta] | None = None) -> Delta:
     """Parse `git diff --full-index` output (renames detected) into a Delta; only Python
     files' lines are read (most of a release's diff is kernels and data).  `parts`: the file
     parts of an earlier read, reused where a header repeats; left holding this read's."""
-    earlier = dict(parts or {})
+    earlier = parts or {}
     delta, seen = Delta(), {}
     for chunk in _FILE_RE.split(diff)[1:]:
         header, _, body = chunk.partition("\n@@")

@@ -73,10 +73,10 @@ def _part(mirror, env, tip, pf, patch_file: Path, delta: Delta, old_base: str) -
         if moved is not None:
             return Part(path, "moved", f"{source} is gone; {moved.words()}: carry it there")
         return Part(path, "gone", f"{source} is gone from the new base (moved or removed)")
-    old_text = decode(gitops.show_file(mirror, old_base, source))
     part = _read_against(pf, path, where, {normalize(ln) for ln in text.splitlines()})
     if part.state == "upstreamed":
         return part
+    old_text = decode(gitops.show_file(mirror, old_base, source))
     return _by_hunk(part, hunk_verdicts(pf, where, old_text, text, delta))
 
 

@@ -51,8 +51,7 @@ class ProbeResult:
     failures: list[str] = field(default_factory=list)  # "path:line: `text`"
 
     def words(self) -> str:
-        if self.passed:
-            return f"probe holds on {self.on}: {self.why}"
+        """What a failed probe found (only failed probes are shown)."""
         more = len(self.failures) - MAX_QUOTED
         quoted = "; ".join(self.failures[:MAX_QUOTED]) + (f"; {more} more" if more > 0 else "")
         return f"probe fails on {self.on}: {self.why}: {quoted}"

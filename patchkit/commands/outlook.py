@@ -118,22 +118,13 @@ def render_markdown(report) -> str:
         out.append("|---|" + "---|" * len(versions) + "---|")
         for patch in line.patches:
             cells = [patch.cells[v] for v in versions]
-            codes = [cell_code(c) for c in cells]
+            codes = [c.code for c in cells]
             name = patch.name.removesuffix(".patch")
             out.append(f"| `{name}` | " + " | ".join(codes) + f" | {patch.retire_at or '-'} |")
         out += ["", f"{legend}; `?` {PROVISIONAL}; "
                 "`!` a probe of what the patch guarantees fails.", ""]  # fmt: skip
         out.append(MARKDOWN_END)
     return "\n".join(out)
-
-
-def cell_code(cell) -> str:
-    """A cell's letter, `?` when provisional, `!` when a probe of the patch fails."""
-    from patchkit.outlook import CODES
-
-    return (
-        CODES[cell.state] + ("?" if cell.provisional else "") + ("!" if cell.probe_failed else "")
-    )
 
 
 def _line_table(line) -> list[str]:
@@ -156,7 +147,7 @@ def _line_table(line) -> list[str]:
         cells = []
         for version, col in zip(versions, cols, strict=True):
             cell = patch.cells[version]
-            cells.append(cell_code(cell).rjust(col))
+            cells.append(cell.code.rjust(col))
         rows.append(
             f"  {patch.name.removesuffix('.patch'):<{width}}  {' '.join(cells)}  "
             f"{patch.retire_at or '-'}"

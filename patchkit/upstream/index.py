@@ -30,17 +30,21 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 _SESSIONS: dict[str, net.Session] = {}
 
 
+def _configured() -> str:
+    url = os.environ.get("PATCHKIT_INDEX_URL") or pipconf.configured_index_url()
+    return url or "https://pypi.org/simple"
+
+
 def index_url() -> str:
     """The package index: $PATCHKIT_INDEX_URL, else the one pip is configured with
     ($PIP_INDEX_URL or pip.conf), else PyPI; without credentials (the session keeps them)."""
-    return session().index
+    return net.split_credentials(_configured())[0].rstrip("/")
 
 
 def session() -> net.Session:
     """The run's one network session, made on its first request to the configured index
     (every page and download of the run goes through it)."""
-    url = os.environ.get("PATCHKIT_INDEX_URL") or pipconf.configured_index_url()
-    url = url or "https://pypi.org/simple"
+    url = _configured()
     key = f"{url}\0{os.environ.get('NETRC', '')}"  # a library caller may change either
     if key not in _SESSIONS:
         _SESSIONS[key] = net.Session(url)
@@ -161,8 +165,7 @@ def find_file(name: str, filenames: set[str], what: str) -> tuple[str, str | Non
     """(url, index sha256) of the first of `filenames` the index lists for `name`."""
     for entry in project_files(name):
         if entry["filename"] in filenames and isinstance(entry.get("url"), str):
-            url = urllib.parse.urljoin(f"{index_url()}/{project_name(name)}/", entry["url"])
-            session().check_scheme(url)  # a remote index links no file:, ftp: or data: URL
+            url = entry["url"]  # absolute (_read_project_files); its scheme checked on open
             sha256 = (entry.get("hashes") or {}).get("sha256")
             return url, sha256 if isinstance(sha256, str) else None
     raise FetchError(f"{what}: not on {index_url()}")

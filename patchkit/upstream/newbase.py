@@ -20,7 +20,7 @@ from patchkit.targets import SHA256_RE, SHA_RE, Release, Target, WheelPin
 from patchkit.upstream.index import normalize_name, project_files
 from patchkit.upstream.mirror import SDIST_REF, WHEEL_REF, Mirror, import_fields, wheel_fields
 from patchkit.upstream.sdist import (
-    COMMIT_ID_RES,
+    commit_id_in,
     download_sdist,
     import_sdist,
     read_sdist_member,
@@ -221,9 +221,5 @@ def sdist_recorded_commit(archive: Path, target: Target) -> str | None:
     data = read_sdist_member(archive, target.commit_id_file)
     if data is None:
         return None
-    text = data.decode("utf-8", "replace")
-    for pattern in COMMIT_ID_RES:
-        match = pattern.search(text)
-        if match:
-            return match.group(1).lower()
-    return None
+    found = commit_id_in(data.decode("utf-8", "replace"))
+    return found.lower() if found else None

@@ -33,13 +33,17 @@ from patchkit.errors import FetchError, InvalidArchiveError, PinError
 from patchkit.targets import Release, Target, WheelPin
 from patchkit.upstream.index import check_sha256, download, file_sha256, find_file
 from patchkit.upstream.mirror import WHEEL_REF
-from patchkit.upstream.sdist import IMPORT_IDENTITY_EMAIL, IMPORT_IDENTITY_NAME, commit_id_in
+from patchkit.upstream.sdist import (
+    IMPORT_IDENTITY_EMAIL,
+    IMPORT_IDENTITY_NAME,
+    MAX_COMMIT_ID_FILE_BYTES,
+    commit_id_in,
+)
 
 if TYPE_CHECKING:
     from patchkit.upstream.mirror import Mirror
 
 MAX_SOURCE_MEMBER_BYTES = 256 << 20  # sglang's largest source file is under 1 MiB
-MAX_COMMIT_ID_FILE_BYTES = 1 << 20
 COMPILED_RE = re.compile(r"\.(so(\.[0-9]+)*|pyd|dll|dylib)$")
 ELF_MAGIC = b"\x7fELF"
 # How many bytes of source members an import keeps read while it checks the wheel (sglang

@@ -135,14 +135,12 @@ def _line_section(line: LineOutlook) -> str:
 
 
 def _cell(cell, patch: str, version: str) -> str:
-    mark = "?" if cell.provisional else ""
-    words = cell.state + (f" ({PROVISIONAL})" if mark else "")
-    if getattr(cell, "probe_failed", False):
-        mark += "!"
+    words = cell.state + (f" ({PROVISIONAL})" if cell.provisional else "")
+    if cell.probe_failed:
         words += " (a probe of what the patch guarantees fails)"
     badge = (
         f'<span class="badge label-{escape(cell.state)}" title="{escape(words)}">'
-        f"{escape(CODES[cell.state] + mark)}</span>"
+        f"{escape(cell.code)}</span>"
     )
     # What to act on first: the per-file states, then the signals, then git's own words.
     details = [f"<strong>{escape(patch)} on {escape(version)}: {escape(words)}</strong>"]
