@@ -161,6 +161,15 @@ CONFIGS = {
         EngineConfig("eagle3-v2", spec=True, spec_v2=True),
         EngineConfig("eagle3-v1+threshold", spec=True, threshold=THRESHOLD),
         EngineConfig("eagle3-v2+threshold", spec=True, spec_v2=True, threshold=THRESHOLD),
+        # the threshold with its steps without drafts leaving the draft's KV behind
+        # (upstream's switch; measured against keeping it current)
+        EngineConfig(
+            "eagle3-v2+threshold-skip",
+            spec=True,
+            spec_v2=True,
+            threshold=THRESHOLD,
+            extra_env=tuple(SKIP_ZERO_STEP_ENV.items()),
+        ),  # fmt: skip
         # the 0.5.17 line: spec v2 only, upstream's adaptive step counts beside the threshold
         EngineConfig(
             "eagle3-v2+adaptive", spec=True, spec_v2=True, adaptive=True, steps=ADAPTIVE_STEPS
@@ -189,15 +198,21 @@ LINE_LABELS = {
     "0.5.12": ["baseline", "eagle3-v1", "eagle3-v2", "eagle3-v1+threshold", "eagle3-v2+threshold"],
     "0.5.17": [
         "baseline", "eagle3-v2", "eagle3-v2+threshold", "eagle3-v2+adaptive",
-        "eagle3-v2+adaptive-skip", "eagle3-v2+threshold-config",
+        "eagle3-v2+adaptive-skip", "eagle3-v2+threshold-config", "eagle3-v2+threshold-skip",
     ],
 }  # fmt: skip
-# What a step without drafts is on each line (docs/gpu.md): its target forward mode, and
-# whether the scheduler books it into the acceptance metrics. 0.5.12's own path runs a plain
-# DECODE forward and books nothing; 0.5.17's zero-step state runs a one-token TARGET_VERIFY
-# and process_batch_result_decode books every decode batch of a speculative server (bs rows,
-# 0 correct drafts; per request, spec_verify_ct counts it too).
-NODRAFT_MODE = {"0.5.12": "DECODE", "0.5.17": "TARGET_VERIFY"}
+# What a step without drafts is (docs/gpu.md): its target forward mode, and whether the
+# scheduler books it into the acceptance metrics. The threshold's steps without drafts are a
+# plain DECODE forward on every line (0.5.12: its own path; 0.5.17: the zero-step state's
+# DECODE graphs); upstream's adaptive zero-step state runs a one-token TARGET_VERIFY.
+# 0.5.12 books nothing; from 0.5.17 process_batch_result_decode books every decode batch of
+# a speculative server (bs rows, 0 correct drafts; per request, spec_verify_ct counts it).
+
+
+def nodraft_mode(label: str) -> str:
+    return "DECODE" if CONFIGS[label].hysteresis() else "TARGET_VERIFY"
+
+
 BOOKS_STEPS_WITHOUT_DRAFTS = {"0.5.12": False, "0.5.17": True}
 
 

@@ -51,7 +51,7 @@ install_carried() {  # every stage this call carries that is not installed yet
     done
 }
 # the labels of either line (session.py profiles those it started)
-PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold,eagle3-v2+adaptive,eagle3-v2+threshold-config
+PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold,eagle3-v2+threshold-skip,eagle3-v2+adaptive,eagle3-v2+threshold-config
 case ${1:-} in
 stage1)
     install_stage 1 ;;

@@ -438,7 +438,7 @@ def test_engine_settings_per_line():
     assert not engines.CONFIGS["eagle3-v2+adaptive"].skips_extend_without_drafts()
     assert engines.CONFIGS["eagle3-v2+adaptive"].adaptive_config is None  # upstream's default
     assert [c.threshold for c in map(engines.CONFIGS.get, engines.LINE_LABELS["0.5.17"])] == [
-        None, None, 8, None, None, None,
+        None, None, 8, None, None, None, 8,
     ]  # fmt: skip
     # --speculative-num-steps must be a candidate of the adaptive config (0.5.17 refuses to
     # start otherwise): 3 for upstream's default ([0, 1, 3, 7]), 2 for the threshold config

@@ -4,9 +4,10 @@ The checks of ``test_spec_threshold_gpu.py`` read what the probe recorded in a r
 (``gpu/probe/sitecustomize.py``, classified by ``gpu/steps.py``). Here they get
 recorded-looking sequences of correct runs, which must pass, and the same sequences with one
 mistake planted, which must fail. Sequences are written per line as the line's code runs
-them: on 0.5.12 a step without drafts is a DECODE forward the metrics do not book; on 0.5.17
-it is a one-token TARGET_VERIFY (upstream's zero-step state) with a draft extend after it and
-no draft call, booked with no accepted drafts.
+them: a step without drafts of our flag is a DECODE forward (0.5.12: its own path, not booked
+in the metrics; 0.5.17: the zero-step state's DECODE graphs), of upstream's adaptive modes a
+one-token TARGET_VERIFY; on 0.5.17 either has a draft extend after it and no draft call, and
+is booked with no accepted drafts.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def _run(label: str, line: str, planted: str | None = None) -> tier.Ramp:
     def nodraft(bs, graph=True):
         if planted == "drafted-without-drafts" and bs == 20:
             events.append(("D", bs, 2))
-        mode = "TARGET_VERIFY" if zero_step and planted != "nodraft-as-decode" else "DECODE"
+        mode = engines.nodraft_mode(label)
+        if planted == "nodraft-wrong-mode":
+            mode = {"DECODE": "TARGET_VERIFY", "TARGET_VERIFY": "DECODE"}[mode]
         events.append(("F", False, mode, bs, graph, 1))
         if not (planted == "missing-extend" and bs == 40):
             events.append(("E", bs))
@@ -111,7 +114,7 @@ CHECKS = {
     "drafted-without-drafts": (C.test_draft_work_matches_each_step,),
     "drafts-twice": (C.test_draft_work_matches_each_step,),
     "missing-extend": (C.test_draft_work_matches_each_step,),
-    "nodraft-as-decode": (C.test_decode_steps_replay_cuda_graphs,),
+    "nodraft-wrong-mode": (C.test_decode_steps_replay_cuda_graphs,),
 }  # fmt: skip
 ALL_CHECKS = sorted({c for cs in CHECKS.values() for c in cs}, key=lambda f: f.__name__)
 # which planted mistakes each (label, line) can show: the 0.5.12 line's own path has no
@@ -154,10 +157,12 @@ def test_the_labels_of_each_line_meet_their_checks():
     assert {"eagle3-v2+threshold", "eagle3-v2+adaptive", "eagle3-v2+adaptive-skip", CONFIG} < set(
         line
     )
-    assert tier.THRESHOLD_LABELS == ["eagle3-v1+threshold", "eagle3-v2+threshold"]
+    assert tier.THRESHOLD_LABELS == [
+        "eagle3-v1+threshold", "eagle3-v2+threshold", "eagle3-v2+threshold-skip",
+    ]  # fmt: skip
     assert set(tier.POLICY_LABELS) == {
-        "eagle3-v1+threshold", "eagle3-v2+threshold", "eagle3-v2+adaptive",
-        "eagle3-v2+adaptive-skip", CONFIG,
+        "eagle3-v1+threshold", "eagle3-v2+threshold", "eagle3-v2+threshold-skip",
+        "eagle3-v2+adaptive", "eagle3-v2+adaptive-skip", CONFIG,
     }  # fmt: skip
     assert "eagle3-v1" not in tier.V2_LABELS and CONFIG in tier.V2_LABELS
     assert set(tier.ALL_LABELS) == set(engines.CONFIGS)

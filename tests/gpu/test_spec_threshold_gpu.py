@@ -358,8 +358,8 @@ def test_kv_pool_back_to_initial_after_each_phase(ramps, label):
 @pytest.mark.parametrize("label", ALL_LABELS)
 def test_decode_steps_replay_cuda_graphs(ramps, label):
     """Every target decode / verify step up to --cuda-graph-max-bs replays a CUDA graph, steps
-    without drafts included (0.5.12: DECODE graphs of its own; 0.5.17: the zero-step state's
-    one-token TARGET_VERIFY graphs), in the forward modes of its line."""
+    without drafts included (the threshold: DECODE graphs, 0.5.17's in its zero-step state;
+    upstream's adaptive modes: the zero-step state's one-token TARGET_VERIFY graphs)."""
     ramp = ramps(label)
     steps = _steps(ramp)
     assert steps, f"{label}: the probe saw no target decode steps"
@@ -370,7 +370,7 @@ def test_decode_steps_replay_cuda_graphs(ramps, label):
     modes = {s.mode for s in steps}
     want = {"DECODE"} if label == "baseline" else {"TARGET_VERIFY"}
     if label in POLICY_LABELS:
-        want |= {engines.NODRAFT_MODE[ramp.line]}
+        want |= {engines.nodraft_mode(label)}
     assert modes == want, f"{label}: target decode modes {sorted(modes)}"
 
 

@@ -44,6 +44,15 @@ LINES = ("0.5.17", "0.5.23")
 pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines(*LINES)]
 
 GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 96, 128]
+# The lines whose steps without drafts are plain decodes on DECODE graphs; 0.5.23 still runs
+# upstream's one-token verify there (docs/spec-threshold.md).
+PLAIN_DECODE_LINES = ("0.5.17",)
+
+
+def _line() -> str:
+    import os
+
+    return os.environ.get("PATCHKIT_PAYLOAD_LINE") or LINES[0]
 
 
 @pytest.fixture(scope="module")
@@ -316,7 +325,8 @@ def _decode_batch(bs: int):
 def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     """The real EAGLEWorkerV2 decode step over a ramp: it asks the policy with the batch's own
     size, drafts only while speculating, and above the threshold verifies the pending token
-    alone (one draft token, zero steps) with no draft call.  Stand-ins: the draft worker's GPU
+    alone (one draft token, zero steps) as a plain decode (``plain_decode``) with no draft
+    call, its new lengths published before the target runs.  Stand-ins: the draft worker's GPU
     parts and its TP group, state building (CUDA-graph capture) and the verify's kernels
     (recorded); the state swaps are the real ``apply_runtime_state``."""
     from sglang.srt import server_args as server_args_module
@@ -350,20 +360,36 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     monkeypatch.setattr(worker, "build_adaptive_runtime_state", build_state)
     worker.adaptive_controller.register(build_state(2, 3))
     worker.adaptive_controller.init_states(cuda_graph_bs=GRAPH_BS)
-    verified: list[tuple[int, int]] = []
+    events: list[tuple] = []
 
     def verify(batch, **kwargs):
-        verified.append((batch.seq_lens.shape[0], batch.spec_info.draft_token_num))
-        return SimpleNamespace(new_seq_lens=batch.seq_lens + 1, next_draft_input=None)
+        plain = kwargs.get("plain_decode", False)
+        events.append(("verify", batch.seq_lens.shape[0], batch.spec_info.draft_token_num, plain))
+        return SimpleNamespace(new_seq_lens=batch.seq_lens + 3, next_draft_input=None)
 
     monkeypatch.setattr(worker, "verify", verify)
     ramp = [4, 8, 9, 12, 7, 5, 3]  # disabled above 8, re-enabled at <= 6 (5 pads to 8)
     for bs in ramp:
-        worker.forward_batch_generation(_decode_batch(bs))
-    assert verified == [(4, 3), (8, 3), (9, 1), (12, 1), (7, 1), (5, 3), (3, 3)]
+        step = worker.forward_batch_generation(
+            _decode_batch(bs), on_publish=lambda lens: events.append(("publish", lens.tolist()))
+        )
+        events.append(("result", step.new_seq_lens.tolist()))
+    verified = [e[1:] for e in events if e[0] == "verify"]
+    plain = _line() in PLAIN_DECODE_LINES
+    assert verified == [(4, 3, False), (8, 3, False), (9, 1, plain), (12, 1, plain),
+                        (7, 1, plain), (5, 3, False), (3, 3, False)]  # fmt: skip
     drafted = [bs for kind, bs in draft.calls if kind == "draft"]
     assert drafted == [4, 8, 5, 3]
     assert [bs for kind, bs in draft.calls if kind == "draft_extend"] == ramp
+    if not plain:
+        return
+    # A step without drafts publishes seq_lens + 1 before the target runs (the scheduler's
+    # next batch waits for no forward) and returns what it published; a verify step
+    # publishes its own result after it.
+    i = events.index(("verify", 9, 1, True))
+    assert events[i - 1 : i + 2] == [("publish", [21] * 9), events[i], ("result", [21] * 9)]
+    i = events.index(("verify", 4, 3, False))
+    assert events[i : i + 3] == [events[i], ("publish", [23] * 4), ("result", [23] * 4)]
 
 
 RUNTIME_STATE_PARTS = (
@@ -373,3 +399,130 @@ RUNTIME_STATE_PARTS = (
     "draft_extend_attn_backend",
     "cuda_graph_runner_for_draft_extend",
 )
+
+
+class GraphRunnerRecorder:
+    """The zero-step state's target graph runner, recording the batch it is asked about and
+    loaded with (capturing and replaying a graph needs a GPU)."""
+
+    def __init__(self):
+        self.asked, self.loaded = [], []
+
+    def can_run_graph(self, forward_batch):
+        self.asked.append(forward_batch)
+        return True
+
+    def load_batch(self, forward_batch):
+        self.loaded.append(forward_batch)
+
+
+def _pending_token_batch(bs: int):
+    """A real ScheduleBatch as spec v2 hands a decode step to the worker: ``seq_lens`` counts
+    the tokens in the KV cache, the pending token (not yet in it) is the tree's root, the
+    scheduler reserved KV slots from ``seq_lens`` on."""
+    import torch
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    pool = ReqToTokenPool(size=8, max_context_len=64, device="cpu", enable_memory_saver=False)
+    seq_lens = torch.tensor([11, 20, 7][:bs], dtype=torch.int64)
+    pool.req_to_token[:bs] = 1000 + torch.arange(bs * 64, dtype=torch.int32).view(bs, 64)
+    reqs = [SimpleNamespace(lora_id=None, rid=str(i), token_type_ids=None) for i in range(bs)]
+    batch = ScheduleBatch(reqs=reqs)
+    batch.forward_mode = ForwardMode.DECODE
+    batch.req_pool_indices = torch.arange(bs, dtype=torch.int64)
+    batch.seq_lens, batch.seq_lens_cpu = seq_lens, seq_lens.clone()
+    batch.orig_seq_lens, batch.seq_lens_sum = seq_lens.to(torch.int32), int(seq_lens.sum())
+    batch.spec_algorithm = SpeculativeAlgorithm.EAGLE3
+    batch.device = "cpu"
+    batch.model_config = SimpleNamespace(vocab_size=VOCAB_STANDIN)
+    return batch, pool
+
+
+VOCAB_STANDIN = 64
+ONE_RANK = SimpleNamespace(moe_ep_size=1, attn_tp_size=1, attn_tp_rank=0)
+
+
+def test_a_step_without_drafts_decodes_the_pending_token(tree, resolve, monkeypatch):
+    """The real ``eagle_prepare_for_verify`` with ``plain_decode`` and the real
+    ``ForwardBatch.init_new``: the target is handed a DECODE batch of each request's pending
+    token at position ``seq_lens`` (one KV slot, the first the scheduler reserved), with
+    ``seq_lens + 1``, no ``spec_info`` and FULL hidden-state capture (the EAGLE-3 aux states
+    the draft extend reads); the graph runner is asked about that batch; the schedule batch
+    keeps the verify step's shape for the draft extend.  Stand-in: the model runner's
+    attributes and its graph runner (capture and replay need a GPU), one rank's parallel
+    state, the Triton kernel that reads the reserved slots (in torch)."""
+    import torch
+    from sglang.srt import server_args as server_args_module
+    from sglang.srt.model_executor import forward_batch_info
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative import eagle_utils
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    if _line() not in PLAIN_DECODE_LINES:
+        pytest.skip(f"line {_line()} runs upstream's one-token verify without drafts")
+    batch, pool = _pending_token_batch(3)
+    roots = torch.tensor([5, 9, 13])
+    batch.spec_info = verify_input = _one_node_tree(roots)  # as the worker hands it over
+    graphs = GraphRunnerRecorder()
+    args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
+    args.device = "cpu"
+    server_args_module.set_global_server_args_for_scheduler(args)
+    monkeypatch.setattr(forward_batch_info, "get_parallel", lambda: ONE_RANK)
+    from sglang.kernels.ops.speculative import cache_locs
+
+    monkeypatch.setattr(cache_locs, "assign_extend_cache_locs_uniform_func", reserved_slots)
+    runner = SimpleNamespace(
+        spec_algorithm=SpeculativeAlgorithm.EAGLE3, is_draft_worker=False, device="cpu",
+        server_args=args,
+        model_config=SimpleNamespace(model_is_mrope=False, vocab_size=VOCAB_STANDIN),
+        ngram_embedding_manager=SimpleNamespace(enabled=False),
+        decode_cuda_graph_runner=graphs,
+    )  # fmt: skip
+    forward_batch, graph = eagle_utils.eagle_prepare_for_verify(
+        verify_input, pool, batch, SimpleNamespace(model_runner=runner), plain_decode=True
+    )
+    assert graph and graphs.asked == [forward_batch] and graphs.loaded == [forward_batch]
+    assert forward_batch.forward_mode == ForwardMode.DECODE
+    assert forward_batch.spec_info is None
+    assert forward_batch.capture_hidden_mode == CaptureHiddenMode.FULL
+    assert forward_batch.input_ids.tolist() == roots.tolist()
+    assert forward_batch.positions.tolist() == [11, 20, 7]  # the pending token's position
+    assert forward_batch.seq_lens.tolist() == [12, 21, 8]  # it is attended to
+    assert forward_batch.seq_lens_cpu.tolist() == [12, 21, 8]
+    assert forward_batch.seq_lens_sum == 41
+    # the first reserved slot of each request: req_to_token[i, seq_lens[i]]
+    want_slots = [1000 + i * 64 + n for i, n in enumerate([11, 20, 7])]
+    assert forward_batch.out_cache_loc.tolist() == want_slots
+    # the batch itself: what the draft extend and the scheduler read after a verify
+    assert batch.forward_mode == ForwardMode.TARGET_VERIFY
+    assert batch.seq_lens.tolist() == [11, 20, 7] and batch.spec_info is verify_input
+    assert batch.out_cache_loc.tolist() == want_slots
+
+
+def reserved_slots(req_pool_indices, req_to_token, start_offset, batch_size, draft_token_num,
+                   device):  # fmt: skip
+    """``assign_extend_cache_locs_uniform_func`` (Triton) in torch: the slots
+    ``[start, start + draft_token_num)`` of each request, request-major."""
+    import torch
+
+    assert len(req_pool_indices) == batch_size == len(start_offset)
+    cols = start_offset.to(torch.int64).unsqueeze(1) + torch.arange(draft_token_num)
+    return req_to_token[req_pool_indices.unsqueeze(1), cols].reshape(-1).to(torch.int64)
+
+
+def _one_node_tree(roots):
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    bs = roots.shape[0]
+    return EagleVerifyInput(
+        draft_token=roots, custom_mask=None, positions=None,
+        retrieve_index=torch.arange(bs).unsqueeze(1),
+        retrieve_next_token=torch.full((bs, 1), -1), retrieve_next_sibling=torch.full((bs, 1), -1),
+        retrieve_cum_len=None, spec_steps=0, topk=1, draft_token_num=1,
+        capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=None, seq_lens_cpu=None,
+    )  # fmt: skip
