@@ -246,3 +246,61 @@ def test_the_same_calls_in_a_loop_upstream_wrote_its_own_way_are_the_same_change
     assert "for steps in candidate_steps(get_spec().config)" in verdict.evidence
     [before] = hunk_verdicts(pf, "pkg/runner.py", ROWS_OLD, ROWS_OLD, Delta())
     assert before.state == "needed"
+
+
+STEP_OLD = """\
+class Worker:
+    def step(self, batch, on_publish=None):
+        batch.spec_info = verify_input
+        batch_output = self.verify(batch, grammar_barrier=grammar_barrier)
+        if on_publish is not None:
+            on_publish(batch_output.new_seq_lens)
+        return batch_output
+"""
+
+# the lengths of a step without drafts published before its forward (0.5.17's worker)
+PUBLISH_EARLY = """\
+--- a/pkg/worker.py
++++ b/pkg/worker.py
+@@ -3,5 +3,13 @@ class Worker:
+         batch.spec_info = verify_input
+-        batch_output = self.verify(batch, grammar_barrier=grammar_barrier)
+-        if on_publish is not None:
+-            on_publish(batch_output.new_seq_lens)
++        if plain_decode:
++            new_seq_lens = batch.seq_lens + 1
++            if on_publish is not None:
++                on_publish(new_seq_lens)
++        batch_output = self.verify(
++            batch, grammar_barrier=grammar_barrier, plain_decode=plain_decode
++        )
++        if plain_decode:
++            batch_output.new_seq_lens = new_seq_lens
++        elif on_publish is not None:
++            on_publish(batch_output.new_seq_lens)
+         return batch_output
+"""
+
+# upstream 0.5.21: the same calls, rewrapped, and none of the patch's own state
+STEP_UPSTREAM = """\
+class Worker:
+    def step(self, batch, on_publish=None, pp_proxy_tensors=None):
+        batch.spec_info = verify_input
+        batch_output = self.verify(
+            batch,
+            pp_proxy_tensors=pp_proxy_tensors,
+            grammar_barrier=grammar_barrier,
+        )
+        if on_publish is not None:
+            on_publish(batch_output.new_seq_lens)
+        return batch_output
+"""
+
+
+def test_the_same_calls_without_the_state_the_hunk_keeps_are_another_change():
+    """Upstream makes the hunk's calls (`self.verify(`, `on_publish(...)`) but keeps none of
+    what it assigns from them (`new_seq_lens = batch.seq_lens + 1`): not upstream.  An
+    initial value (`best = 0` above) is no such state."""
+    [pf] = PatchSet(PUBLISH_EARLY)
+    [verdict] = hunk_verdicts(pf, "pkg/worker.py", STEP_OLD, STEP_UPSTREAM, Delta())
+    assert verdict.state == "needed", verdict.evidence

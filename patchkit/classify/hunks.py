@@ -13,7 +13,10 @@ There, a hunk is upstream when
   right after the same line: the same target assigned from a call of the same name or of a
   name ending the same (`x = tensor_model_parallel_all_reduce(x)` and upstream's
   `x = attention_tensor_model_parallel_all_reduce(x)`), unconditionally or in both branches
-  of an `if`/`else` (a counterpart under one condition only is another change);
+  of an `if`/`else` (a counterpart under one condition only is another change), and each
+  assignment it adds from other values without a call (`new_seq_lens = batch.seq_lens + 1`;
+  not an initial `rows = 0`) stands in upstream's definition as it is: a change whose calls
+  upstream makes but whose own state it does not keep is another change;
 - `delegated`: it only inserts code under a condition (`if i in self.layers_to_capture:`)
   and upstream no longer tests that condition as a statement there but passes it to a call
   (`capture_output=aux.capture if i in self.layers_to_capture else None`): the code the
@@ -52,6 +55,7 @@ _GUARD_RE = re.compile(r"^(?:el)?if\s+(.+):$")
 _IMPORT_RE = re.compile(r"^(from\s|import\s|[\w.]+,?$|\)$)")
 _NOT_EFFECTS = frozenset(("getattr", "hasattr", "isinstance", "len", "super", "print", "get"))
 _DEFINES = ("def ", "class ", "async ", "@")
+_LITERALS = frozenset(("None", "True", "False"))
 
 
 @dataclass
@@ -230,7 +234,11 @@ def _same_change(hunk, home: _Definition):
             if _GUARD_RE.match(line) or line == "else:":
                 guards |= _names(line)
                 continue
-            if not _calls(line) or _IMPORT_RE.match(line) or line.startswith(_DEFINES):
+            if _IMPORT_RE.match(line) or line.startswith(_DEFINES):
+                continue
+            if not _calls(line):
+                if _keeps_state(line) and line not in home.lines:
+                    return None  # state of its own that upstream does not keep
                 continue
             if anchor is None:
                 return None
@@ -309,6 +317,12 @@ def _in_chain(chain: list[tuple[str, list[str]]], line: str, guards: set[str]) -
     exhaustive = chain[-1][0] == "else:" and len(done) == len(chain)
     alike = any(t and _names(head) & guards for head, t in hits)
     return " and ".join(done) if exhaustive or alike else None
+
+
+def _keeps_state(line: str) -> bool:
+    """An assignment from other values (names), not from literals alone."""
+    match = _ASSIGN_RE.match(line)
+    return bool(match) and bool(_names(line[match.end() :]) - _LITERALS)
 
 
 def _names(line: str) -> set[str]:

@@ -44,15 +44,6 @@ LINES = ("0.5.17", "0.5.23")
 pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines(*LINES)]
 
 GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 96, 128]
-# The lines whose steps without drafts are plain decodes on DECODE graphs; 0.5.23 still runs
-# upstream's one-token verify there (docs/spec-threshold.md).
-PLAIN_DECODE_LINES = ("0.5.17",)
-
-
-def _line() -> str:
-    import os
-
-    return os.environ.get("PATCHKIT_PAYLOAD_LINE") or LINES[0]
 
 
 @pytest.fixture(scope="module")
@@ -375,14 +366,11 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
         )
         events.append(("result", step.new_seq_lens.tolist()))
     verified = [e[1:] for e in events if e[0] == "verify"]
-    plain = _line() in PLAIN_DECODE_LINES
-    assert verified == [(4, 3, False), (8, 3, False), (9, 1, plain), (12, 1, plain),
-                        (7, 1, plain), (5, 3, False), (3, 3, False)]  # fmt: skip
+    assert verified == [(4, 3, False), (8, 3, False), (9, 1, True), (12, 1, True),
+                        (7, 1, True), (5, 3, False), (3, 3, False)]  # fmt: skip
     drafted = [bs for kind, bs in draft.calls if kind == "draft"]
     assert drafted == [4, 8, 5, 3]
     assert [bs for kind, bs in draft.calls if kind == "draft_extend"] == ramp
-    if not plain:
-        return
     # A step without drafts publishes seq_lens + 1 before the target runs (the scheduler's
     # next batch waits for no forward) and returns what it published; a verify step
     # publishes its own result after it.
@@ -442,7 +430,8 @@ def _pending_token_batch(bs: int):
 
 
 VOCAB_STANDIN = 64
-ONE_RANK = SimpleNamespace(moe_ep_size=1, attn_tp_size=1, attn_tp_rank=0)
+ONE_RANK = SimpleNamespace(moe_ep_size=1, attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1,
+                           dcp_enabled=False, dcp_size=1, dcp_rank=0)  # fmt: skip
 
 
 def test_a_step_without_drafts_decodes_the_pending_token(tree, resolve, monkeypatch):
@@ -461,8 +450,6 @@ def test_a_step_without_drafts_decodes_the_pending_token(tree, resolve, monkeypa
     from sglang.srt.speculative import eagle_utils
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    if _line() not in PLAIN_DECODE_LINES:
-        pytest.skip(f"line {_line()} runs upstream's one-token verify without drafts")
     batch, pool = _pending_token_batch(3)
     roots = torch.tensor([5, 9, 13])
     batch.spec_info = verify_input = _one_node_tree(roots)  # as the worker hands it over
@@ -477,10 +464,13 @@ def test_a_step_without_drafts_decodes_the_pending_token(tree, resolve, monkeypa
     runner = SimpleNamespace(
         spec_algorithm=SpeculativeAlgorithm.EAGLE3, is_draft_worker=False, device="cpu",
         server_args=args,
-        model_config=SimpleNamespace(model_is_mrope=False, vocab_size=VOCAB_STANDIN),
-        ngram_embedding_manager=SimpleNamespace(enabled=False),
+        model_config=SimpleNamespace(
+            model_is_mrope=False, vocab_size=VOCAB_STANDIN, requires_mm_token_modalities=False
+        ),
+        ngram_embedding_manager=SimpleNamespace(enabled=False), lora_manager=None,
         decode_cuda_graph_runner=graphs,
     )  # fmt: skip
+    _add_kv_index_translator(runner, pool, monkeypatch)
     forward_batch, graph = eagle_utils.eagle_prepare_for_verify(
         verify_input, pool, batch, SimpleNamespace(model_runner=runner), plain_decode=True
     )
@@ -496,10 +486,27 @@ def test_a_step_without_drafts_decodes_the_pending_token(tree, resolve, monkeypa
     # the first reserved slot of each request: req_to_token[i, seq_lens[i]]
     want_slots = [1000 + i * 64 + n for i, n in enumerate([11, 20, 7])]
     assert forward_batch.out_cache_loc.tolist() == want_slots
+    if hasattr(runner, "kv_index_translator"):  # 0.5.23+: the forward's KV plan is its own
+        plan = forward_batch.kv_loc_plan
+        assert plan is not None and plan.seq_lens.tolist() == [12, 21, 8]
     # the batch itself: what the draft extend and the scheduler read after a verify
     assert batch.forward_mode == ForwardMode.TARGET_VERIFY
     assert batch.seq_lens.tolist() == [11, 20, 7] and batch.spec_info is verify_input
     assert batch.out_cache_loc.tolist() == want_slots
+
+
+def _add_kv_index_translator(runner, pool, monkeypatch):
+    """0.5.23+: the runner's real KVIndexTranslator over the real req_to_token table (a plain
+    pool: no translated id spaces), which every ForwardBatch binds its KV plan to."""
+    try:
+        from sglang.srt.mem_cache import kv_index_translator
+    except ImportError:  # 0.5.17: no KV plans
+        return
+    monkeypatch.setattr(kv_index_translator, "get_parallel", lambda: ONE_RANK)
+    runner.kv_index_translator = kv_index_translator.KVIndexTranslator(
+        req_to_token=pool.req_to_token, token_to_kv_pool_allocator=object(),
+        token_to_kv_pool=object(), page_size=1, device="cpu",
+    )  # fmt: skip
 
 
 def reserved_slots(req_pool_indices, req_to_token, start_offset, batch_size, draft_token_num,
