@@ -114,3 +114,27 @@ def test_a_config_file_sizes_by_its_own_candidates(tree, tmp_path):
     runner = _runner(tree, tmp_path, *argv, "--speculative-adaptive-config", str(path), *COMMON)
     shared = _shared_buffer(runner)
     assert shared.max_rows == max(_rows_each_state_needs(runner, [0, 1, 5]).values()) == 128 * 6
+
+
+def test_each_state_captures_its_draft_extend_at_its_own_width(tree, tmp_path):
+    """An adaptive state is built under the runtime context's override of its steps and
+    draft tokens (``EAGLEWorkerV2._override_worker_state``, the same ``override`` call here);
+    the draft-extend graphs it captures take their width from ``resolve_num_tokens_per_req``,
+    which must read that override, not ``server_args`` (the startup record): else every state
+    but the configured one captures at the configured width and replays nothing (its draft
+    extend runs eagerly)."""
+    from sglang.srt.runtime_context import get_context
+    from sglang.srt.speculative.spec_utils import resolve_num_tokens_per_req
+
+    runner = _runner(tree, tmp_path, *ADAPTIVE, *COMMON)
+    args = runner.server_args
+    assert resolve_num_tokens_per_req(phase="draft_extend", server_args=args) == 4
+    for steps in (0, 1, 7):
+        get_context().override(
+            "adaptive_spec.capture_override",
+            speculative_num_steps=steps,
+            speculative_num_draft_tokens=steps + 1,
+        )
+        width = resolve_num_tokens_per_req(phase="draft_extend", server_args=args)
+        assert width == steps + 1, steps
+    assert args.speculative_num_draft_tokens == 4  # the startup record is left as it was
