@@ -1,12 +1,13 @@
 """Decode steps read from the GPU probe's records, and the step counts each policy allows.
 
 A speculative server's decode step is one target forward of the decode class (``DECODE`` or
-``TARGET_VERIFY``) with the draft work around it. How a step without drafts shows differs by
-line: on 0.5.12 it is a plain ``DECODE`` forward of the target; from 0.5.14 on it is
-upstream's zero-step runtime state, a ``TARGET_VERIFY`` forward of one token per request (a
-one-node tree, ``draft_token_num`` 1) with no draft call before it, and the draft extend after
-it unless ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND`` is set. So a step's draft steps are
-``tokens per request - 1`` of its verify (topk 1), 0 for a ``DECODE`` forward.
+``TARGET_VERIFY``) with the draft work around it. A step without drafts of the threshold is a
+plain ``DECODE`` forward of the target (0.5.12: the line's own path; 0.5.17: the zero-step
+runtime state's DECODE graphs); of upstream's adaptive modes (0.5.14+) a ``TARGET_VERIFY``
+forward of one token per request (a one-node tree, ``draft_token_num`` 1); from 0.5.14 either
+has no draft call before it and the draft extend after it unless
+``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND`` is set. So a step's draft steps are ``tokens per
+request - 1`` of its verify (topk 1), 0 for a ``DECODE`` forward.
 
 Probe records (``gpu/probe/sitecustomize.py``, parsed by ``engines.Server.probe_events``):
 ``("F", draft, mode, bs, graph, tokens)`` a model forward (tokens: per request, ``None`` in
@@ -73,6 +74,28 @@ def decode_steps(events: Sequence[tuple], draft_tokens: int = 3) -> list[Step]:
 def bookings(events: Iterable[tuple]) -> list[tuple[int, int, int | None]]:
     """The acceptance-metrics bookings: (batch size, correct drafts, draft tokens or None)."""
     return [(e[1], e[2], e[3] if len(e) > 3 else None) for e in events if e[0] == "S"]
+
+
+def acceptance_after_resume(
+    booked: Iterable[tuple[int, int, int | None]], window: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(accepted drafts, drafts) of the first ``window`` speculative bookings after each stretch
+    of steps without drafts (booked with one draft token: 0.5.14+), and of every other
+    speculative booking: the draft's acceptance right after speculation resumes, against
+    continuous speculation."""
+    after, steady = [0, 0], [0, 0]
+    since = None  # speculative bookings since the last step without drafts
+    for bs, correct, stride in booked:
+        if stride == 1:
+            since = 0
+            continue
+        drafts = ((stride or 1) - 1) * bs
+        into = after if since is not None and since < window else steady
+        into[0] += correct
+        into[1] += drafts
+        if since is not None:
+            since += 1
+    return (after[0], after[1]), (steady[0], steady[1])
 
 
 def hysteresis_mismatches(steps: Sequence[Step], disable_above: int, reenable_at: int) -> list[str]:

@@ -48,14 +48,14 @@ def _run(label: str, line: str, planted: str | None = None) -> tier.Ramp:
     events, log = [], ""
     zero_step = line == "0.5.17"
 
-    def speculative(bs, graph=True):
+    def speculative(bs, graph=True, cold=False):
         events.append(("D", bs, 2))
         if planted == "drafts-twice" and bs == 3:
             events.append(("D", bs, 2))
         events.append(("F", False, "TARGET_VERIFY", bs, graph, 3))
         events.append(("F", True, "DRAFT_EXTEND_V2", bs, True, 0))  # the draft: not a target step
         events.append(("E", bs))
-        events.append(("S", bs, 2 * bs, 3))
+        events.append(("S", bs, 0 if cold else 2 * bs, 3))
 
     def nodraft(bs, graph=True):
         if planted == "drafted-without-drafts" and bs == 20:
@@ -89,8 +89,9 @@ def _run(label: str, line: str, planted: str | None = None) -> tier.Ramp:
             speculative(3)
             nodraft(8)
         log += ENABLED.format(resumed[0])
-        for bs in resumed:
-            speculative(bs, not (planted == "eager-verify" and bs == 5))
+        for i, bs in enumerate(resumed):
+            cold = planted == "cold-resume" and i == 0
+            speculative(bs, not (planted == "eager-verify" and bs == 5), cold)
     if planted == "double-log":
         log += DISABLED.format(50)
     return tier.Ramp(label, line, events=events, log=log)
@@ -115,6 +116,7 @@ CHECKS = {
     "drafts-twice": (C.test_draft_work_matches_each_step,),
     "missing-extend": (C.test_draft_work_matches_each_step,),
     "nodraft-wrong-mode": (C.test_decode_steps_replay_cuda_graphs,),
+    "cold-resume": (C.test_acceptance_after_resume_is_continuous_speculations,),
 }  # fmt: skip
 ALL_CHECKS = sorted({c for cs in CHECKS.values() for c in cs}, key=lambda f: f.__name__)
 # which planted mistakes each (label, line) can show: the 0.5.12 line's own path has no
