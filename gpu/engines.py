@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -153,6 +153,19 @@ class EngineConfig:
         return env
 
 
+def skipping(config: EngineConfig) -> EngineConfig:
+    """``config`` with its steps without drafts leaving the draft's KV behind (upstream's
+    switch, measured against keeping it current): label ``<label>-skip``."""
+    return replace(
+        config, label=config.label + "-skip", extra_env=tuple(SKIP_ZERO_STEP_ENV.items())
+    )
+
+
+_THRESHOLD_V2 = EngineConfig("eagle3-v2+threshold", spec=True, spec_v2=True, threshold=THRESHOLD)
+# the 0.5.17 line: spec v2 only, upstream's adaptive step counts beside the threshold
+_ADAPTIVE = EngineConfig(
+    "eagle3-v2+adaptive", spec=True, spec_v2=True, adaptive=True, steps=ADAPTIVE_STEPS
+)
 CONFIGS = {
     c.label: c
     for c in (
@@ -160,28 +173,10 @@ CONFIGS = {
         EngineConfig("eagle3-v1", spec=True),
         EngineConfig("eagle3-v2", spec=True, spec_v2=True),
         EngineConfig("eagle3-v1+threshold", spec=True, threshold=THRESHOLD),
-        EngineConfig("eagle3-v2+threshold", spec=True, spec_v2=True, threshold=THRESHOLD),
-        # the threshold with its steps without drafts leaving the draft's KV behind
-        # (upstream's switch; measured against keeping it current)
-        EngineConfig(
-            "eagle3-v2+threshold-skip",
-            spec=True,
-            spec_v2=True,
-            threshold=THRESHOLD,
-            extra_env=tuple(SKIP_ZERO_STEP_ENV.items()),
-        ),  # fmt: skip
-        # the 0.5.17 line: spec v2 only, upstream's adaptive step counts beside the threshold
-        EngineConfig(
-            "eagle3-v2+adaptive", spec=True, spec_v2=True, adaptive=True, steps=ADAPTIVE_STEPS
-        ),
-        EngineConfig(
-            "eagle3-v2+adaptive-skip",
-            spec=True,
-            spec_v2=True,
-            adaptive=True,
-            extra_env=tuple(SKIP_ZERO_STEP_ENV.items()),
-            steps=ADAPTIVE_STEPS,
-        ),  # fmt: skip
+        _THRESHOLD_V2,
+        skipping(_THRESHOLD_V2),
+        _ADAPTIVE,
+        skipping(_ADAPTIVE),
         EngineConfig(
             "eagle3-v2+threshold-config",
             spec=True,
