@@ -129,12 +129,20 @@ def test_each_state_captures_its_draft_extend_at_its_own_width(tree, tmp_path):
     runner = _runner(tree, tmp_path, *ADAPTIVE, *COMMON)
     args = runner.server_args
     assert resolve_num_tokens_per_req(phase="draft_extend", server_args=args) == 4
-    for steps in (0, 1, 7):
+    try:
+        for steps in (0, 1, 7):
+            get_context().override(
+                "adaptive_spec.capture_override",
+                speculative_num_steps=steps,
+                speculative_num_draft_tokens=steps + 1,
+            )
+            width = resolve_num_tokens_per_req(phase="draft_extend", server_args=args)
+            assert width == steps + 1, steps
+    finally:  # as _override_worker_state restores it: later tests read the startup values
         get_context().override(
-            "adaptive_spec.capture_override",
-            speculative_num_steps=steps,
-            speculative_num_draft_tokens=steps + 1,
+            "adaptive_spec.capture_restore",
+            speculative_num_steps=args.speculative_num_steps,
+            speculative_num_draft_tokens=args.speculative_num_draft_tokens,
         )
-        width = resolve_num_tokens_per_req(phase="draft_extend", server_args=args)
-        assert width == steps + 1, steps
     assert args.speculative_num_draft_tokens == 4  # the startup record is left as it was
+    assert resolve_num_tokens_per_req(phase="draft_extend", server_args=args) == 4

@@ -430,6 +430,14 @@ def _pending_token_batch(bs: int):
 
 
 VOCAB_STANDIN = 64
+# the worker's fields its one-node tree reads (the target's live attention backend has no
+# verify mask to fill for a plain decode)
+TREE_BUILDER = SimpleNamespace(
+    device="cpu", topk=1,
+    _target_worker=SimpleNamespace(
+        model_runner=SimpleNamespace(attn_backend=SimpleNamespace(verify_mask=None))
+    ),
+)  # fmt: skip
 ONE_RANK = SimpleNamespace(moe_ep_size=1, attn_tp_size=1, attn_tp_rank=0, attn_dcp_size=1,
                            dcp_enabled=False, dcp_size=1, dcp_rank=0)  # fmt: skip
 
@@ -447,12 +455,16 @@ def test_a_step_without_drafts_decodes_the_pending_token(tree, resolve, monkeypa
     from sglang.srt import server_args as server_args_module
     from sglang.srt.model_executor import forward_batch_info
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-    from sglang.srt.speculative import eagle_utils
+    from sglang.srt.speculative import eagle_utils, eagle_worker_v2
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     batch, pool = _pending_token_batch(3)
     roots = torch.tensor([5, 9, 13])
-    batch.spec_info = verify_input = _one_node_tree(roots)  # as the worker hands it over
+    batch.spec_info = SimpleNamespace(bonus_tokens=roots)  # the pending tokens (EagleDraftInput)
+    # the worker's own one-node tree, as its step without drafts builds it
+    batch.spec_info = verify_input = eagle_worker_v2.EAGLEWorkerV2._build_trivial_verify_input(
+        TREE_BUILDER, batch, plain_decode=True
+    )
     graphs = GraphRunnerRecorder()
     args = resolve(*EAGLE3_TOPK1, THRESHOLD_FLAG, "8", "--max-running-requests", "64")
     args.device = "cpu"
@@ -518,18 +530,3 @@ def reserved_slots(req_pool_indices, req_to_token, start_offset, batch_size, dra
     assert len(req_pool_indices) == batch_size == len(start_offset)
     cols = start_offset.to(torch.int64).unsqueeze(1) + torch.arange(draft_token_num)
     return req_to_token[req_pool_indices.unsqueeze(1), cols].reshape(-1).to(torch.int64)
-
-
-def _one_node_tree(roots):
-    import torch
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-    from sglang.srt.speculative.eagle_info import EagleVerifyInput
-
-    bs = roots.shape[0]
-    return EagleVerifyInput(
-        draft_token=roots, custom_mask=None, positions=None,
-        retrieve_index=torch.arange(bs).unsqueeze(1),
-        retrieve_next_token=torch.full((bs, 1), -1), retrieve_next_sibling=torch.full((bs, 1), -1),
-        retrieve_cum_len=None, spec_steps=0, topk=1, draft_token_num=1,
-        capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=None, seq_lens_cpu=None,
-    )  # fmt: skip
