@@ -36,7 +36,9 @@ REENABLE = 6
 CUDA_GRAPH_MAX_BS = 128
 # one capture list for every configuration (fewer sizes than SGLang's defaults: faster start)
 CUDA_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128]
-MAX_RUNNING = 128
+# above CUDA_GRAPH_MAX_BS: the tier's widest phase runs eager decode steps as well
+MAX_RUNNING = 160
+REQUEST_KINDS = ("greedy", "logprob", "sampled")
 STEPS = 2  # EAGLE-3: 2 steps, topk 1, 3 draft tokens
 
 
@@ -371,7 +373,9 @@ class Server:
         return not self.exited() and http_get(self.url + "/health")[0] == 200
 
     def generate(self, prompt: list[int], max_new_tokens: int, rid: str | None = None,
-                 timeout: float = 300.0) -> dict:  # fmt: skip
+                 timeout: float = 300.0, kind: str = "greedy") -> dict:  # fmt: skip
+        """One request of a REQUEST_KINDS kind: greedy; greedy with the logprob of each
+        output token; sampled (temperature 0.8, top-p 0.95, a seed of its own)."""
         payload = {
             "input_ids": prompt,
             "sampling_params": {
@@ -380,6 +384,13 @@ class Server:
                 "ignore_eos": True,
             },
         }
+        if kind == "logprob":
+            payload |= {"return_logprob": True, "top_logprobs_num": 2}
+        elif kind == "sampled":
+            payload["sampling_params"] |= {"temperature": 0.8, "top_p": 0.95,
+                                           "sampling_seed": sum(prompt) % 9973}  # fmt: skip
+        elif kind != "greedy":
+            raise ValueError(f"unknown request kind {kind!r}")
         if rid:
             payload["rid"] = rid
         return http_post(self.url + "/generate", payload, timeout)

@@ -14,7 +14,8 @@
 #           side, profile at batch 128; servers left running for `bench`
 #   tests   install stage 2, train the models, start the servers (left running), GPU tests
 #   bench   the throughput benchmark and profiles against the running servers, then stop them
-#   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py)
+#   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py),
+#           after stage 1 and stage 2 (stage 3 carried or installed): three servers at a time
 #   profile install stage 2, train, start baseline and EAGLE-3 v2 (+ threshold), profile, stop
 #   deep    baseline and EAGLE-3 v2 + threshold on the larger models with a 36-layer target
 # The machine keeps /tmp and the servers for 30 s after a call: run the steps back to back.
@@ -113,11 +114,13 @@ bench)
     exit $rc ;;
 large)
     test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
-    sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
-    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=0.6 timeout 570 python3 gpu/session.py \
-        --out $S-large --large --no-tests --stop --budget-s 550 --bench-runs 3 \
-        --bench-concurrency 16,32,64,128 --profile $PROFILED \
-        --labels baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold)
+    install_carried
+    # three 13 GB targets fit an H100 (80 GB) when each server's fraction only gates its start
+    # (--max-total-tokens caps the KV pool): LARGE_LABELS picks which three
+    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.8} timeout 570 \
+        python3 gpu/session.py --out $S-large --large --no-tests --stop --budget-s 550 \
+        --bench-runs 3 --bench-concurrency 16,32,64,128 --profile $PROFILED \
+        --labels ${LARGE_LABELS:-baseline,eagle3-v2+threshold,eagle3-v2+threshold-skip})
     rc=$?
     collect $S-large large-
     cat "$S-large/bench.md" 2>/dev/null
@@ -134,11 +137,11 @@ profile)
     exit $rc ;;
 deep)
     test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
-    sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
-    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=0.4 timeout 520 python3 gpu/session.py \
-        --out $S-deep --large --large-layers 36 --no-tests --stop --budget-s 500 --bench-runs 3 \
-        --bench-concurrency 64,128 --labels baseline,eagle3-v2+threshold \
-        --profile baseline,eagle3-v2+threshold)
+    install_carried
+    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.93} timeout 430 \
+        python3 gpu/session.py --out $S-deep --large --large-layers 36 --no-tests --stop \
+        --budget-s 420 --bench-runs 2 --bench-concurrency 64,128 \
+        --labels baseline,eagle3-v2+threshold --profile baseline,eagle3-v2+threshold)
     rc=$?
     collect $S-deep deep-
     cat "$S-deep/bench.md" 2>/dev/null

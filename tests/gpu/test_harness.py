@@ -238,7 +238,8 @@ class _FakeServer:
         self.config, self.broken = engines.CONFIGS[label], broken
         self.log = log_dir / f"{label}.log"
 
-    def generate(self, prompt, n, rid=None, timeout=None):
+    def generate(self, prompt, n, rid=None, timeout=None, kind="greedy"):
+        assert kind in engines.REQUEST_KINDS
         if self.broken:
             raise OSError("connection refused")
         return {"output_ids": list(range(n)), "meta_info": {}}

@@ -11,16 +11,19 @@ an adaptive config. The models are the tiny trained ones of ``gpu/train_models.p
 DeepseekV3 MLA + MoE target and an EAGLE-3 draft on its aux layers), so greedy decoding has
 large margins and the draft is accepted.
 
-Each server gets the same concurrency ramp, 1 -> 8 -> 48 -> 96 -> 8 -> 1 closed-loop workers
-of two requests each with staggered lengths, so a phase of 48 or 96 crosses the threshold up
-and back down. Checked per configuration: no crash and no hang (timeouts); greedy outputs
-equal the baseline's token for token; the KV pool is back to its initial size after every
-phase; every target decode-class step is CUDA-graph replayed, also after speculation resumes;
-each step's draft steps are what the configuration's policy decides for its batch size
-(``gpu/steps.py``: the threshold's hysteresis, an adaptive config's slots), with the draft
-work that kind of step runs; the acceptance metrics book what the line books (0.5.12:
-speculative steps only; 0.5.17: steps without drafts too, with no accepted drafts); one INFO
-line per switch.
+Each server gets the same concurrency ramp, 1 -> 8 -> 48 -> 96 -> 160 -> 8 -> 1 closed-loop
+workers of two requests each with staggered lengths, so a phase of 48 or more crosses the
+threshold up and back down, and the phase of 160 runs batches above --cuda-graph-max-bs (128:
+eager steps). The requests are of three kinds (``KIND_CYCLE``): greedy, greedy with the logprob
+of each output token, and sampled with a seed. Checked per configuration: no crash and no hang
+(timeouts); greedy outputs equal the baseline's token for token and their logprobs the
+baseline's; sampled requests give their length of tokens of the vocabulary; the KV pool is back
+to its initial size after every phase; every target decode-class step is CUDA-graph replayed,
+also after speculation resumes; each step's draft steps are what the configuration's policy
+decides for its batch size (``gpu/steps.py``: the threshold's hysteresis, an adaptive config's
+slots), with the draft work that kind of step runs; the acceptance metrics book what the line
+books (0.5.12: speculative steps only; 0.5.17: steps without drafts too, with no accepted
+drafts); one INFO line per switch.
 
 Environment: ``PATCHKIT_GPU_MODELS`` (trained models; else trained here), ``PATCHKIT_GPU_LOGS``
 (server logs and probe records; else a temporary folder), ``PATCHKIT_GPU_SERVERS``
@@ -53,8 +56,12 @@ from language import ChainLanguage  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-RAMP = (1, 8, 48, 96, 8, 1)
+RAMP = (1, 8, 48, 96, engines.MAX_RUNNING, 8, 1)
 REQUESTS_PER_WORKER = 2
+# request kinds by (worker + request) index: greedy half the time (the acceptance checks)
+KIND_CYCLE = ("greedy", "logprob", "greedy", "sampled")
+# |logprob - baseline's| of an output token: bf16 logits, another attention kernel
+LOGPROB_TOLERANCE = 0.1
 PHASE_TIMEOUT = 150.0  # per phase; each request also times out at REQUEST_TIMEOUT
 REQUEST_TIMEOUT = 120.0
 # every line's configurations; those not on the installed line are skipped (`ramps`)
@@ -181,8 +188,8 @@ def _requests(language: ChainLanguage, phase: int, concurrency: int):
         items = []
         for j in range(REQUESTS_PER_WORKER):
             n = 1000 * phase + REQUESTS_PER_WORKER * w + j
-            prompt = language.prompt(n, 6 + n % 17)
-            items.append((f"p{phase}-w{w}-r{j}", prompt, 24 + (37 * n) % 73))
+            key = f"p{phase}-w{w}-r{j}"
+            items.append((key, language.prompt(n, 6 + n % 17), _max_new_tokens(key)))
         work.append(items)
     return work
 
@@ -212,7 +219,8 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
 
         def worker(items, p=p):
             for key, prompt, n in items:
-                out = server.generate(prompt, n, rid=f"{tag}-{key}", timeout=REQUEST_TIMEOUT)
+                out = server.generate(prompt, n, rid=f"{tag}-{key}", timeout=REQUEST_TIMEOUT,
+                                      kind=_kind(key))  # fmt: skip
                 ramp.outputs[key] = out["output_ids"]
                 ramp.meta[key] = out.get("meta_info", {})
                 ramp.phase_of[key] = p
@@ -288,6 +296,20 @@ def _describe(ramp: Ramp, key: str, step: int) -> str:
     )
 
 
+def _max_new_tokens(key: str) -> int:
+    p, w, r = (int(x[1:]) for x in key.split("-"))
+    return 24 + (37 * (1000 * p + REQUESTS_PER_WORKER * w + r)) % 73
+
+
+def _kind(key: str) -> str:
+    _, w, r = (int(x[1:]) for x in key.split("-"))
+    return KIND_CYCLE[(w + r) % len(KIND_CYCLE)]
+
+
+def _greedy(outputs: dict[str, list[int]]) -> dict[str, list[int]]:
+    return {key: out for key, out in outputs.items() if _kind(key) != "sampled"}
+
+
 def _prompt_of(language: ChainLanguage, key: str) -> list[int]:
     p, w, r = (int(x[1:]) for x in key.split("-"))
     n = 1000 * p + REQUESTS_PER_WORKER * w + r
@@ -296,7 +318,7 @@ def _prompt_of(language: ChainLanguage, key: str) -> list[int]:
 
 def _mismatches(ramp: Ramp, reference: Ramp, language: ChainLanguage) -> list[str]:
     report = []
-    for key, want in reference.outputs.items():
+    for key, want in _greedy(reference.outputs).items():
         got = ramp.outputs.get(key)
         if got == want:
             continue
@@ -321,7 +343,7 @@ def test_baseline_follows_the_trained_language(ramps, language, models):
     """Trained weights loaded and large margins: greedy output is the language's continuation."""
     ramp = ramps("baseline")
     total = correct = 0
-    for key, out in ramp.outputs.items():
+    for key, out in _greedy(ramp.outputs).items():
         want = language.continue_(_prompt_of(language, key), len(out))
         total += len(out)
         correct += sum(a == b for a, b in zip(out, want, strict=False))
@@ -340,8 +362,54 @@ def test_ramp_outputs_equal_baseline(ramps, label, language):
     assert "Traceback" not in ramp.log, ramp.log[-3000:]
     bad = _mismatches(ramp, reference, language)
     assert not bad, (
-        f"{label}: {len(bad)} of {len(reference.outputs)} outputs differ:\n" + "\n".join(bad[:20])
+        f"{label}: {len(bad)} of {len(_greedy(reference.outputs))} greedy outputs differ:\n"
+        + "\n".join(bad[:20])
     )
+
+
+def _logprobs(ramp: Ramp, key: str) -> list[float]:
+    return [entry[0] for entry in ramp.meta.get(key, {}).get("output_token_logprobs") or []]
+
+
+@pytest.mark.parametrize("label", SPEC_LABELS)
+def test_logprobs_equal_baselines(ramps, label):
+    """A request asking for logprobs gets one per output token, the baseline's within
+    LOGPROB_TOLERANCE, whether its step drafted, ran without drafts or ran eager."""
+    reference, ramp = ramps("baseline"), ramps(label)
+    keys = [key for key in reference.outputs if _kind(key) == "logprob"]
+    assert keys and all(len(_logprobs(reference, k)) == len(reference.outputs[k]) for k in keys)
+    bad = []
+    for key in keys:
+        got, want = _logprobs(ramp, key), _logprobs(reference, key)
+        worst = max((abs(a - b) for a, b in zip(got, want, strict=False)), default=0.0)
+        if len(got) != len(want) or worst > LOGPROB_TOLERANCE:
+            bad.append(
+                f"{key}: {len(got)} logprobs for {len(want)}, largest difference "
+                f"{worst:.4f} (phase C={ramp.phases[ramp.phase_of[key]].concurrency})"
+            )
+    assert not bad, f"{label}: {len(bad)} of {len(keys)} requests:\n" + "\n".join(bad[:10])
+
+
+@pytest.mark.parametrize("label", ALL_LABELS)
+def test_sampled_requests_give_their_length_in_the_vocabulary(ramps, label, models):
+    ramp = ramps(label)
+    vocab = json.loads((models / "target" / "config.json").read_text())["vocab_size"]
+    keys = [key for key in ramp.outputs if _kind(key) == "sampled"]
+    assert keys, f"{label}: no sampled requests in the ramp"
+    bad = [key for key in keys
+           if len(ramp.outputs[key]) != _max_new_tokens(key)
+           or not all(0 <= t < vocab for t in ramp.outputs[key])]  # fmt: skip
+    assert not bad, f"{label}: sampled outputs off: {[(k, ramp.outputs[k][:8]) for k in bad[:5]]}"
+
+
+@pytest.mark.parametrize("label", ALL_LABELS)
+def test_a_phase_runs_above_the_graph_sizes(ramps, label):
+    """The widest phase's batches exceed --cuda-graph-max-bs: its steps run eagerly (the
+    other checks then cover the eager decode, plain or without drafts, too)."""
+    ramp = ramps(label)
+    above = [s for s in _steps(ramp) if s.bs > engines.CUDA_GRAPH_MAX_BS]
+    assert above, f"{label}: no step above batch size {engines.CUDA_GRAPH_MAX_BS}"
+    assert not any(s.graph for s in above), f"{label}: a graph replayed above its sizes"
 
 
 @pytest.mark.parametrize("label", ALL_LABELS)
@@ -462,7 +530,7 @@ def test_aux_layers_selected_before_graph_capture(ramps, label):
     captured with the draft's aux layers (upstream 0.5.12 selects them before capture).
     """
     ramp = ramps(label)
-    steps = [s for s in _steps(ramp) if s.speculative]
+    steps = [s for s in _steps(ramp) if s.speculative and s.bs <= engines.CUDA_GRAPH_MAX_BS]
     assert steps and all(s.graph for s in steps)
     booked = decode.bookings(ramp.events)
     rows = sum(bs for bs, _, _ in booked)
