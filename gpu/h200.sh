@@ -17,7 +17,8 @@
 #   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py),
 #           after stage 1 and stage 2 (stage 3 carried or installed): three servers at a time
 #   profile install stage 2, train, start baseline and EAGLE-3 v2 (+ threshold), profile, stop
-#   deep    baseline and EAGLE-3 v2 + threshold on the larger models with a 36-layer target
+#   deep    baseline and EAGLE-3 v2 + threshold on the larger models with a 36-layer target,
+#           after stage 1 and stage 2: two servers at a time
 # The machine keeps /tmp and the servers for 30 s after a call: run the steps back to back.
 set -u
 SITE=/tmp/site
