@@ -290,3 +290,79 @@ def test_ramps_run_for_every_server_at_once_and_fail_only_their_own_label(tmp_pa
     assert get("baseline") is ramp and sorted(started) == ["baseline", THRESHOLD]
     with pytest.raises(pytest.skip.Exception, match="not a configuration of"):
         get("eagle3-v1")
+
+
+# -- the request kinds and the phase above the graphs -------------------------------------
+
+GREEDY, LOGPROB, SAMPLED = "p4-w1-r1", "p4-w0-r1", "p4-w2-r1"  # _kind: (w + r) % 4
+
+
+def _outputs_ramp(label: str, planted: str | None = None) -> tier.Ramp:
+    """A ramp of one request of each kind in the phase of MAX_RUNNING, as a server answers."""
+    ramp = tier.Ramp(label, "0.5.17")
+    ramp.phases = [tier.Phase(c, events=(0, 0)) for c in tier.RAMP]
+    for key in (GREEDY, LOGPROB, SAMPLED):
+        n = tier._max_new_tokens(key)
+        ramp.outputs[key] = [(7 * i) % 50 for i in range(n)]
+        ramp.phase_of[key] = 4
+        ramp.meta[key] = {}
+    n = len(ramp.outputs[LOGPROB])
+    logprobs = [[-0.001 * i, t, None] for i, t in enumerate(ramp.outputs[LOGPROB])]
+    ramp.meta[LOGPROB] = {"output_token_logprobs": logprobs}
+    if planted == "logprob-drift":
+        logprobs[n // 2][0] -= 0.2
+    if planted == "logprob-missing":
+        logprobs.pop()
+    if planted == "sampled-short":
+        ramp.outputs[SAMPLED].pop()
+    if planted == "sampled-out-of-vocab":
+        ramp.outputs[SAMPLED][3] = 1000
+    if planted == "sampled-differs":  # sampling differs between configurations: allowed
+        ramp.outputs[SAMPLED][0] += 1
+    if planted == "logprob-request-differs":
+        ramp.outputs[LOGPROB][0] += 1
+    bs = {"no-phase-above": engines.CUDA_GRAPH_MAX_BS}.get(planted, engines.MAX_RUNNING)
+    ramp.events = [("F", False, "DECODE", bs, planted == "graph-above", 1)]
+    return ramp
+
+
+@pytest.fixture
+def vocab_50(tmp_path):
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text('{"vocab_size": 50}')
+    return tmp_path
+
+
+OUTPUT_CHECKS = {
+    None: [],
+    "sampled-differs": [],
+    "logprob-drift": [C.test_logprobs_equal_baselines],
+    "logprob-missing": [C.test_logprobs_equal_baselines],
+    "logprob-request-differs": [C.test_ramp_outputs_equal_baseline],
+    "sampled-short": [C.test_sampled_requests_give_their_length_in_the_vocabulary],
+    "sampled-out-of-vocab": [C.test_sampled_requests_give_their_length_in_the_vocabulary],
+    "no-phase-above": [C.test_a_phase_runs_above_the_graph_sizes],
+    "graph-above": [C.test_a_phase_runs_above_the_graph_sizes],
+}
+
+
+@pytest.mark.parametrize("planted", list(OUTPUT_CHECKS), ids=str)
+def test_the_request_kind_checks_fail_on_their_mistakes_only(planted, vocab_50):
+    reference, ramp = _outputs_ramp("baseline"), _outputs_ramp(THRESHOLD, planted)
+    lang = ChainLanguage.make(0)
+
+    def ramps(label):
+        return reference if label == "baseline" else ramp
+
+    args = {
+        C.test_logprobs_equal_baselines: (ramps, THRESHOLD),
+        C.test_ramp_outputs_equal_baseline: (ramps, THRESHOLD, lang),
+        C.test_sampled_requests_give_their_length_in_the_vocabulary: (ramps, THRESHOLD, vocab_50),
+        C.test_a_phase_runs_above_the_graph_sizes: (ramps, THRESHOLD),
+    }
+    for check, given in args.items():
+        if check in OUTPUT_CHECKS[planted]:
+            with pytest.raises(AssertionError):
+                check(*given)
+        else:
+            check(*given)
