@@ -191,3 +191,92 @@ def test_exported_names_stored_joined_unless_a_name_holds_the_separator():
     assert _lines(frozenset(odd)) in ([f"a{SEP}b", "c"], ["c", f"a{SEP}b"])
     assert _names_of(_lines(frozenset(odd))) == odd
     assert _names_of("") == set() and _lines(_names_of("")) == ""
+
+
+# -- crafted objects whose entries all point at one string ---------------------------------
+
+SHT_STRTAB, SHT_DYNAMIC, SHT_DYNSYM, SHT_VERNEED = 3, 6, 11, 0x6FFFFFFE
+
+
+def _crafted(sections) -> bytes:
+    """An ELF64 object of section headers only: (name, type, data, sh_link, entsize) each."""
+    import struct
+
+    shstr = b"\0" + b"".join(name.encode() + b"\0" for name, *_ in sections) + b".shstrtab\0"
+    body, offsets = bytearray(64), []
+    for _, _, data, _, _ in sections:
+        body += b"\0" * (-len(body) % 16)
+        offsets.append(len(body))
+        body += data
+    body += b"\0" * (-len(body) % 16)
+    shstr_off = len(body)
+    body += shstr + b"\0" * (-len(shstr) % 16)
+    shoff = len(body)
+
+    def header(name, kind, off, size, link=0, entsize=0):
+        return struct.pack("<IIQQQQIIQQ", name, kind, 0, off, off, size, link, 0, 8, entsize)
+
+    table, name_off = header(0, 0, 0, 0), 1
+    for (name, kind, data, link, entsize), off in zip(sections, offsets, strict=True):
+        table += header(name_off, kind, off, len(data), link, entsize)
+        name_off += len(name) + 1
+    table += header(name_off, SHT_STRTAB, shstr_off, len(shstr))
+    count = len(sections) + 2
+    body += table
+    body[:64] = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8 + struct.pack(
+        "<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, count, count - 1
+    )
+    return bytes(body)
+
+
+def _dynamic(entries) -> bytes:
+    import struct
+
+    return b"".join(struct.pack("<qQ", tag, value) for tag, value in [*entries, (0, 0)])
+
+
+@pytest.mark.parametrize(
+    "count,length,why",
+    [(8192, 131072, "longer than 4096 bytes"), (8192, 100, "more than 4096 needed")],
+)
+def test_needed_entries_naming_one_long_string_are_malformed(tmp_path, count, length, why):
+    """8,192 DT_NEEDED entries at one 128 kB name would read as 1 GiB of names."""
+    strings = b"\0" + b"x" * length + b"\0"
+    path = tmp_path / "bomb.so"
+    path.write_bytes(_crafted([(".dynstr", SHT_STRTAB, strings, 0, 0),
+                               (".dynamic", SHT_DYNAMIC, _dynamic([(1, 1)] * count), 1, 16)]))  # fmt: skip
+    with pytest.raises(MalformedElf, match=why):
+        read_elf(str(path))
+    path.write_bytes(_crafted([(".dynstr", SHT_STRTAB, b"\0libc.so.6\0", 0, 0),
+                               (".dynamic", SHT_DYNAMIC, _dynamic([(1, 1)] * 3), 1, 16)]))  # fmt: skip
+    assert read_elf(str(path)).needed == ["libc.so.6"] * 3  # a few repeats stand
+
+
+def test_version_needs_sharing_one_chain_are_malformed(tmp_path):
+    """4,096 libraries' version entries all pointing at one 4,096-long chain: 16.7 M names."""
+    import struct
+
+    k = 256
+    strings = b"\0libx.so\0" + b"V" * 100 + b"\0"
+    data = bytearray()
+    for i in range(k):
+        data += struct.pack("<HHIII", 1, k, 1, k * 16 - i * 16, 16)
+    for j in range(k):
+        data += struct.pack("<IHHII", 0, 0, 2 + j, 9, 16 if j < k - 1 else 0)
+    path = tmp_path / "v.so"
+    path.write_bytes(_crafted([(".dynstr", SHT_STRTAB, strings, 0, 0),
+                               (".gnu.version_r", SHT_VERNEED, bytes(data), 1, 0)]))  # fmt: skip
+    with pytest.raises(MalformedElf, match="overlap"):
+        read_elf(str(path))
+
+
+def test_symbols_naming_one_long_string_are_malformed(tmp_path):
+    import struct
+
+    strings = b"\0" + b"s" * 65536 + b"\0"
+    symbols = b"\0" * 24 + struct.pack("<IBBHQQ", 1, 0x12, 0, 1, 0, 0) * 16384
+    path = tmp_path / "s.so"
+    path.write_bytes(_crafted([(".dynstr", SHT_STRTAB, strings, 0, 0),
+                               (".dynsym", SHT_DYNSYM, symbols, 1, 24)]))  # fmt: skip
+    with pytest.raises(MalformedElf, match="symbol names overlap"):
+        read_elf(str(path))

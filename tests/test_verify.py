@@ -52,6 +52,10 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert "no profile 'no-such'" in capsys.readouterr().err
     assert main(["verify", "--env", str(tmp_path), "--gpu", "hopper"]) == 2
     assert "not a compute capability" in capsys.readouterr().err
+    # "$VENV" of an unset variable: an empty path, not this interpreter's by accident
+    for option in ("--env", "--wheelhouse"):
+        assert main(["verify", option, ""]) == 2
+        assert f"{option}: empty path" in capsys.readouterr().err
 
 
 def test_nothing_checked_is_a_failure(tmp_path, capsys, monkeypatch):

@@ -775,6 +775,28 @@ def test_installed_files_share_one_entry_each_a_miss_of_its_own(tmp_path, monkey
     assert read == []  # another profile: every file from the entry rewritten above
 
 
+def test_a_file_rewritten_with_its_size_and_mtime_kept_is_read_again(tmp_path, monkeypatch):
+    """A library renamed in an extension's NEEDED in place, its modification time set back
+    (as `cp -p`, `rsync -a` or `tar x` of another build of the same size leave it): the cache
+    must not answer for it; the missing library is found."""
+    _need_gcc()
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    ext = builders.linking("needs-other", [builders.stub_library("libpk_other.so.1", ("pk_one",))])
+    site = builders.make_site(str(tmp_path), None, {"pk/_ops.so": ext})
+    first = verify(env=site, host_checks=False, jobs=1)
+    assert [f for f in first.findings if f.check == "needed-missing" and "libpk_other" in f.line()]
+    path = os.path.join(site, "pk", "_ops.so")
+    st = os.stat(path)
+    data = open(path, "rb").read()
+    assert data.count(b"libpk_other.so.1\0") == 1
+    with open(path, "r+b") as fh:
+        fh.write(data.replace(b"libpk_other.so.1\0", b"libpk_othex.so.1\0"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    again = verify(env=site, host_checks=False, jobs=1)
+    assert [f for f in again.findings if f.check == "needed-missing" and "libpk_othex" in f.line()]
+
+
 # ---------------------------------------------------------------- an installed patchkit
 
 

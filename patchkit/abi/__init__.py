@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from patchkit import scratch as scratch_folder
 from patchkit.abi import torchsyms
 from patchkit.abi.archs import CC
-from patchkit.abi.cache import ResultCache, run_key
+from patchkit.abi.cache import ResultCache, changed, run_key
 from patchkit.abi.checks import Context, DriverInfo, Finding, detect_driver, predict, run_checks
 from patchkit.abi.profiles import (
     MAX_PROFILE_BYTES,
@@ -213,7 +213,7 @@ def _decode_run(value) -> tuple[int, list[Finding]]:
         raise TypeError("run")
     for path, size, mtime in value["sources"]:  # a source changed since: the result is stale
         st = os.stat(path)
-        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+        if (st.st_size, changed(st)) != (size, mtime):
             raise ValueError(path)
     return files, [Finding.from_dict(d) for d in findings]
 
@@ -232,7 +232,7 @@ def _code_stamps() -> list[tuple[str, int, int]]:
             if name.endswith((".py", ".toml")):
                 st = os.stat(os.path.join(folder, name))
                 code.append(
-                    (os.path.relpath(os.path.join(folder, name), here), st.st_size, st.st_mtime_ns)
+                    (os.path.relpath(os.path.join(folder, name), here), st.st_size, changed(st))
                 )
     return code
 
@@ -256,7 +256,7 @@ def _run_key(
     for path in (prof.path, prof.data_file(prof.torch_symbols) if prof.torch_symbols else None):
         try:
             st = os.stat(path) if path else None
-            prof_bytes.append((path, st.st_size, st.st_mtime_ns) if st else None)
+            prof_bytes.append((path, st.st_size, changed(st)) if st else None)
         except OSError:
             prof_bytes.append(repr(prof))
     try:

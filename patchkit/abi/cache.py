@@ -1,4 +1,5 @@
-"""Per-file analysis results keyed by path, size and mtime: an unchanged stack re-verifies at once.
+"""Per-file analysis results keyed by path, size and `changed` (modification and change times,
+inode): an unchanged stack re-verifies at once.
 
 One JSON document per entry under ``<cache>/verify`` (``$PATCHKIT_CACHE``, else
 ``$XDG_CACHE_HOME/patchkit``, else ``~/.cache/patchkit``), named by a hash of its key (an
@@ -21,11 +22,20 @@ from typing import Any
 from patchkit.archives import read_regular
 
 # Bump when FileReport or the analysis changes meaning.
-FORMAT = 8
+FORMAT = 9
 
 # An entry read back is a regular file of at most this many bytes (the installed torch stack's
 # files entry is 47 MB); anything else is a miss.
 MAX_ENTRY_BYTES = 1 << 30
+
+
+def changed(st: os.stat_result) -> int:
+    """What a file's `stat` says of its bytes beside their size, as one number: its
+    modification and change times, its inode and device. The change time cannot be set back
+    from user space, so a file rewritten in place with its modification time restored, or
+    replaced by a copy that kept it (`cp -p`, `rsync -a`, `tar x`), reads as changed."""
+    key = f"{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}:{st.st_dev}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
 
 
 def cache_root() -> str:

@@ -379,9 +379,18 @@ def _linked_strings(buf, raw: list[tuple], sec: tuple) -> bytes:
     return bytes(buf[raw[link][4] : raw[link][4] + raw[link][5]])
 
 
-def _cstr(table: bytes, off: int) -> str:
-    end = table.find(b"\0", off)
+# What a real object holds, with room to spare: a library name or version is a file name, a
+# search path a colon-joined list of folders; an object names at most this many of either.
+# An object past these is malformed (every entry may point at the same long string: without
+# the bounds a 132 kB file would read as gigabytes of names).
+MAX_NAME, MAX_PATHS, MAX_ENTRIES = 4096, 1 << 16, 4096
+
+
+def _cstr(table: bytes, off: int, most: int = MAX_NAME) -> str:
+    end = table.find(b"\0", off, off + most + 1)
     if off >= len(table) or end < 0:
+        if off < len(table) and table.find(b"\0", off) >= 0:
+            raise MalformedElf(f"string at {off:#x} is longer than {most} bytes")
         raise MalformedElf(f"string at {off:#x} runs past its string table")
     return table[off:end].decode("utf-8", "replace")
 
@@ -400,9 +409,11 @@ def _dynamic(buf, raw: list[tuple], dyn: tuple | None):
         elif tag == DT_SONAME:
             soname = _cstr(table, value)
         elif tag == DT_RPATH:
-            rpath.extend(p for p in _cstr(table, value).split(":") if p)
+            rpath.extend(p for p in _cstr(table, value, MAX_PATHS).split(":") if p)
         elif tag == DT_RUNPATH:
-            runpath.extend(p for p in _cstr(table, value).split(":") if p)
+            runpath.extend(p for p in _cstr(table, value, MAX_PATHS).split(":") if p)
+        if max(len(needed), len(rpath), len(runpath)) > MAX_ENTRIES:
+            raise MalformedElf(f"more than {MAX_ENTRIES} needed libraries or search paths")
     return soname, needed, rpath, runpath
 
 
@@ -417,14 +428,19 @@ def _version_needs(
         return verneed, version_index
     table = _linked_strings(buf, raw, vn)
     data = bytes(buf[vn[4] : vn[4] + vn[5]])
-    pos, seen = 0, 0
-    while pos + 16 <= len(data) and seen < 4096:
+    pos, seen, visited = 0, 0, set()
+    while pos + 16 <= len(data) and seen < MAX_ENTRIES:
         _ver, cnt, file_off, aux, nxt = struct.unpack_from("<HHIII", data, pos)
         lib = _cstr(table, file_off)
         apos = pos + aux
-        for _ in range(min(cnt, 4096)):
+        for _ in range(min(cnt, MAX_ENTRIES)):
             if apos + 16 > len(data):
                 raise MalformedElf("version-needed entry runs past .gnu.version_r")
+            # each entry read once: a chain that comes back to one (entries shared by several
+            # libraries, or a loop) is not an object a linker wrote
+            if apos in visited or len(visited) >= MAX_ENTRIES:
+                raise MalformedElf("version-needed entries overlap or exceed their count")
+            visited.add(apos)
             _h, _f, other, name_off, anext = struct.unpack_from("<IHHII", data, apos)
             vname = _cstr(table, name_off)
             verneed.setdefault(lib, []).append(vname)
@@ -476,7 +492,11 @@ def _names(text, offsets) -> list:
     if max(offsets) > text.rfind(nul):
         bad = next(o for o in offsets if o > text.rfind(nul))
         raise MalformedElf(f"symbol name at {bad:#x} runs past .dynstr")
-    ends = map(text.find, repeat(nul), offsets)
+    ends = list(map(text.find, repeat(nul), offsets))
+    # Names share bytes only where the linker merged a common suffix: their total stays
+    # near the table's size. Many symbols naming one long string would make gigabytes.
+    if sum(ends) - sum(offsets) > 2 * len(text) + (1 << 20):
+        raise MalformedElf("symbol names overlap: they name far more bytes than .dynstr holds")
     return list(map(text.__getitem__, map(slice, offsets, ends)))
 
 

@@ -26,6 +26,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Iterator
 
+from patchkit.abi.cache import changed
 from patchkit.archives import read_regular
 
 # An extension module's file name: its module name, then the interpreter tag (or none).
@@ -125,7 +126,7 @@ class ImportGraph:
                 data = read_regular(path, MAX_SOURCE_BYTES)
             except (OSError, ValueError):
                 continue
-            self.read.append((path, st.st_size, st.st_mtime_ns))
+            self.read.append((path, st.st_size, changed(st)))
             found = (data.decode("utf-8", "replace"), is_package)
             break
         self._sources[module] = found

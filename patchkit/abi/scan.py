@@ -23,7 +23,7 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from patchkit.abi.cache import ResultCache, encode
+from patchkit.abi.cache import ResultCache, changed, encode
 from patchkit.abi.elf import ElfInfo, MalformedElf, open_mapped, prefetch, read_elf
 from patchkit.abi.fatbin import (
     Fatbin,
@@ -559,7 +559,7 @@ def _decode_batches(batches, done, texts: dict, results: list) -> None:
 
 def _wheel_key(wheel: str) -> tuple[str, int, int]:
     st = os.stat(wheel)
-    return "wheel:" + os.path.realpath(wheel), st.st_size, st.st_mtime_ns
+    return "wheel:" + os.path.realpath(wheel), st.st_size, changed(st)
 
 
 def analyze_tree(

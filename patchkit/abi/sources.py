@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 
+from patchkit.abi.cache import changed
 from patchkit.abi.kinds import classify
 from patchkit.abi.members import (
     HEAD_BYTES,
@@ -206,7 +207,7 @@ def read_env(site: str) -> Tree:
                     continue
                 if st.st_size < MIN_CODE_BYTES:
                     continue
-                tree.candidates.append((relpath, st.st_size, st.st_mtime_ns))
+                tree.candidates.append((relpath, st.st_size, changed(st)))
                 key = os.path.realpath(entry.path) if entry.is_symlink() else entry.path
                 found.append((relpath, entry.path, key, st, rel))
     kinds = _kinds_of_files([(path, relpath) for relpath, path, _, _, _ in found])
@@ -217,7 +218,7 @@ def read_env(site: str) -> Tree:
             relpath=relpath,
             path=path,
             size=st.st_size,
-            mtime=st.st_mtime_ns,
+            mtime=changed(st),
             origin=path,
             cache_key=key,
             kind=kind,
@@ -456,7 +457,7 @@ def _not_a_file(path: str) -> str | None:
 
 def _stamp(path: str) -> tuple:
     st = os.stat(path)
-    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    return (os.path.realpath(path), st.st_size, changed(st))
 
 
 def _read_wheel(tree: Tree, path: str, scratch: str, cache=None) -> None:

@@ -23,6 +23,7 @@ import sys
 import zipfile
 import zlib
 
+from patchkit.abi.cache import changed
 from patchkit.abi.elf import ElfInfo, read_elf
 from patchkit.archives import read_regular
 from patchkit.scratch import temporary_folder
@@ -104,7 +105,7 @@ def load(path: str) -> dict:
     returned is shared, never to be changed."""
     try:
         st = os.stat(path)
-        key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+        key = (os.path.realpath(path), st.st_size, changed(st))
     except OSError:
         key = None
     if key in _LOADED:

@@ -9,6 +9,9 @@ from patchkit.errors import VerifyInputError
 from patchkit.ui import Output, json_option
 
 MAX_EVIDENCE = 8
+# `--env` given without a path (or neither --env nor --wheelhouse): this interpreter's
+# site-packages. A NUL never reaches a program through its arguments, so no path is this.
+THIS_INTERPRETER = "\0"
 
 
 @click.command("verify")
@@ -16,7 +19,7 @@ MAX_EVIDENCE = 8
     "--env",
     "env",
     is_flag=False,
-    flag_value="",
+    flag_value=THIS_INTERPRETER,
     default=None,
     metavar="[PATH]",
     help="Verify a site-packages folder, a virtual environment or its python "
@@ -51,8 +54,11 @@ def command(env, wheelhouse, profile, gpus, as_json, no_cache) -> int:
 
     Exit status: 0 no errors, 1 errors found, 2 bad input.
     """
+    for option, value in (("--env", env), ("--wheelhouse", wheelhouse)):
+        if value == "":  # an unset variable's expansion: never this interpreter by accident
+            raise VerifyInputError(f"{option}: empty path", f"pass {option} PATH")
     if env is None and wheelhouse is None:
-        env = ""
+        env = THIS_INTERPRETER
     report = _verify(env, wheelhouse, profile, gpus, no_cache)
     if as_json:
         Output(json_mode=True).document(report.to_dict())
@@ -68,7 +74,9 @@ def _verify(env, wheelhouse, profile, gpus, no_cache):
     from patchkit.abi.sources import default_site_packages, resolve_env
 
     try:
-        env_path = resolve_env(env or default_site_packages()) if env is not None else None
+        if env == THIS_INTERPRETER:
+            env = default_site_packages()
+        env_path = resolve_env(env) if env is not None else None
         return verify(
             env=env_path,
             wheelhouse=wheelhouse,
