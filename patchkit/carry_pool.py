@@ -13,6 +13,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import queue as queues
+import signal
 from pathlib import Path
 
 from patchkit import gitops, scratch, ui
@@ -93,6 +94,10 @@ def _start(queue) -> None:
     """A worker's start: its progress to `queue`; its scratch folder removed when it ends."""
     global _QUEUE
     _QUEUE = queue
+    # Ctrl-C reaches the whole process group: the parent alone answers it (it lets the
+    # carries under way finish and drops the rest); one raised inside the queue's protocol
+    # here could leave the parent waiting on a lock for ever
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     pid = os.getpid()
     multiprocessing.util.Finalize(None, scratch._remove, args=(pid,), exitpriority=10)
 

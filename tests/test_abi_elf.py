@@ -223,8 +223,11 @@ def _crafted(sections) -> bytes:
     table += header(name_off, SHT_STRTAB, shstr_off, len(shstr))
     count = len(sections) + 2
     body += table
-    body[:64] = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8 + struct.pack(
-        "<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, count, count - 1
+    body[:64] = (
+        b"\x7fELF"
+        + bytes([2, 1, 1, 0])
+        + b"\0" * 8
+        + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, count, count - 1)
     )
     return bytes(body)
 
@@ -243,12 +246,14 @@ def test_needed_entries_naming_one_long_string_are_malformed(tmp_path, count, le
     """8,192 DT_NEEDED entries at one 128 kB name would read as 1 GiB of names."""
     strings = b"\0" + b"x" * length + b"\0"
     path = tmp_path / "bomb.so"
+    dynamic = _dynamic([(1, 1)] * count)
     path.write_bytes(_crafted([(".dynstr", SHT_STRTAB, strings, 0, 0),
-                               (".dynamic", SHT_DYNAMIC, _dynamic([(1, 1)] * count), 1, 16)]))  # fmt: skip
+                               (".dynamic", SHT_DYNAMIC, dynamic, 1, 16)]))  # fmt: skip
     with pytest.raises(MalformedElf, match=why):
         read_elf(str(path))
+    dynamic = _dynamic([(1, 1)] * 3)
     path.write_bytes(_crafted([(".dynstr", SHT_STRTAB, b"\0libc.so.6\0", 0, 0),
-                               (".dynamic", SHT_DYNAMIC, _dynamic([(1, 1)] * 3), 1, 16)]))  # fmt: skip
+                               (".dynamic", SHT_DYNAMIC, dynamic, 1, 16)]))  # fmt: skip
     assert read_elf(str(path)).needed == ["libc.so.6"] * 3  # a few repeats stand
 
 

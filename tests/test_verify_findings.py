@@ -4,6 +4,7 @@ here, cross-checked with readelf, nm and cuobjdump where those can say the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -929,3 +930,74 @@ def test_broken_profile_is_one_line(tmp_path, capsys, edit):
         assert rc == 1 and "the profile's torch symbol set cannot be used" in out
     else:
         assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+
+
+# ---------------------------------------------------------------- interrupted
+
+
+def _verify_with_workers(site, env, interrupt_after: float | None, twice: bool = False):
+    """verify of `site` as a terminal's foreground job; once its workers are forked, Ctrl-C
+    to its process group `interrupt_after` seconds later (twice, 50 ms apart, with `twice`).
+    (returncode or None when still running 10 s after, output, seconds the workers ran)"""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", "verify", "--env", str(site), "--no-cache"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group, SIGINT not ignored: a foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True)
+        if len(workers.stdout.split()) >= 2:
+            break
+        time.sleep(0.005)
+    forked = time.monotonic()
+    if interrupt_after is not None:
+        time.sleep(interrupt_after)
+        for _ in range(2 if twice else 1):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.05)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out.decode(errors="replace"), 0.0
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
+    assert not left.stdout.split(), f"processes left: {left.stdout}"
+    return proc.returncode, out.decode(errors="replace"), time.monotonic() - forked
+
+
+def test_ctrl_c_while_the_workers_read_ends_the_run_at_once(tmp_path):
+    """Ctrl-C reaches the whole process group, the workers too. Runs interrupted at eight
+    points of the workers' reading (once, or twice 50 ms apart) each end with 130 and one
+    line within 10 s, leaving no process. (A worker stopped inside the pool's protocol left
+    the parent reading a half-written result for ever.)"""
+    _need_gcc()
+    site = tmp_path / "site"
+    # long exported names (a large result each) beside 1 MiB libraries: more than verify
+    # reads in one process (scan.PARALLEL_BYTES)
+    names = tuple(f"pk_exported_function_with_a_long_name_{'x' * 60}_{i}" for i in range(3000))
+    lib = builders.string_library("libpk_many.so.1", "x" * (1 << 20))
+    big = builders.stub_library("libpk_names.so.1", names)
+    for i in range(120):
+        (site / f"pk{i // 20}").mkdir(parents=True, exist_ok=True)
+        shutil.copy(lib if i % 2 else big, site / f"pk{i // 20}" / f"_m{i}.so")
+    env = {**os.environ, "PATCHKIT_CACHE": str(tmp_path / "cache"), "PYTHONDONTWRITEBYTECODE": "1"}
+    rc, text, reading = _verify_with_workers(site, env, None)
+    assert rc == 0 and "120 objects" in text, text[-2000:]
+    interrupted = 0
+    for k in range(8):
+        rc, text, _ = _verify_with_workers(site, env, reading * k / 8, twice=k % 2 == 1)
+        assert rc is not None, f"still running 10 s after Ctrl-C at {reading * k / 8:.2f} s"
+        assert "Traceback" not in text, text[-2000:]
+        if rc == 130:
+            interrupted += 1
+            assert text.strip().splitlines()[-1].startswith("patchkit: interrupted"), text
+        else:  # finished before the signal landed
+            assert rc == 0 and "120 objects" in text, text[-2000:]
+    assert interrupted >= 4

@@ -16,6 +16,7 @@ import mmap
 import multiprocessing
 import os
 import re
+import signal
 import struct
 import sys
 import threading
@@ -447,6 +448,12 @@ def _worker_init() -> None:
     and unmapped after: on the 0.5.12 payload that was as much system time as inflating
     (1.3 GB: 1.2-1.6 s sys, 0.04 s kept in the heap)."""
     forget_open()
+    # Ctrl-C (and `timeout`'s SIGTERM) reach the whole process group: the parent alone
+    # answers them, dropping the batches not started and waiting for those under way. A
+    # worker stopped inside the pool's protocol (a result half written) left the parent
+    # reading the rest of it for ever. A worker whose parent is gone ends at its next read.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         import ctypes
 
@@ -719,9 +726,8 @@ def _analyze_in_workers(
     forked = False
     try:
         _SHARED[:] = todo if by_index else []
-        with ProcessPoolExecutor(
-            max_workers=jobs, mp_context=context, initializer=_worker_init
-        ) as pool:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init)
+        try:
             done = pool.map(_worker, args)  # the workers are forked here
             _SHARED.clear()
             forked = True
@@ -731,6 +737,10 @@ def _analyze_in_workers(
             # decoded batch by batch as they come, while the workers read the next ones
             with no_collector():
                 _decode_batches(batches, done, texts, results)
+        except BaseException:  # an interrupt, a failure: the batches not started are dropped
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     finally:
         if not forked:
             _SHARED.clear()
