@@ -24,7 +24,11 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 MAX_MEMBER_BYTES = 8 << 30
+# A member that inflates more than MAX_RATIO times is a decompression bomb once it claims more
+# than BOMB_MIN_BYTES: below that a high ratio is a real library's page-alignment padding
+# (pillow 13.0.0's libXau: 2 MB from 9 kB, 224x), and a bomb of it costs nothing.
 MAX_RATIO = 200
+BOMB_MIN_BYTES = 16 << 20
 MAX_WHEEL_BYTES = 32 << 30
 MAX_METADATA_BYTES = 4 << 20
 MAX_RECORD_BYTES = 64 << 20
@@ -125,10 +129,14 @@ def member_problem(info: zipfile.ZipInfo, seen: set[str]) -> str | None:
         return f"member {name!r} uses unknown compression method {info.compress_type}"
     if info.file_size > MAX_MEMBER_BYTES:
         return f"member {name!r} claims {info.file_size} bytes uncompressed"
-    if info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+    if is_bomb(info.file_size, info.compress_size):
         ratio = info.file_size // max(info.compress_size, 1)
         return f"member {name!r} expands {ratio}x (a decompression bomb)"
     return None
+
+
+def is_bomb(file_size: int, compress_size: int) -> bool:
+    return file_size > BOMB_MIN_BYTES and file_size > MAX_RATIO * max(compress_size, 1)
 
 
 def archive_problem(infos: list[zipfile.ZipInfo]) -> str | None:

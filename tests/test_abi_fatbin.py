@@ -169,3 +169,33 @@ def test_worker_reports_decode_as_cached_ones_do(cuda_objects, torch_dir):
         assert (
             name_set(fast.elf.defined) == name_set(report.elf.defined) == set(checked.elf.defined)
         )
+
+
+def _zstd_fatbin(count: int, claimed: int, frame: bytes) -> bytes:
+    """`count` fatbins of one zstd sm_80 cubin entry whose stored frame is `frame`."""
+    from patchkit.abi import fatbin
+
+    out = bytearray()
+    stored = len(frame) + (-len(frame) % 8)
+    for _ in range(count):
+        body = struct.pack("<HHIQIIHHI8xQ8xQ", fatbin.KIND_CUBIN, 0x101, 0x40, stored, len(frame),
+                           0, 0, 13, 80, fatbin.FLAG_ZSTD, claimed)  # fmt: skip
+        body += frame + b"\0" * (stored - len(frame))
+        out += struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, len(body)) + body
+    return bytes(out)
+
+
+def test_a_zstd_entry_that_inflates_like_a_bomb_is_malformed_before_it_is_inflated():
+    """200 fatbins, each a 32 kB zstd frame of 1 GiB of zeros (under the 1 GiB limit): each
+    was inflated to count its kernels, more than 120 s for a 6.5 MB object."""
+    zstandard = pytest.importorskip("zstandard")
+    claimed = (1 << 30) - 4096
+    frame = zstandard.ZstdCompressor(level=1).compress(bytes(claimed))
+    assert claimed > 200 * len(frame)
+    with pytest.raises(MalformedFatbin, match="a decompression bomb"):
+        parse_fatbins(_zstd_fatbin(200, claimed, frame))
+    # a cubin's ratio (a few times) stands
+    image = b"".join(struct.pack("<Q", i * 2654435761 % (1 << 64)) for i in range(1 << 18))
+    buf = _zstd_fatbin(1, len(image), zstandard.ZstdCompressor().compress(image))
+    (fat,) = parse_fatbins(buf)
+    assert payload(buf, fat.entries[0]) == image

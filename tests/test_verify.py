@@ -113,6 +113,46 @@ def test_wheel_filename_version_mismatch(tmp_path, capsys, monkeypatch):
     assert re.match(r"^1 error\(s\), 0 warning\(s\), 2 note\(s\) in 0 objects", out[-1])
 
 
+@pytest.mark.parametrize(
+    "file,name,why",
+    [
+        ("foo-1.0-py3-none-any.whl", "bar", "the file name says foo, METADATA says bar"),
+        ("not a wheel name.whl", "demo", "not a wheel file name"),
+        ("Demo_Pkg-1.0-py3-none-any.whl", "demo-pkg", None),  # the same project, as pip reads it
+    ],
+)
+def test_a_wheel_pip_refuses_for_its_name_is_an_error(
+    tmp_path, capsys, monkeypatch, file, name, why
+):
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    house = tmp_path / "house"
+    house.mkdir()
+    _wheel(house / file, name=name)
+    rc = main(["verify", "--wheelhouse", str(house), "--json"])
+    doc = result_of(capsys.readouterr().out)
+    named = [f for f in doc["findings"] if f["check"] == "wheel-name"]
+    if why is None:
+        assert not named and rc == 0, doc["findings"]
+    else:
+        assert rc == 1 and len(named) == 1 and why in named[0]["message"], doc["findings"]
+        assert "pip refuses to install it" in named[0]["message"]
+
+
+def test_a_metadata_folder_of_another_project_is_an_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    house = tmp_path / "house"
+    house.mkdir()
+    with zipfile.ZipFile(house / "foo-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr(
+            "bar-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: foo\nVersion: 1.0\n\n"
+        )
+        zf.writestr("bar-1.0.dist-info/RECORD", "")
+    assert main(["verify", "--wheelhouse", str(house), "--json"]) == 1
+    doc = result_of(capsys.readouterr().out)
+    (named,) = [f for f in doc["findings"] if f["check"] == "wheel-name"]
+    assert "its metadata folder is bar-1.0.dist-info" in named["message"]
+
+
 @pytest.mark.parametrize("kind", ["slip", "absolute", "symlink", "duplicate", "bomb"])
 def test_hostile_wheels_are_one_line(tmp_path, capsys, monkeypatch, kind):
     monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
@@ -131,13 +171,36 @@ def test_hostile_wheels_are_one_line(tmp_path, capsys, monkeypatch, kind):
             with zipfile.ZipFile(path, "a") as zf:
                 zf.writestr("evil/a.so", b"2")
     else:
-        _wheel(path, members={"evil/bomb.so": b"\0" * (4 << 20)})
+        _wheel(path, members={"evil/bomb.so": b"\0" * (32 << 20)})
     before = set(os.listdir(tmp_path))
     assert main(["verify", "--wheelhouse", str(house)]) == 1
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "evil-1.0" in ln]
     assert len(lines) == 1 and "invalid archive" in lines[0], lines
     assert set(os.listdir(tmp_path)) - {"cache"} == before  # nothing extracted next to it
     assert not os.path.exists("/tmp/evil.so")
+
+
+def test_a_library_padded_to_2_mb_pages_is_no_bomb(tmp_path, capsys, monkeypatch):
+    """A real library linked with 2 MB page alignment is mostly zeros: 2 MB that deflate to
+    kilobytes (pillow 13.0.0's libXau: 224x). It was refused as a decompression bomb."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "pad.c"
+    src.write_text("int pk_pad(void) { return 1; }\n")
+    lib = tmp_path / "libpad.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-z,max-page-size=0x200000",
+                    "-Wl,-z,separate-code", str(src), "-o", str(lib)], check=True)  # fmt: skip
+    data = lib.read_bytes()
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = _wheel(house / "pad-1.0-py3-none-any.whl", name="pad",
+                   members={"pad.libs/libpad.so": data})  # fmt: skip
+    (info,) = [i for i in zipfile.ZipFile(wheel).infolist() if i.filename.endswith(".so")]
+    assert info.file_size > (1 << 20) and info.file_size > 200 * info.compress_size
+    assert main(["verify", "--wheelhouse", str(house), "--json"]) == 0
+    doc = result_of(capsys.readouterr().out)
+    assert doc["files"] == 1 and not [f for f in doc["findings"] if f["severity"] == "error"]
 
 
 # ---------------------------------------------------------------- malformed shared objects

@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from patchkit.archives import is_bomb
+
 FATBIN_MAGIC = 0xBA55ED50
 WRAPPER_MAGIC = 0x466243B1
 KIND_PTX, KIND_CUBIN = 1, 2
@@ -204,6 +206,11 @@ def _entry(buf, pos: int, end: int, base: int) -> FatbinEntry | None:
         raise MalformedFatbin(
             f"fatbin entry at offset {pos - base:#x} has impossible sizes "
             f"(compressed {csize:#x}, payload {psize:#x}, uncompressed {unc:#x})"
+        )
+    if compression and is_bomb(unc, csize):  # each would be inflated to count its kernels
+        raise MalformedFatbin(
+            f"fatbin entry at offset {pos - base:#x} inflates {unc // max(csize, 1)}x "
+            f"({csize:#x} to {unc:#x} bytes: a decompression bomb)"
         )
     variant = "a" if flags & FLAG_ARCH_A else "f" if flags & FLAG_ARCH_F else ""
     return FatbinEntry(

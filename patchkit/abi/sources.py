@@ -81,6 +81,7 @@ class Dist:
     owns: Callable[[str], bool] = lambda prefix: False
     wheel: str | None = None
     filename_version: str | None = None
+    filename_name: str | None = None  # the project its file name says (canonical)
     files: Callable[[], list[str]] = lambda: []  # the paths it installs (RECORD / members)
 
 
@@ -514,6 +515,7 @@ def _dist(wheel: Wheel) -> Dist:
         owns=lambda prefix, files=files: any(n.startswith(prefix) for n in files()),
         wheel=wheel.name,
         filename_version=m.group("ver") if m else None,
+        filename_name=canonicalize_name(m.group("name")) if m else None,
         files=files,
     )
 
@@ -593,7 +595,7 @@ def _small(wheel: Wheel, e: Entry, scratch: str) -> str | None:
 def _archive_problem(entries: list[Entry]) -> str | None:
     """archives.archive_problem, with the common case (nothing wrong) decided over all entries
     at once; anything suspicious is handed to it for the exact first problem."""
-    from patchkit.archives import KNOWN_COMPRESSION, MAX_MEMBER_BYTES, MAX_RATIO, MAX_WHEEL_BYTES
+    from patchkit.archives import KNOWN_COMPRESSION, MAX_MEMBER_BYTES, MAX_WHEEL_BYTES, is_bomb
 
     names = [e.filename for e in entries]
     suspicious = (
@@ -604,9 +606,7 @@ def _archive_problem(entries: list[Entry]) -> str | None:
         or any(e.flag_bits & 0x1 for e in entries)
         or any(e.compress_type not in KNOWN_COMPRESSION for e in entries)
         or any(
-            e.file_size > MAX_MEMBER_BYTES
-            or (e.file_size > (1 << 20) and e.file_size > MAX_RATIO * max(e.compress_size, 1))
-            for e in entries
+            e.file_size > MAX_MEMBER_BYTES or is_bomb(e.file_size, e.compress_size) for e in entries
         )
         or sum(e.file_size for e in entries) > MAX_WHEEL_BYTES
     )

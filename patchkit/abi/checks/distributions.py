@@ -225,9 +225,14 @@ def check_sgl_kernel(ctx: Context) -> None:
 
 
 def check_wheel_filenames(ctx: Context) -> None:
+    """A wheelhouse's file names against what each wheel holds, as pip reads them: a wheel
+    file name, the project it names that of METADATA and of the `.dist-info` folder, the
+    version METADATA's."""
     if ctx.tree.kind != "wheelhouse":
         return
     for dist in ctx.tree.dists.values():
+        if dist.wheel and _wheel_name_problem(ctx, dist):
+            continue
         if dist.wheel and dist.filename_version:
             try:
                 same = Version(dist.filename_version) == Version(dist.version)
@@ -235,3 +240,25 @@ def check_wheel_filenames(ctx: Context) -> None:
                 same = dist.filename_version == dist.version
             if not same:
                 ctx.emit("wheel-filename", dist.wheel, f=dist.filename_version, m=dist.version)
+
+
+def _wheel_name_problem(ctx: Context, dist) -> bool:
+    """Emit `wheel-name` when the wheel's file name is no wheel name, or names another
+    project than its METADATA or its `.dist-info` folder; True when it did."""
+    if dist.filename_name is None:
+        why = "not a wheel file name (NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl)"
+        fix = "name the wheel as pip builds it, or leave it out of the wheelhouse"
+    else:
+        want = dist.filename_name
+        tops = {f.split("/", 1)[0] for f in dist.files()}
+        infos = [t for t in tops if t.endswith(".dist-info")]  # NAME-VERSION.dist-info
+        others = sorted(t for t in infos if canonicalize_name(t[:-10].rsplit("-", 1)[0]) != want)
+        if dist.name != dist.filename_name:
+            why = f"the file name says {dist.filename_name}, METADATA says {dist.name}"
+        elif others:
+            why = f"the file name says {dist.filename_name}, its metadata folder is {others[0]}"
+        else:
+            return False
+        fix = "rebuild the wheel, or rename it to the project its METADATA names"
+    ctx.emit("wheel-name", dist.wheel, why=why, fix=fix)
+    return True
