@@ -187,9 +187,8 @@ def _requests(language: ChainLanguage, phase: int, concurrency: int):
     for w in range(concurrency):
         items = []
         for j in range(REQUESTS_PER_WORKER):
-            n = 1000 * phase + REQUESTS_PER_WORKER * w + j
             key = f"p{phase}-w{w}-r{j}"
-            items.append((key, language.prompt(n, 6 + n % 17), _max_new_tokens(key)))
+            items.append((key, _prompt_of(language, key), _max_new_tokens(key)))
         work.append(items)
     return work
 
@@ -296,13 +295,23 @@ def _describe(ramp: Ramp, key: str, step: int) -> str:
     )
 
 
-def _max_new_tokens(key: str) -> int:
+def _parts(key: str) -> tuple[int, int, int]:
+    """(phase, worker, request) of a ramp request's key ``p<phase>-w<worker>-r<request>``."""
     p, w, r = (int(x[1:]) for x in key.split("-"))
-    return 24 + (37 * (1000 * p + REQUESTS_PER_WORKER * w + r)) % 73
+    return p, w, r
+
+
+def _index(key: str) -> int:
+    p, w, r = _parts(key)
+    return 1000 * p + REQUESTS_PER_WORKER * w + r
+
+
+def _max_new_tokens(key: str) -> int:
+    return 24 + (37 * _index(key)) % 73
 
 
 def _kind(key: str) -> str:
-    _, w, r = (int(x[1:]) for x in key.split("-"))
+    _, w, r = _parts(key)
     return KIND_CYCLE[(w + r) % len(KIND_CYCLE)]
 
 
@@ -311,8 +320,7 @@ def _greedy(outputs: dict[str, list[int]]) -> dict[str, list[int]]:
 
 
 def _prompt_of(language: ChainLanguage, key: str) -> list[int]:
-    p, w, r = (int(x[1:]) for x in key.split("-"))
-    n = 1000 * p + REQUESTS_PER_WORKER * w + r
+    n = _index(key)
     return language.prompt(n, 6 + n % 17)
 
 

@@ -251,12 +251,12 @@ def _wheel_name_problem(ctx: Context, dist) -> bool:
     else:
         want = dist.filename_name
         tops = {f.split("/", 1)[0] for f in dist.files()}
-        infos = [t for t in tops if t.endswith(".dist-info")]  # NAME-VERSION.dist-info
-        others = sorted(t for t in infos if canonicalize_name(t[:-10].rsplit("-", 1)[0]) != want)
-        if dist.name != dist.filename_name:
-            why = f"the file name says {dist.filename_name}, METADATA says {dist.name}"
+        infos = sorted(t.removesuffix(".dist-info") for t in tops if t.endswith(".dist-info"))
+        others = [t for t in infos if canonicalize_name(t.rsplit("-", 1)[0]) != want]
+        if dist.name != want:
+            why = f"the file name says {want}, METADATA says {dist.name}"
         elif others:
-            why = f"the file name says {dist.filename_name}, its metadata folder is {others[0]}"
+            why = f"the file name says {want}, its metadata folder is {others[0]}.dist-info"
         else:
             return False
         fix = "rebuild the wheel, or rename it to the project its METADATA names"
