@@ -174,7 +174,7 @@ def sha256(data: bytes) -> str:
 @dataclass
 class Answer:
     """What a route answers: a body (cut to `send` bytes while announcing its whole length,
-    or sent `trickle` bytes a second), or a redirect; after `busy` 503s and `dropped`
+    or sent one byte every `trickle` seconds), or a redirect; after `busy` 503s and `dropped`
     connections closed unanswered."""
 
     body: bytes = b""

@@ -95,6 +95,17 @@ def _file_redirected(ix: Index) -> None:
     _redirect(ix, f"/f/{WHEEL}", f"{ix.b.url}/f/{WHEEL}")
 
 
+def _redirected_to(scheme_url: Callable[[Index, bytes], str], route: str):
+    """The page or the file (`route`) answered with a 302 to what `scheme_url` gives."""
+
+    def serve(ix: Index) -> None:
+        _wheel()(ix)
+        data = wheel_bytes("3.0")
+        _redirect(ix, "/simple/toy" if route == "page" else f"/f/{WHEEL}", scheme_url(ix, data))
+
+    return serve
+
+
 def _link(scheme_url: Callable[[Index, bytes], str]) -> Callable[[Index], None]:
     def serve(ix: Index) -> None:
         data = wheel_bytes("3.0")
@@ -108,6 +119,10 @@ def _local_file(ix: Index, data: bytes) -> str:
     secret.parent.mkdir(exist_ok=True)
     secret.write_bytes(data)
     return secret.as_uri()
+
+
+def _ftp_url(ix: Index, data: bytes) -> str:
+    return f"ftp://127.0.0.1:{ix.ftp.port}/{WHEEL}"
 
 
 def _data_url(ix: Index, data: bytes) -> str:
@@ -163,9 +178,9 @@ def _keyring_only(ix: Index) -> None:
     ix.a.routes[f"/f/{WHEEL}"].needs = needs
 
 
-def _trickled_page(ix: Index) -> None:
+def _trickled_page(ix: Index, every: float = 0.5) -> None:
     _wheel()(ix)
-    ix.a.routes["/simple/toy"].trickle = 0.5
+    ix.a.routes["/simple/toy"].trickle = every
 
 
 def _trickled_file(ix: Index) -> None:
@@ -223,9 +238,11 @@ CASES = [
     Case("keyring-credentials-redirected", _keyring_only, unusable=False),
     # schemes a remote index may not use
     Case("file-link", _link(_local_file), "file: URL"),
-    Case("ftp-link", _link(lambda ix, _: f"ftp://127.0.0.1:{ix.ftp.port}/{WHEEL}"), "ftp: URL"),
+    Case("ftp-link", _link(_ftp_url), "ftp: URL"),
     Case("data-link", _link(_data_url), "data: URL"),
     Case("sdist-without-sha256", _sdist_without_hash, "without a sha256"),
+    Case("page-redirected-to-file", _redirected_to(_local_file, "page"), "redirects to a file:"),
+    Case("file-redirected-to-ftp", _redirected_to(_ftp_url, "file"), "redirects to a ftp:"),
     # hostile or broken content
     Case("bzip2-bomb-source", _bomb("toy/core.py", zipfile.ZIP_BZIP2), "inflates past"),
     Case("lzma-bomb-source", _bomb("toy/core.py", zipfile.ZIP_LZMA), "inflates past"),
@@ -233,6 +250,13 @@ CASES = [
     Case("lzma-bomb-metadata", _bomb("toy-3.0.dist-info/METADATA", zipfile.ZIP_LZMA), "inflates"),
     Case("sdist-1.5-GiB-member", _huge_sdist, "over 256 MiB"),
     Case("trickled-page", _trickled_page, "deadline", env=DEADLINES, seconds=30),
+    Case(
+        "page-a-byte-a-second",
+        lambda ix: _trickled_page(ix, 1.0),
+        "deadline",
+        env=DEADLINES,
+        seconds=30,
+    ),  # fmt: skip
     Case("trickled-file", _trickled_file, "deadline", env=DEADLINES, seconds=30),
     Case("trickled-file-run-budget", _trickled_file, "deadline", env=BUDGET, seconds=30),
     Case("bad-crc", _bytes(lambda: bad_crc_wheel("3.0")), "Bad CRC-32"),
