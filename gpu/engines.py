@@ -61,6 +61,8 @@ ADAPTIVE_STEPS = 3
 # The threshold written as such a config (`threshold_adaptive_config`): 2 steps up to
 # THRESHOLD, none from the graph size that THRESHOLD + 1 pads to (no hysteresis).
 SKIP_ZERO_STEP_ENV = {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
+# the threshold's steps without drafts run the full draft extend, not the draft's K/V alone
+FULL_EXTEND_ENV = {"SGLANG_SPEC_ZERO_STEP_FULL_DRAFT_EXTEND": "1"}
 DISABLED_RE = r"Speculative decoding disabled: decode batch size (\d+) > (\d+)"
 REENABLED_RE = r"Speculative decoding re-enabled: decode batch size (\d+) <= (\d+)"
 
@@ -102,8 +104,16 @@ class EngineConfig:
         at <= M; None without the flag."""
         return None if self.threshold is None else (self.threshold, REENABLE)
 
-    def skips_extend_without_drafts(self) -> bool:
-        return dict(self.extra_env).get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND") == "1"
+    def zero_step_draft(self, line: str) -> str:
+        """What a step without drafts runs of the draft on ``line``: nothing (``skip``,
+        upstream's switch), the draft's K/V of the new token alone (``kv``: the threshold
+        from 0.5.17) or a draft extend (``extend``)."""
+        env = dict(self.extra_env)
+        if env.get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND") == "1":
+            return "skip"
+        if self.threshold is not None and line != "0.5.12" and not env.keys() & FULL_EXTEND_ENV:
+            return "kv"
+        return "extend"
 
     def args(self, models: Path, attention_backend: str) -> list[str]:
         renamed = graph_flags_renamed()
@@ -163,6 +173,12 @@ def skipping(config: EngineConfig) -> EngineConfig:
     )
 
 
+def full_extend(config: EngineConfig) -> EngineConfig:
+    """``config`` with its steps without drafts running the full draft extend instead of the
+    draft's K/V alone (what the K/V alone is measured against): label ``<label>-full``."""
+    return replace(config, label=config.label + "-full", extra_env=tuple(FULL_EXTEND_ENV.items()))
+
+
 _THRESHOLD_V2 = EngineConfig("eagle3-v2+threshold", spec=True, spec_v2=True, threshold=THRESHOLD)
 # the 0.5.17 line: spec v2 only, upstream's adaptive step counts beside the threshold
 _ADAPTIVE = EngineConfig(
@@ -177,6 +193,7 @@ CONFIGS = {
         EngineConfig("eagle3-v1+threshold", spec=True, threshold=THRESHOLD),
         _THRESHOLD_V2,
         skipping(_THRESHOLD_V2),
+        full_extend(_THRESHOLD_V2),
         _ADAPTIVE,
         skipping(_ADAPTIVE),
         EngineConfig(
@@ -196,6 +213,7 @@ LINE_LABELS = {
     "0.5.17": [
         "baseline", "eagle3-v2", "eagle3-v2+threshold", "eagle3-v2+adaptive",
         "eagle3-v2+adaptive-skip", "eagle3-v2+threshold-config", "eagle3-v2+threshold-skip",
+        "eagle3-v2+threshold-full",
     ],
 }  # fmt: skip
 # What a step without drafts is (docs/gpu.md): its target forward mode, and whether the
@@ -294,8 +312,8 @@ def parse_probe_line(line: str) -> tuple | None:
         return ("S", int(parts[1]), int(parts[2]), stride)
     if kind == "D" and n == 3:
         return ("D", int(parts[1]), int(parts[2]))
-    if kind == "E" and n == 2:
-        return ("E", int(parts[1]))
+    if kind in ("E", "K") and n == 2:
+        return (kind, int(parts[1]))
     return None
 
 

@@ -53,7 +53,7 @@ install_carried() {  # every stage this call carries that is not installed yet
     done
 }
 # the labels of either line (session.py profiles those it started)
-PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold,eagle3-v2+threshold-skip,eagle3-v2+adaptive,eagle3-v2+threshold-config
+PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold,eagle3-v2+threshold-skip,eagle3-v2+threshold-full,eagle3-v2+adaptive,eagle3-v2+threshold-config
 case ${1:-} in
 stage1)
     install_stage 1 ;;
@@ -121,7 +121,7 @@ large)
     (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.8} timeout 570 \
         python3 gpu/session.py --out $S-large --large --no-tests --stop --budget-s 550 \
         --bench-runs 3 --bench-concurrency 16,32,64,128 --profile $PROFILED \
-        --labels ${LARGE_LABELS:-baseline,eagle3-v2+threshold,eagle3-v2+threshold-skip})
+        --labels ${LARGE_LABELS:-baseline,eagle3-v2+threshold,eagle3-v2+threshold-full})
     rc=$?
     collect $S-large large-
     cat "$S-large/bench.md" 2>/dev/null

@@ -12,7 +12,8 @@ request - 1`` of its verify (topk 1), 0 for a ``DECODE`` forward.
 Probe records (``gpu/probe/sitecustomize.py``, parsed by ``engines.Server.probe_events``):
 ``("F", draft, mode, bs, graph, tokens)`` a model forward (tokens: per request, ``None`` in
 records made before the field existed), ``("D", bs, steps)`` a call of the draft worker's
-``draft``, ``("E", bs)`` a draft extend after a decode verify, ``("S", bs, correct, stride)``
+``draft``, ``("E", bs)`` a draft extend after a decode verify, ``("K", bs)`` the draft's K/V
+written alone after a step without drafts (0.5.17's threshold), ``("S", bs, correct, stride)``
 a booking into the acceptance metrics (stride: the booked step's draft tokens per request,
 ``None`` where the probe could not see it). Stdlib only.
 """
@@ -36,6 +37,7 @@ class Step:
     drafts: int  # draft steps verified; 0: a step without drafts
     draft_calls: int = 0  # the draft worker's draft() calls before it
     draft_extends: int = 0  # draft extends after it
+    draft_kv_writes: int = 0  # the draft's K/V written alone after it (0.5.17's threshold)
 
     @property
     def speculative(self) -> bool:
@@ -59,10 +61,11 @@ def decode_steps(events: Sequence[tuple], draft_tokens: int = 3) -> list[Step]:
         kind = event[0]
         if kind == "D":
             calls += 1
-        elif kind == "E" and steps:
+        elif kind in ("E", "K") and steps:
             last = steps[-1]
+            extends, kv = (1, 0) if kind == "E" else (0, 1)
             steps[-1] = Step(last.mode, last.bs, last.graph, last.drafts, last.draft_calls,
-                             last.draft_extends + 1)  # fmt: skip
+                             last.draft_extends + extends, last.draft_kv_writes + kv)  # fmt: skip
         elif kind == "F" and not event[1] and event[2] in DECODE_MODES:
             tokens = event[5] if len(event) > 5 else None
             drafts = draft_steps(event[2], tokens, draft_tokens)
@@ -77,12 +80,12 @@ def bookings(events: Iterable[tuple]) -> list[tuple[int, int, int | None]]:
 
 
 def acceptance_after_resume(
-    booked: Iterable[tuple[int, int, int | None]], window: int
+    booked: Iterable[tuple[int, int, int | None]], window: int, cold: int = 0
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """(accepted drafts, drafts) of the first ``window`` speculative bookings after each stretch
-    of steps without drafts (booked with one draft token: 0.5.14+), and of every other
-    speculative booking: the draft's acceptance right after speculation resumes, against
-    continuous speculation."""
+    of steps without drafts (booked with one draft token: 0.5.14+), past its first ``cold``
+    ones (counted nowhere), and of every other speculative booking: the draft's acceptance
+    right after speculation resumes, against continuous speculation."""
     after, steady = [0, 0], [0, 0]
     since = None  # speculative bookings since the last step without drafts
     for bs, correct, stride in booked:
@@ -90,7 +93,10 @@ def acceptance_after_resume(
             since = 0
             continue
         drafts = ((stride or 1) - 1) * bs
-        into = after if since is not None and since < window else steady
+        if since is not None and since < cold:
+            since += 1
+            continue
+        into = after if since is not None and since < cold + window else steady
         into[0] += correct
         into[1] += drafts
         if since is not None:
@@ -152,17 +158,19 @@ def switches(steps: Sequence[Step]) -> tuple[int, int]:
     return off, on
 
 
-def draft_work_mismatches(steps: Sequence[Step], extend_without_drafts: bool) -> list[str]:
+def draft_work_mismatches(steps: Sequence[Step], without_drafts: str) -> list[str]:
     """Steps whose draft work is not what their kind runs: one draft call and one draft
-    extend around a step with drafts; no draft call around one without, and a draft extend
-    after it unless upstream was told to skip it (``extend_without_drafts`` False)."""
+    extend around a step with drafts; no draft call around one without, and after it what
+    ``without_drafts`` says the configuration runs (``engines.EngineConfig.zero_step_draft``):
+    a draft extend (``extend``), the draft's K/V alone (``kv``) or nothing (``skip``)."""
     bad = []
+    after = {"extend": (1, 0), "kv": (0, 1), "skip": (0, 0)}[without_drafts]
     for i, step in enumerate(steps):
-        want = (1, 1) if step.speculative else (0, int(extend_without_drafts))
-        got = (step.draft_calls, step.draft_extends)
+        want = (1, 1, 0) if step.speculative else (0, *after)
+        got = (step.draft_calls, step.draft_extends, step.draft_kv_writes)
         if got != want:
             bad.append(
                 f"step {i} ({step.drafts} draft steps, batch size {step.bs}): {got[0]} draft "
-                f"calls / {got[1]} draft extends, want {want[0]} / {want[1]}"
+                f"calls / {got[1]} draft extends / {got[2]} K/V writes, want {want}"
             )
     return bad

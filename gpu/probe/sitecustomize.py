@@ -10,7 +10,9 @@ arguments or results:
   DECODE, 0 otherwise). On 0.5.17 a step without drafts is a TARGET_VERIFY of 1 token;
 - the v2 draft worker's ``EagleDraftWorker.draft``: ``D <batch size> <steps>`` (drafting, in
   CUDA graphs or not, which ``ModelRunner.forward`` does not see when replayed) and
-  ``_draft_extend_for_decode``: ``E <batch size>`` (the draft extend after a decode verify);
+  ``_draft_extend_for_decode``: ``E <batch size>`` (the draft extend after a decode verify),
+  ``write_draft_kv_for_decode`` (0.5.17's threshold): ``K <batch size>`` (the draft's K/V of a
+  step without drafts written alone);
 - ``update_spec_metrics`` (0.5.9 / 0.5.12: ``SchedulerMetricsMixin``, 0.5.17:
   ``SchedulerMetricsReporter``): ``S <batch size> <accepted drafts> <draft tokens>``, the
   scheduler's booking of a decode step into the acceptance metrics; draft tokens: those of the
@@ -126,6 +128,14 @@ def _wrap_draft_worker(module):
         return extend(self, batch, *args, **kwargs)
 
     cls.draft, cls._draft_extend_for_decode = draft_, draft_extend_for_decode
+    kv = getattr(cls, "write_draft_kv_for_decode", None)
+    if kv is not None:
+
+        def write_draft_kv_for_decode(self, batch, *args, **kwargs):
+            _record(f"K {_batch_size(batch)}\n")
+            return kv(self, batch, *args, **kwargs)
+
+        cls.write_draft_kv_for_decode = write_draft_kv_for_decode
 
 
 def _wrap_result_processor(module):

@@ -434,11 +434,17 @@ def test_engine_settings_per_line():
     assert engines.graph_size_above(8) == 12 and engines.graph_size_above(7) == 8
     skip = engines.CONFIGS["eagle3-v2+adaptive-skip"]
     assert dict(skip.extra_env) == {"SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND": "1"}
-    assert skip.skips_extend_without_drafts()
-    assert not engines.CONFIGS["eagle3-v2+adaptive"].skips_extend_without_drafts()
+    assert skip.zero_step_draft("0.5.17") == "skip"
+    assert engines.CONFIGS["eagle3-v2+adaptive"].zero_step_draft("0.5.17") == "extend"
+    # the threshold writes the draft's K/V alone from 0.5.17; -full runs the draft extend
+    threshold, full = engines.CONFIGS["eagle3-v2+threshold"], engines.CONFIGS["eagle3-v2+threshold-full"]
+    assert threshold.zero_step_draft("0.5.17") == "kv"
+    assert threshold.zero_step_draft("0.5.12") == full.zero_step_draft("0.5.17") == "extend"
+    assert dict(full.extra_env) == {"SGLANG_SPEC_ZERO_STEP_FULL_DRAFT_EXTEND": "1"}
+    assert full.args(Path("/m"), "triton") == threshold.args(Path("/m"), "triton")
     assert engines.CONFIGS["eagle3-v2+adaptive"].adaptive_config is None  # upstream's default
     assert [c.threshold for c in map(engines.CONFIGS.get, engines.LINE_LABELS["0.5.17"])] == [
-        None, None, 8, None, None, None, 8,
+        None, None, 8, None, None, None, 8, 8,
     ]  # fmt: skip
     # --speculative-num-steps must be a candidate of the adaptive config (0.5.17 refuses to
     # start otherwise): 3 for upstream's default ([0, 1, 3, 7]), 2 for the threshold config

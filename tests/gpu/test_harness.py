@@ -65,7 +65,8 @@ def _run(label: str, line: str, planted: str | None = None) -> tier.Ramp:
             mode = {"DECODE": "TARGET_VERIFY", "TARGET_VERIFY": "DECODE"}[mode]
         events.append(("F", False, mode, bs, graph, 1))
         if not (planted == "missing-extend" and bs == 40):
-            events.append(("E", bs))
+            kv = engines.CONFIGS[label].zero_step_draft(line) == "kv"
+            events.append(("K" if kv != (planted == "extend-for-kv" and bs == 40) else "E", bs))
         booked = zero_step != (planted == "unbooked-nodraft")
         if planted == "booked-no-draft" and bs == 20:
             booked = True
@@ -89,8 +90,11 @@ def _run(label: str, line: str, planted: str | None = None) -> tier.Ramp:
             speculative(3)
             nodraft(8)
         log += ENABLED.format(resumed[0])
+        # the first step after a resume drafts from a zero top-k where only the draft's K/V
+        # were written: it accepts nothing, allowed; a cold step where it is not, a mistake
+        kv_only = engines.CONFIGS[label].zero_step_draft(line) == "kv"
         for i, bs in enumerate(resumed):
-            cold = planted == "cold-resume" and i == 0
+            cold = (kv_only and i == 0) or (planted == "cold-resume" and i == int(kv_only))
             speculative(bs, not (planted == "eager-verify" and bs == 5), cold)
     if planted == "double-log":
         log += DISABLED.format(50)
@@ -115,6 +119,7 @@ CHECKS = {
     "drafted-without-drafts": (C.test_draft_work_matches_each_step,),
     "drafts-twice": (C.test_draft_work_matches_each_step,),
     "missing-extend": (C.test_draft_work_matches_each_step,),
+    "extend-for-kv": (C.test_draft_work_matches_each_step,),
     "nodraft-wrong-mode": (C.test_decode_steps_replay_cuda_graphs,),
     "cold-resume": (C.test_acceptance_after_resume_is_continuous_speculations,),
 }  # fmt: skip
@@ -161,10 +166,11 @@ def test_the_labels_of_each_line_meet_their_checks():
     )
     assert tier.THRESHOLD_LABELS == [
         "eagle3-v1+threshold", "eagle3-v2+threshold", "eagle3-v2+threshold-skip",
+        "eagle3-v2+threshold-full",
     ]  # fmt: skip
     assert set(tier.POLICY_LABELS) == {
         "eagle3-v1+threshold", "eagle3-v2+threshold", "eagle3-v2+threshold-skip",
-        "eagle3-v2+adaptive", "eagle3-v2+adaptive-skip", CONFIG,
+        "eagle3-v2+threshold-full", "eagle3-v2+adaptive", "eagle3-v2+adaptive-skip", CONFIG,
     }  # fmt: skip
     assert "eagle3-v1" not in tier.V2_LABELS and CONFIG in tier.V2_LABELS
     assert set(tier.ALL_LABELS) == set(engines.CONFIGS)

@@ -14,14 +14,12 @@ parameters and their shapes, a config the model refuses, and for each name the p
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import re
-import socket
 from pathlib import Path
 
 import pytest
 from doctor_fixtures import VOCAB, sglang_config, sglang_tensors, speculators_record
+from spec_fixtures import real_eagle3
 
 from patchkit.doctor import sources
 from patchkit.doctor.expected import SourceTree, derive_draft
@@ -63,52 +61,8 @@ def checkpoint_names() -> dict[str, TensorValue]:
 @pytest.fixture(scope="module")
 def eagle3(sglang_tree: Path, tmp_path_factory):
     """The line's real ``LlamaForCausalLMEagle3``, constructible in a one-rank gloo group."""
-    from sglang.srt import server_args as server_args_module
-    from sglang.srt.distributed import parallel_state
-    from spec_fixtures import default_server_args, write_model_dir
-
-    default_server_args(server_args_module, write_model_dir(tmp_path_factory.mktemp("model")))
-    # One one-rank world per process, kept to its end: another module's fixture of the same
-    # worker may have made it, and 0.5.9's destroy_model_parallel leaves the attention group.
-    if not parallel_state.model_parallel_is_initialized():
-        _one_rank_groups(parallel_state)
-    saved = []  # the rotary embedding picks a CUDA kernel off CPU; it holds no parameters
-    for name in ("sglang.srt.layers.rotary_embedding.base", "sglang.srt.layers.rotary_embedding"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "_is_cpu"):
-            saved.append((module, module._is_cpu))
-            module._is_cpu = True
-            break
-    from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
-
-    yield LlamaForCausalLMEagle3
-    for module, value in saved:
-        module._is_cpu = value
-
-
-def _one_rank_groups(parallel_state) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    parallel_state.init_distributed_environment(
-        world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
-        local_rank=0, backend="gloo",
-    )  # fmt: skip
-    if (
-        "tensor_model_parallel_size"
-        in inspect.signature(parallel_state.initialize_model_parallel).parameters
-    ):
-        parallel_state.initialize_model_parallel(1, 1)
-        return
-    # 0.5.23 on: the widths come from the published server args; this rank is 0
-    parallel_state.initialize_model_parallel(backend="gloo")
-    from sglang.srt import runtime_context
-
-    ranks = [f for f in runtime_context._parallel_fields() if f.endswith("_rank")]
-    runtime_context.get_parallel().override_permanently(**dict.fromkeys(ranks, 0))
+    with real_eagle3(tmp_path_factory.mktemp("model")) as cls:
+        yield cls
 
 
 @dataclasses.dataclass

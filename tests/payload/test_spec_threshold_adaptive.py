@@ -24,6 +24,7 @@ from spec_fixtures import (
     EAGLE3_TOPK1,
     THRESHOLD_FLAG,
     parse_server_args,
+    running_line,
     spec_tree,
     write_model_dir,
 )
@@ -271,8 +272,14 @@ class DecodeStepDraftStandIn:
     group, the drafting and the draft extend (GPU kernels), each call recorded."""
 
     def __init__(self, *args, **kwargs):
+        import torch
+
         self.calls: list[tuple[str, int]] = []
-        self.draft_runner = SimpleNamespace(tp_group=None)
+        self.draft_runner = SimpleNamespace(
+            tp_group=None,
+            spec_algorithm=SimpleNamespace(is_standalone=lambda: False),
+            model_config=SimpleNamespace(spec_hidden_size=16, dtype=torch.float32),
+        )
         self.parallel_layout = None
 
     @staticmethod
@@ -296,6 +303,12 @@ class DecodeStepDraftStandIn:
 
     def _draft_extend_for_decode(self, batch, batch_output, **kwargs):
         self.calls.append(("draft_extend", batch.seq_lens.shape[0]))
+
+    def writes_draft_kv_alone(self):
+        return True  # test_spec_draft_kv.py: the real one, over the real draft model
+
+    def write_draft_kv_for_decode(self, batch, batch_output):
+        self.calls.append(("draft_kv", batch.seq_lens.shape[0]))
 
 
 def _decode_batch(bs: int):
@@ -356,7 +369,7 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     def verify(batch, **kwargs):
         plain = kwargs.get("plain_decode", False)
         events.append(("verify", batch.seq_lens.shape[0], batch.spec_info.draft_token_num, plain))
-        return SimpleNamespace(new_seq_lens=batch.seq_lens + 3, next_draft_input=None)
+        return SimpleNamespace(new_seq_lens=batch.seq_lens + 3, next_draft_input=SimpleNamespace())
 
     monkeypatch.setattr(worker, "verify", verify)
     ramp = [4, 8, 9, 12, 7, 5, 3]  # disabled above 8, re-enabled at <= 6 (5 pads to 8)
@@ -365,12 +378,19 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
             _decode_batch(bs), on_publish=lambda lens: events.append(("publish", lens.tolist()))
         )
         events.append(("result", step.new_seq_lens.tolist()))
+        if bs > 8 or bs == 7:  # no drafts: the draft's top-k left zero for the FutureMap
+            assert step.next_draft_input.topk_p.tolist() == [[0.0]] * bs
     verified = [e[1:] for e in events if e[0] == "verify"]
     assert verified == [(4, 3, False), (8, 3, False), (9, 1, True), (12, 1, True),
                         (7, 1, True), (5, 3, False), (3, 3, False)]  # fmt: skip
     drafted = [bs for kind, bs in draft.calls if kind == "draft"]
     assert drafted == [4, 8, 5, 3]
-    assert [bs for kind, bs in draft.calls if kind == "draft_extend"] == ramp
+    extended = [bs for kind, bs in draft.calls if kind == "draft_extend"]
+    if running_line() == "0.5.17":  # a step without drafts writes the draft's K/V alone
+        assert extended == drafted
+        assert [bs for kind, bs in draft.calls if kind == "draft_kv"] == [9, 12, 7]
+    else:
+        assert extended == ramp
     # A step without drafts publishes seq_lens + 1 before the target runs (the scheduler's
     # next batch waits for no forward) and returns what it published; a verify step
     # publishes its own result after it.
@@ -378,6 +398,11 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     assert events[i - 1 : i + 2] == [("publish", [21] * 9), events[i], ("result", [21] * 9)]
     i = events.index(("verify", 4, 3, False))
     assert events[i : i + 3] == [events[i], ("publish", [23] * 4), ("result", [23] * 4)]
+    if running_line() == "0.5.17":  # the full draft extend, when asked for
+        monkeypatch.setenv("SGLANG_SPEC_ZERO_STEP_FULL_DRAFT_EXTEND", "1")
+        draft.calls.clear()
+        worker.forward_batch_generation(_decode_batch(12))
+        assert draft.calls == [("draft_extend", 12)]
 
 
 RUNTIME_STATE_PARTS = (
