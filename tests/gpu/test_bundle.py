@@ -437,7 +437,10 @@ def test_engine_settings_per_line():
     assert skip.zero_step_draft("0.5.17") == "skip"
     assert engines.CONFIGS["eagle3-v2+adaptive"].zero_step_draft("0.5.17") == "extend"
     # the threshold writes the draft's K/V alone from 0.5.17; -full runs the draft extend
-    threshold, full = engines.CONFIGS["eagle3-v2+threshold"], engines.CONFIGS["eagle3-v2+threshold-full"]
+    threshold, full = (
+        engines.CONFIGS["eagle3-v2+threshold"],
+        engines.CONFIGS["eagle3-v2+threshold-full"],
+    )
     assert threshold.zero_step_draft("0.5.17") == "kv"
     assert threshold.zero_step_draft("0.5.12") == full.zero_step_draft("0.5.17") == "extend"
     assert dict(full.extra_env) == {"SGLANG_SPEC_ZERO_STEP_FULL_DRAFT_EXTEND": "1"}

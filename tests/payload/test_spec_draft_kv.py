@@ -141,7 +141,9 @@ def test_an_idle_batch_writes_nothing(eagle3):
 
     model = _model(eagle3)
     pool = _pool(model)
-    idle = SimpleNamespace(forward_mode=ForwardMode.IDLE, seq_lens=torch.empty(0), out_cache_loc=None)
+    idle = SimpleNamespace(
+        forward_mode=ForwardMode.IDLE, seq_lens=torch.empty(0), out_cache_loc=None
+    )
     _draft_worker(model, pool).write_draft_kv_for_decode(idle, None)
     assert not pool.get_key_buffer(0).any()
 
