@@ -1,4 +1,4 @@
-"""SGLang 0.5.17: a step without drafts keeps the draft's KV history with its K/V alone.
+"""SGLang 0.5.17 and 0.5.23: a step without drafts keeps the draft's KV history with its K/V alone.
 
 Above ``--speculative-disable-batch-threshold`` the draft does not draft; what it must keep
 is its KV history, so that drafting resumes on it. The EAGLE-3 draft's one layer takes the
@@ -15,14 +15,15 @@ is stood in for by a recorder of the K/V it is handed (which it would write).
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
 from doctor_fixtures import sglang_config
 from spec_fixtures import real_eagle3, spec_tree
 
-LINE = "0.5.17"
-pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines(LINE)]
+LINES = ("0.5.17", "0.5.23")
+pytestmark = [pytest.mark.payload, pytest.mark.sglang_lines(*LINES)]
 
 SLOTS = 64
 TARGET_HIDDEN = 3 * 64  # three aux layers of a target as wide as the draft
@@ -30,7 +31,7 @@ TARGET_HIDDEN = 3 * 64  # three aux layers of a target as wide as the draft
 
 @pytest.fixture
 def eagle3(request, tmp_path):
-    spec_tree(request, LINE)
+    spec_tree(request, os.environ.get("PATCHKIT_PAYLOAD_LINE") or LINES[0])
     with real_eagle3(tmp_path) as cls:
         yield cls
 
@@ -150,17 +151,19 @@ def test_an_idle_batch_writes_nothing(eagle3):
 
 def test_the_kv_alone_only_where_it_is_the_whole_history(eagle3):
     """A draft of more than one layer (a later layer's K/V need the first one's attention),
-    a KV pool of another layout or quantisation, or KV split over decode-context-parallel
-    ranks keeps the full draft extend."""
+    a KV pool of another layout, of virtual slot ids (the unified pool) or quantisation, or
+    KV split over decode-context-parallel ranks keeps the full draft extend."""
     from sglang.srt.mem_cache.memory_pool import PageMajorMHATokenToKVPool
+    from sglang.srt.mem_cache.unified_memory_pool import UnifiedMHATokenToKVPool
 
     model = _model(eagle3)
     pool = _pool(model)
     assert _draft_worker(model, pool).writes_draft_kv_alone()
     two_layers = _model(eagle3, num_hidden_layers=2)
     assert not _draft_worker(two_layers, pool).writes_draft_kv_alone()
-    other_layout = object.__new__(PageMajorMHATokenToKVPool)  # only its type is read
-    assert not _draft_worker(model, other_layout).writes_draft_kv_alone()
+    for other in (PageMajorMHATokenToKVPool, UnifiedMHATokenToKVPool):  # virtual slot ids
+        other_pool = object.__new__(other)  # only its type is read
+        assert not _draft_worker(model, other_pool).writes_draft_kv_alone()
     assert not _draft_worker(model, pool, dcp_size=2).writes_draft_kv_alone()
     no_writer = SimpleNamespace(model=SimpleNamespace(layers=[None]))
     assert not _draft_worker(no_writer, pool).writes_draft_kv_alone()

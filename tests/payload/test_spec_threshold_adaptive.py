@@ -24,7 +24,6 @@ from spec_fixtures import (
     EAGLE3_TOPK1,
     THRESHOLD_FLAG,
     parse_server_args,
-    running_line,
     spec_tree,
     write_model_dir,
 )
@@ -386,11 +385,8 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     drafted = [bs for kind, bs in draft.calls if kind == "draft"]
     assert drafted == [4, 8, 5, 3]
     extended = [bs for kind, bs in draft.calls if kind == "draft_extend"]
-    if running_line() == "0.5.17":  # a step without drafts writes the draft's K/V alone
-        assert extended == drafted
-        assert [bs for kind, bs in draft.calls if kind == "draft_kv"] == [9, 12, 7]
-    else:
-        assert extended == ramp
+    assert extended == drafted  # a step without drafts writes the draft's K/V alone
+    assert [bs for kind, bs in draft.calls if kind == "draft_kv"] == [9, 12, 7]
     # A step without drafts publishes seq_lens + 1 before the target runs (the scheduler's
     # next batch waits for no forward) and returns what it published; a verify step
     # publishes its own result after it.
@@ -398,11 +394,10 @@ def test_worker_decode_steps_follow_the_threshold(tree, resolve, monkeypatch):
     assert events[i - 1 : i + 2] == [("publish", [21] * 9), events[i], ("result", [21] * 9)]
     i = events.index(("verify", 4, 3, False))
     assert events[i : i + 3] == [events[i], ("publish", [23] * 4), ("result", [23] * 4)]
-    if running_line() == "0.5.17":  # the full draft extend, when asked for
-        monkeypatch.setenv("SGLANG_SPEC_ZERO_STEP_FULL_DRAFT_EXTEND", "1")
-        draft.calls.clear()
-        worker.forward_batch_generation(_decode_batch(12))
-        assert draft.calls == [("draft_extend", 12)]
+    monkeypatch.setenv("SGLANG_SPEC_ZERO_STEP_FULL_DRAFT_EXTEND", "1")  # when asked for,
+    draft.calls.clear()  # the full draft extend
+    worker.forward_batch_generation(_decode_batch(12))
+    assert draft.calls == [("draft_extend", 12)]
 
 
 RUNTIME_STATE_PARTS = (
