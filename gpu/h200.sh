@@ -52,6 +52,14 @@ install_carried() {  # every stage this call carries that is not installed yet
         install_stage "$n" >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
     done
 }
+stop_servers() {  # the servers a tier left running (they hold the GPU's memory)
+    [ -f $S/servers.json ] || return 0
+    python3 -c "import json, os, sys
+for s in json.load(open(sys.argv[1])).values():
+    try: os.killpg(s['pid'], 9)
+    except ProcessLookupError: pass" $S/servers.json
+    sleep 5
+}
 # the labels of either line (session.py profiles those it started)
 PROFILED=baseline,eagle3-v2,eagle3-v1+threshold,eagle3-v2+threshold,eagle3-v2+threshold-skip,eagle3-v2+threshold-full,eagle3-v2+adaptive,eagle3-v2+threshold-config
 case ${1:-} in
@@ -71,11 +79,7 @@ tier)
     test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run prep first"; exit 8; }
     install_carried
     if [ -f $S/servers.json ]; then  # a second tier: stop the first one's servers, keep its results apart
-        python3 -c "import json, os, sys
-for s in json.load(open(sys.argv[1])).values():
-    try: os.killpg(s['pid'], 9)
-    except ProcessLookupError: pass" $S/servers.json
-        sleep 5
+        stop_servers
         mkdir -p $S/previous
         for f in servers.json bench.json bench.md pytest.log; do
             [ -f $S/$f ] && mv $S/$f $S/previous/
@@ -116,6 +120,7 @@ bench)
 large)
     test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
     install_carried
+    stop_servers
     # three 13 GB targets fit an H100 (80 GB) when each server's fraction only gates its start
     # (--max-total-tokens caps the KV pool): LARGE_LABELS picks which three
     (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.8} timeout 570 \
