@@ -19,6 +19,8 @@
 #   profile install stage 2, train, start baseline and EAGLE-3 v2 (+ threshold), profile, stop
 #   deep    baseline and EAGLE-3 v2 + threshold on the larger models with a 36-layer target,
 #           after stage 1 and stage 2: two servers at a time
+#   quick   after stage 1 and stage 2 (stage 3 carried): train, the GPU tests and the step at
+#           batch 128 on QUICK_LABELS (baseline and the flag)
 # The machine keeps /tmp and the servers for 30 s after a call: run the steps back to back.
 set -u
 SITE=/tmp/site
@@ -131,6 +133,21 @@ large)
     collect $S-large large-
     cat "$S-large/bench.md" 2>/dev/null
     exit $rc ;;
+quick)
+    test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
+    install_carried
+    stop_servers
+    # the tier's checks and the step at batch 128 on two servers (QUICK_LABELS), training
+    # the tiny models unless prep did: one call after stage 1 and stage 2
+    (cd $B/repo && timeout 560 python3 gpu/session.py --out $S --budget-s 540 \
+        --bench-runs 2 --bench-concurrency 128 \
+        --labels ${QUICK_LABELS:-baseline,eagle3-v2+threshold} \
+        --profile ${QUICK_LABELS:-baseline,eagle3-v2+threshold})
+    rc=$?
+    collect $S quick-
+    tail -25 "$S/pytest.log" 2>/dev/null
+    grep -h "profile" "$S/session.log"
+    exit $rc ;;
 profile)
     test -d $SITE/sglang || { echo "h200.sh: stage 1 is not installed: run stage1 first"; exit 8; }
     sh $B/install.sh $B/stage2 $SITE > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
@@ -153,6 +170,6 @@ deep)
     cat "$S-deep/bench.md" 2>/dev/null
     exit $rc ;;
 *)
-    echo "usage: h200.sh stage1|stage N|prep|tier|measure|tests|bench|large|profile|deep" >&2
+    echo "usage: h200.sh stage1|stage N|prep|tier|measure|tests|bench|large|quick|profile|deep" >&2
     exit 2 ;;
 esac

@@ -10,11 +10,14 @@ Real parts: the line's ``LlamaForCausalLMEagle3`` (tiny, random weights, a one-r
 group), its real ``MHATokenToKVPool`` on the CPU and the real ``EagleDraftWorker`` methods.
 The reference is the model's own full forward of the same tokens at the same positions with
 the draft extend's hidden states; the attention kernel, the one part that cannot run here,
-is stood in for by a recorder of the K/V it is handed (which it would write).
+is stood in for by a recorder of the K/V it is handed (which it would write). The write's
+CUDA graphs (``draft_kv_graph.DraftKVGraphs``) run on a stand-in for ``torch.cuda``'s graph
+API with its contract: a replay runs again what was captured, over the same tensors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from types import SimpleNamespace
 
@@ -97,25 +100,69 @@ def _draft_worker(model, pool, dcp_size=1):
     worker = object.__new__(EagleDraftWorker)
     worker.draft_runner = SimpleNamespace(model=model, token_to_kv_pool=pool)
     worker.server_args = SimpleNamespace(dcp_size=dcp_size)
+    worker.draft_kv_graphs = None
     return worker
 
 
-def test_a_step_without_drafts_writes_the_kv_a_draft_extend_writes(eagle3):
-    """The K/V written for each request's new token, fed the target's hidden states of the
-    pending token, are those the full forward computes for it at the pending token's position
-    (``seq_lens``), in the slot the verify reserved there; no other slot changes."""
+class CudaGraphStandIn:
+    """``torch.cuda``'s graph API without a GPU, keeping its contract: what runs inside
+    ``graph(g)`` is recorded (the write and the very tensors it was given) and each
+    ``g.replay()`` runs it again over them; capture needs ``synchronize`` and a pool."""
+
+    def __init__(self):
+        self.capturing = None
+        self.captured = 0
+
+    def CUDAGraph(self):  # noqa: N802 (torch's name)
+        return SimpleNamespace(work=[], replay=None)
+
+    @contextlib.contextmanager
+    def graph(self, graph, pool=None):
+        assert pool is not None  # the graphs share a pool of their own
+        self.capturing = graph
+        yield
+        self.capturing = None
+        work = list(graph.work)
+        graph.replay = lambda: [fn(*args) for fn, args in work]
+        self.captured += 1
+
+    def recording(self, write):
+        def recorded(*args):
+            if self.capturing is not None:
+                self.capturing.work.append((write, args))
+            return write(*args)
+
+        return recorded
+
+
+@pytest.fixture
+def cuda_graphs(monkeypatch):
+    import torch
+
+    stand_in = CudaGraphStandIn()
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", stand_in.CUDAGraph)
+    monkeypatch.setattr(torch.cuda, "graph", stand_in.graph)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    return stand_in
+
+
+def _captured_worker(model, pool, cuda_graphs, monkeypatch, sizes):
+    """A draft worker whose K/V writes replay the real ``DraftKVGraphs`` captured by the real
+    ``capture_draft_kv_graphs`` (the write recorded as the stand-in's capture)."""
+    worker = _draft_worker(model, pool)
+    monkeypatch.setattr(
+        model, "write_draft_kv_embedded", cuda_graphs.recording(model.write_draft_kv_embedded)
+    )
+    worker.capture_draft_kv_graphs(sizes)
+    assert cuda_graphs.captured == len(sizes)
+    return worker
+
+
+def _decode(worker, tokens, seq_lens, slots, target_hidden):
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    model = _model(eagle3)
-    pool = _pool(model)
-    worker = _draft_worker(model, pool)
-    assert worker.writes_draft_kv_alone()
-    bs = 4
-    seq_lens = torch.tensor([5, 17, 9, 30])
-    slots = torch.tensor([40, 3, 22, 57])
-    tokens = torch.tensor([7, 200, 31, 99])
-    target_hidden = torch.randn(bs, TARGET_HIDDEN)
     batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, seq_lens=seq_lens, out_cache_loc=slots)
     result = SimpleNamespace(
         next_token_ids=tokens.to(torch.int32),
@@ -124,16 +171,69 @@ def test_a_step_without_drafts_writes_the_kv_a_draft_extend_writes(eagle3):
     with torch.no_grad():
         worker.write_draft_kv_for_decode(batch, result)
 
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "cuda-graph"])
+def test_a_step_without_drafts_writes_the_kv_a_draft_extend_writes(
+    eagle3, graphs, request, monkeypatch
+):
+    """The K/V written for each request's new token, fed the target's hidden states of the
+    pending token, are those the full forward computes for it at the pending token's position
+    (``seq_lens``), in the slot the verify reserved there; no other slot changes but the
+    padding slot 0 (a graph's rows past the batch)."""
+    import torch
+
+    model = _model(eagle3)
+    pool = _pool(model)
+    if graphs:  # 4 requests replay the graph of 8
+        worker = _captured_worker(model, pool, request.getfixturevalue("cuda_graphs"),
+                                  monkeypatch, [2, 8, 12])  # fmt: skip
+    else:
+        worker = _draft_worker(model, pool)
+    assert worker.writes_draft_kv_alone()
+    seq_lens = torch.tensor([5, 17, 9, 30])
+    slots = torch.tensor([40, 3, 22, 57])
+    tokens = torch.tensor([7, 200, 31, 99])
+    target_hidden = torch.randn(4, TARGET_HIDDEN)
+    _decode(worker, tokens, seq_lens, slots, target_hidden)
+
     want_k, want_v = _full_forward_kv(model, tokens, seq_lens, target_hidden)
     k, v = pool.get_kv_buffer(0)
     torch.testing.assert_close(k[slots], want_k)
     torch.testing.assert_close(v[slots], want_v)
     others = torch.ones(SLOTS + 1, dtype=torch.bool)
     others[slots] = False
+    others[0] = False  # the padding slot
     assert not k[others].any() and not v[others].any()
     # the position matters: the same token one position on has other K (rotary)
     moved_k, _ = _full_forward_kv(model, tokens, seq_lens + 1, target_hidden)
     assert not torch.allclose(moved_k, want_k)
+
+
+def test_a_replay_writes_only_its_own_batchs_slots(eagle3, cuda_graphs, monkeypatch):
+    """A graph's rows past the batch write the padding slot, not the slots of the batch it
+    replayed before (freed since and given to another request, whose K/V it would erase);
+    a batch larger than every graph is left to the eager write."""
+    import torch
+
+    model = _model(eagle3)
+    pool = _pool(model)
+    worker = _captured_worker(model, pool, cuda_graphs, monkeypatch, [8])
+    hidden = torch.randn(7, TARGET_HIDDEN)
+    _decode(worker, torch.arange(7), torch.arange(10, 17), torch.arange(30, 37), hidden)
+    k = pool.get_key_buffer(0)
+    reused = k[36].clone().normal_()
+    k[36] = reused  # slot 36 freed and written for another request
+    _decode(worker, torch.arange(5), torch.arange(20, 25), torch.arange(40, 45), hidden[:5])
+    assert torch.equal(k[36], reused)
+    before = pool.get_key_buffer(0).clone()
+    nine = (torch.zeros(9, 64), torch.arange(9), torch.zeros(9, TARGET_HIDDEN), torch.arange(9))
+    assert not worker.draft_kv_graphs.replay(*nine)
+    assert torch.equal(pool.get_key_buffer(0), before)  # no graph of 9: nothing written
+    hidden = torch.randn(9, TARGET_HIDDEN)
+    eager = _pool(model)
+    for writer in (_draft_worker(model, eager), worker):  # nine requests: written eagerly
+        _decode(writer, torch.arange(9), torch.arange(9), torch.arange(50, 59), hidden)
+    assert torch.equal(pool.get_key_buffer(0)[50:59], eager.get_key_buffer(0)[50:59])
 
 
 def test_an_idle_batch_writes_nothing(eagle3):
