@@ -722,7 +722,8 @@ def test_import_onto_the_0_5_17_line_and_its_wheel_base(sglang_wheels, cache, pr
         original = zf.read(rel).decode()
     old = "        return self.hot_token_id\n"
     assert original.count(old) == 1
-    edited = original.replace(old, "        # the draft's vocabulary map\n" + old)
+    edited_line = "        # the draft's vocabulary map\n"
+    edited = original.replace(old, edited_line + old)
     for side, text in (("a", original), ("b", edited)):
         (tmp_path / side / rel).parent.mkdir(parents=True)
         (tmp_path / side / rel).write_text(text)
@@ -737,6 +738,11 @@ def test_import_onto_the_0_5_17_line_and_its_wheel_base(sglang_wheels, cache, pr
     )
     before = snapshot(default_dir)
     carried = load_series(line_dir, "sglang").names  # the line's own patches, kept in front
+    # the line's own patches change the file too: the edit lands on their result
+    alone = patchkit("apply", "--target", "sglang@0.5.17", "--into", str(tmp_path / "alone"))
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    patched = (tmp_path / "alone" / "python" / rel).read_text()
+    assert patched.count(old) == 1
 
     on_default = patchkit("import", str(diff), "--target", "sglang", "--dry-run")
     by_line = patchkit("import", str(diff), "--target", "sglang", "--line", "0.5.17", "--dry-run")
@@ -758,7 +764,7 @@ def test_import_onto_the_0_5_17_line_and_its_wheel_base(sglang_wheels, cache, pr
     tree = tmp_path / "work"
     applied = patchkit("apply", "--target", "sglang@0.5.17", "--into", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert (tree / "python" / rel).read_text() == edited
+    assert (tree / "python" / rel).read_text() == patched.replace(old, edited_line + old)
     assert patchkit("export", str(tree), "--check").returncode == 0
 
 
