@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from patchkit import __version__
+from patchkit import __version__, scratch
 from patchkit.errors import NothingToDo, PatchkitError, did_you_mean, os_error_hint
 
 # verb -> module under patchkit.commands exposing `command`; imported only when used.
@@ -171,6 +171,8 @@ def _on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
     folders). SIGKILL still ends the run; the next one recovers from that."""
     for signum_ in _INTERRUPTS:
         signal.signal(signum_, signal.SIG_IGN)
+    if scratch.defer_interrupt():
+        return  # raised as the section that holds it ends (`scratch.signals_held`)
     raise KeyboardInterrupt
 
 

@@ -42,16 +42,50 @@ def root() -> str:
         if entry is not None and os.path.isdir(os.path.join(entry[0], "cwd")):
             return entry[0]
         sweep_dead()
-        path = tempfile.mkdtemp(prefix=PREFIX)
-        # Locked under another name, then named `held`: a sweep never finds an unlocked
-        # `held` in a folder being made (it took such a folder for a dead run's).
-        fd = os.open(os.path.join(path, "making"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.rename(os.path.join(path, "making"), os.path.join(path, "held"))
-        os.mkdir(os.path.join(path, "cwd"))
-        _SCRATCH[pid] = (path, fd)
-        atexit.register(_remove, pid)
+        with signals_held():  # made and registered for removal, or not made
+            path = tempfile.mkdtemp(prefix=PREFIX)
+            # Locked under another name, then named `held`: a sweep never finds an unlocked
+            # `held` in a folder being made (it took such a folder for a dead run's).
+            fd = os.open(os.path.join(path, "making"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(os.path.join(path, "making"), os.path.join(path, "held"))
+            os.mkdir(os.path.join(path, "cwd"))
+            _SCRATCH[pid] = (path, fd)
+            atexit.register(_remove, pid)
         return path
+
+
+_HELD = {"depth": 0, "pending": False}  # the main thread's `signals_held` sections
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """An interrupt (patchkit's SIGINT / SIGTERM handler) that comes while the main thread is
+    in this section is raised as it leaves it: a folder made and recorded for removal, a git
+    started and held for stopping, never one without the other. (An interrupt between the two
+    left the folder behind, or a git running unwatched, writing into a folder the clean-up was
+    removing.) Deferred in the handler, not by masking: the kernel hands a process-directed
+    signal to any thread that does not mask it, and Python raises it in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # interrupts are raised in the main thread only
+        return
+    _HELD["depth"] += 1
+    try:
+        yield
+    finally:
+        _HELD["depth"] -= 1
+        if not _HELD["depth"] and _HELD["pending"]:
+            _HELD["pending"] = False
+            raise KeyboardInterrupt
+
+
+def defer_interrupt() -> bool:
+    """For the interrupt handler: True, and the interrupt raised later, while the main thread
+    is in a `signals_held` section."""
+    if _HELD["depth"]:
+        _HELD["pending"] = True
+        return True
+    return False
 
 
 def cwd() -> str:

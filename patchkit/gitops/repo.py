@@ -341,14 +341,27 @@ class Repo:
                 raise_for(self, list(args), proc.returncode, err.read())
 
     def _start(self, args, env, **streams) -> subprocess.Popen:
-        """The one place a git process is started (the sealed environment, the held locks)."""
-        return subprocess.Popen(
-            self.command(*args),
-            cwd=scratch.cwd() if self.bare else str(self.path),
-            env=self.env(env),
-            pass_fds=held_lock_fds(),
-            **streams,
-        )
+        """The one place a git process is started (the sealed environment, the held locks).
+
+        Interrupts are held while git starts: one that landed inside `Popen` left a git
+        running unwatched, still writing into a folder the clean-up was removing. Delivered
+        once `Popen` returns, it stops that git and waits for it like any later one."""
+        cwd = scratch.cwd() if self.bare else str(self.path)
+        proc = None
+        try:
+            with scratch.signals_held():
+                proc = subprocess.Popen(
+                    self.command(*args),
+                    cwd=cwd,
+                    env=self.env(env),
+                    pass_fds=held_lock_fds(),
+                    **streams,
+                )
+        except BaseException:
+            if proc is not None:
+                _stop(proc)
+            raise
+        return proc
 
     def ok(self, *args: str, env: dict[str, str] | None = None) -> bool:
         """True when the git command exits 0."""

@@ -15,6 +15,7 @@ from patchkit import gitops
 from patchkit.errors import DamagedBaseError
 from patchkit.locks import sweep_dead_temp_files
 from patchkit.project import cache_root
+from patchkit.scratch import signals_held
 from patchkit.stamps import Stamp
 from patchkit.targets import Target
 
@@ -48,14 +49,17 @@ class Mirror:
         if not (self.path / "HEAD").is_file():
             scratch = self.root / "tmp"
             scratch.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=scratch, prefix=f"init-{self.target.name}-"))
+            tmp = None
             try:
+                with signals_held():  # made and then removed, or not made
+                    tmp = Path(tempfile.mkdtemp(dir=scratch, prefix=f"init-{self.target.name}-"))
                 gitops.init_bare(tmp / "repo")
                 shutil.rmtree(self.path, ignore_errors=True)  # no HEAD: a torn pre-rename init
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp / "repo", self.path)
             finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                if tmp is not None:
+                    shutil.rmtree(tmp, ignore_errors=True)
         return self.repo
 
     def sweep(self) -> None:

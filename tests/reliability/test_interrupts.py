@@ -141,3 +141,49 @@ def test_two_ctrl_c_in_a_row(toy, tmp_path, delay):
     assert not _scratch_left(tmp, tmp_path, toy)
     if into.exists():
         assert git(into, "status", "--porcelain").strip() == ""
+
+
+def test_an_interrupt_in_a_held_section_is_raised_as_it_ends():
+    """patchkit's SIGINT handler, called (as Python calls it, in the main thread) while the
+    main thread is inside `scratch.signals_held`, raises nothing there and KeyboardInterrupt
+    as the outermost section ends; outside one it raises at once; a section of another thread
+    holds nothing back.  This is what keeps a scratch folder from being made without being
+    recorded for removal, and a git from starting unwatched (the two Ctrl-C above)."""
+    import threading
+
+    from patchkit import cli, scratch
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    reached = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with scratch.signals_held():
+                with scratch.signals_held():
+                    cli._on_interrupt(signal.SIGINT, None)
+                    reached.append("inner")
+                reached.append("outer")
+        assert reached == ["inner", "outer"]
+        with pytest.raises(KeyboardInterrupt):
+            cli._on_interrupt(signal.SIGINT, None)  # no section: at once
+        with scratch.signals_held():
+            pass  # nothing pending any more
+        held_elsewhere = threading.Event()
+        release = threading.Event()
+
+        def other_thread():
+            with scratch.signals_held():
+                held_elsewhere.set()
+                release.wait(10)
+
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        held_elsewhere.wait(10)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                cli._on_interrupt(signal.SIGINT, None)
+        finally:
+            release.set()
+            worker.join()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
