@@ -8,10 +8,8 @@ does, and a speculators draft repaired by ``--fix`` must fill every parameter.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from patchkit.doctor.expected import SourceTree, derive_draft  # noqa: E402
 from patchkit.doctor.fix import write_fixed  # noqa: E402
 
 PAYLOAD_CONFTEST = Path(__file__).resolve().parent / "payload" / "conftest.py"
+SPEC_FIXTURES = PAYLOAD_CONFTEST.with_name("spec_fixtures.py")
 
 
 def _payload_helpers():
@@ -50,37 +49,13 @@ def patched_tree() -> Path:
 
 
 @pytest.fixture(scope="module")
-def eagle3(patched_tree):
+def eagle3(patched_tree, tmp_path_factory):
     """The real ``LlamaForCausalLMEagle3`` class, importable and constructible on CPU."""
-    from sglang.srt import server_args as server_args_module
-    from sglang.srt.distributed import parallel_state
-    from sglang.srt.layers import rotary_embedding
-
-    args = object.__new__(server_args_module.ServerArgs)
-    for field in dataclasses.fields(server_args_module.ServerArgs):
-        if field.default is not dataclasses.MISSING:
-            setattr(args, field.name, field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            setattr(args, field.name, field.default_factory())
-    server_args_module.set_global_server_args_for_scheduler(args)
-    # One one-rank world per process, kept to its end: the payload tier's derivation test may
-    # have made it in this worker, and 0.5.9's destroy_model_parallel leaves the attention group.
-    if not parallel_state.model_parallel_is_initialized():
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        parallel_state.init_distributed_environment(
-            world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
-            local_rank=0, backend="gloo",
-        )  # fmt: skip
-        parallel_state.initialize_model_parallel(1, 1)
-    # The rotary embedding picks a CUDA or vllm kernel off CPU; it holds no parameters.
-    saved = rotary_embedding._is_cpu
-    rotary_embedding._is_cpu = True
-    from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
-
-    yield LlamaForCausalLMEagle3
-    rotary_embedding._is_cpu = saved
+    spec = importlib.util.spec_from_file_location("doctor_spec_fixtures", SPEC_FIXTURES)
+    fixtures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixtures)
+    with fixtures.real_eagle3(tmp_path_factory.mktemp("model")) as cls:
+        yield cls
 
 
 def build(eagle3, config: dict):
