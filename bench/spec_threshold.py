@@ -55,7 +55,7 @@ def _prompts(args: argparse.Namespace, concurrency: int, total: int) -> list[lis
 
 def run_level(url: str, concurrency: int, args: argparse.Namespace) -> dict:
     """Closed-loop load at ``concurrency``; output tok/s and the servers' accept length."""
-    total = max(args.requests_per_level, 2 * concurrency)
+    total = max(args.requests_per_level, args.rounds * concurrency)
     prompts = _prompts(args, concurrency, total)
     lock = threading.Lock()
     tokens, verify = [0], [0]
@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default=DEFAULT_LEVELS)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--requests-per-level", type=int, default=8)
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="requests per level: at least ROUNDS x concurrency"
+    )
     parser.add_argument("--input-len", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--models", help="the tiny models' folder (prompts in their language)")

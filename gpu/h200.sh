@@ -127,8 +127,8 @@ large)
     # (--max-total-tokens caps the KV pool): LARGE_LABELS picks which three
     (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.8} timeout 570 \
         python3 gpu/session.py --out $S-large --large --no-tests --stop --budget-s 550 \
-        --bench-runs 3 --bench-concurrency 16,32,64,128 --profile $PROFILED \
-        --labels ${LARGE_LABELS:-baseline,eagle3-v2+threshold,eagle3-v2+threshold-full})
+        --bench-runs 3 --bench-concurrency 16,32,64,128 --bench-rounds ${BENCH_ROUNDS:-6} \
+        --profile $PROFILED --labels ${LARGE_LABELS:-baseline,eagle3-v2+threshold,eagle3-v2+threshold-full})
     rc=$?
     collect $S-large large-
     cat "$S-large/bench.md" 2>/dev/null

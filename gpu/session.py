@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-bench", action="store_true")
     parser.add_argument("--bench-runs", type=int, default=3)
     parser.add_argument("--bench-concurrency", default="1,4,16,32,64,128")
+    parser.add_argument("--bench-rounds", type=int, default=2, help="bench/spec_threshold --rounds")
     parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument("--attention-backend", default="triton")
     parser.add_argument("--keep-servers", action="store_true")
@@ -187,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     status = 124
             log(f"pytest exit {status}")
+        # the profiles come after the benchmark: it leaves them about 40 s each
+        profiled = [label for label in args.profile.split(",") if label in servers]
         if not args.no_bench:
             for server in servers.values():
                 server.set_probe(False)
@@ -196,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                    "--markdown", str(args.out / "bench.md"),
                    "--models", str(models),
                    "--concurrency", args.bench_concurrency,
-                   "--runs", str(args.bench_runs)]  # fmt: skip
+                   "--runs", str(args.bench_runs),
+                   "--rounds", str(args.bench_rounds)]  # fmt: skip
             for label, server in servers.items():
                 cmd += ["--server", f"{label}={server.url}"]
             try:
@@ -206,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                     env=env,
                     stdout=session_log,
                     stderr=subprocess.STDOUT,
-                    timeout=max(30.0, left() - 15),
+                    timeout=max(30.0, left() - 15 - 40 * len(profiled)),
                 )
                 log(f"bench exit {bench.returncode}")
             except subprocess.TimeoutExpired:
@@ -216,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             lang = ChainLanguage.load(models / "language.json")
             prompts = [lang.prompt(seed, 16) for seed in range(128)]
-        for label in [label for label in args.profile.split(",") if label in servers]:
-            if left() < 60:
+        for label in profiled:
+            if left() < 35:
                 log(f"no time left to profile {label}")
                 break
             dest = args.out / f"profile-{label}.txt"
