@@ -104,6 +104,18 @@ def test_levels_medians_ratios_and_the_warm_up_outside_the_results(servers, tmp_
     assert "| eagle3+threshold / max(baseline, eagle3) | **" in markdown
 
 
+def test_rounds_set_the_requests_of_a_level(tmp_path):
+    server = StandInServer(0.0)
+    try:
+        argv = [f"--server=baseline={server.url}", "--concurrency", "3", "--runs", "1"]
+        argv += ["--rounds", "4", "--max-new-tokens", "2", "--vocab", "300"]
+        assert bench.main(argv + ["--results", str(tmp_path / "runs.json")]) == 0
+    finally:
+        server.close()
+    runs = json.loads((tmp_path / "runs.json").read_text())["baseline"]["3"]
+    assert [run["requests"] for run in runs] == [12]  # 4 rounds of 3, above --requests-per-level 8
+
+
 def test_a_server_label_without_url_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--server", "baseline"])
