@@ -16,6 +16,7 @@
 #   bench   the throughput benchmark and profiles against the running servers, then stop them
 #   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py),
 #           after stage 1 and stage 2 (stage 3 carried or installed): three servers at a time
+#           (LARGE_LABELS), BENCH_ROUNDS requests per worker and level, within BUDGET_S s
 #   profile install stage 2, train, start baseline and EAGLE-3 v2 (+ threshold), profile, stop
 #   deep    baseline and EAGLE-3 v2 + threshold on the larger models with a 36-layer target,
 #           after stage 1 and stage 2: two servers at a time
@@ -125,8 +126,10 @@ large)
     stop_servers
     # three 13 GB targets fit an H100 (80 GB) when each server's fraction only gates its start
     # (--max-total-tokens caps the KV pool): LARGE_LABELS picks which three
-    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.8} timeout 570 \
-        python3 gpu/session.py --out $S-large --large --no-tests --stop --budget-s 550 \
+    budget=${BUDGET_S:-550}  # less where the session's device time is short: $OUT comes back
+    (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.8} \
+        timeout $((budget + 20)) python3 gpu/session.py --out $S-large --large --no-tests \
+        --stop --budget-s $budget \
         --bench-runs 3 --bench-concurrency 16,32,64,128 --bench-rounds ${BENCH_ROUNDS:-6} \
         --profile $PROFILED --labels ${LARGE_LABELS:-baseline,eagle3-v2+threshold,eagle3-v2+threshold-full})
     rc=$?
