@@ -2,8 +2,11 @@
 
 Used by ``tests/gpu/test_spec_threshold_gpu.py``, ``bench/spec_threshold.py`` and
 ``gpu/session.py`` (stdlib only). One server per configuration serves both the tests and the
-benchmark. Servers are ``python -m sglang.launch_server`` processes with CUDA graphs on and
-no tokenizer (requests carry token ids); each one's output goes to ``<logs>/<label>.log``.
+benchmark. Servers are ``python -m sglang.launch_server`` processes with CUDA graphs on;
+requests carry token ids. Where the models carry a tokenizer (the tiny ones:
+``language.save_tokenizer``) and xgrammar is installed, the servers load it and run the
+xgrammar backend (``grammar`` requests); otherwise they skip the tokenizer and run no grammar
+backend. Each one's output goes to ``<logs>/<label>.log``.
 
 With ``probe=True`` the server runs with ``gpu/probe`` first on ``PYTHONPATH``: its
 ``sitecustomize`` records every model forward (draft or target, forward mode, batch size,
@@ -13,6 +16,7 @@ CUDA graph replayed or not) and every call of the scheduler's ``update_spec_metr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -24,6 +28,8 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
+
+from language import GRAMMAR_REGEX
 
 HERE = Path(__file__).resolve().parent
 PROBE_DIR = HERE / "probe"
@@ -38,7 +44,7 @@ CUDA_GRAPH_MAX_BS = 128
 CUDA_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128]
 # above CUDA_GRAPH_MAX_BS: the tier's widest phase runs eager decode steps as well
 MAX_RUNNING = 160
-REQUEST_KINDS = ("greedy", "logprob", "sampled")
+REQUEST_KINDS = ("greedy", "logprob", "sampled", "grammar")
 STEPS = 2  # EAGLE-3: 2 steps, topk 1, 3 draft tokens
 
 
@@ -117,12 +123,13 @@ class EngineConfig:
 
     def args(self, models: Path, attention_backend: str) -> list[str]:
         renamed = graph_flags_renamed()
+        grammar = grammar_backend(models)
         args = [
             "--model-path", str(models / "target"),
-            "--skip-tokenizer-init",
+            *(["--skip-tokenizer-init"] if grammar == "none" else []),
             "--attention-backend", attention_backend,
             "--sampling-backend", "pytorch",
-            "--grammar-backend", "none",
+            "--grammar-backend", grammar,
             # 0.5.15 renamed the CUDA-graph options per phase (decode / prefill)
             "--cuda-graph-max-bs-decode" if renamed else "--cuda-graph-max-bs",
             str(CUDA_GRAPH_MAX_BS),
@@ -222,6 +229,13 @@ LINE_LABELS = {
 # DECODE graphs); upstream's adaptive zero-step state runs a one-token TARGET_VERIFY.
 # 0.5.12 books nothing; from 0.5.17 process_batch_result_decode books every decode batch of
 # a speculative server (bs rows, 0 correct drafts; per request, spec_verify_ct counts it).
+
+
+def grammar_backend(models: Path) -> str:
+    """``xgrammar`` where the models carry a tokenizer and xgrammar is installed, else
+    ``none`` (the servers then skip the tokenizer: no grammar requests)."""
+    has_tokenizer = (models / "target" / "tokenizer.json").is_file()
+    return "xgrammar" if has_tokenizer and importlib.util.find_spec("xgrammar") else "none"
 
 
 def nodraft_mode(label: str) -> str:
@@ -393,7 +407,8 @@ class Server:
     def generate(self, prompt: list[int], max_new_tokens: int, rid: str | None = None,
                  timeout: float = 300.0, kind: str = "greedy") -> dict:  # fmt: skip
         """One request of a REQUEST_KINDS kind: greedy; greedy with the logprob of each
-        output token; sampled (temperature 0.8, top-p 0.95, a seed of its own)."""
+        output token; sampled (temperature 0.8, top-p 0.95, a seed of its own); greedy under
+        ``language.GRAMMAR_REGEX`` (a server with the xgrammar backend)."""
         payload = {
             "input_ids": prompt,
             "sampling_params": {
@@ -407,6 +422,8 @@ class Server:
         elif kind == "sampled":
             payload["sampling_params"] |= {"temperature": 0.8, "top_p": 0.95,
                                            "sampling_seed": sum(prompt) % 9973}  # fmt: skip
+        elif kind == "grammar":
+            payload["sampling_params"]["regex"] = GRAMMAR_REGEX
         elif kind != "greedy":
             raise ValueError(f"unknown request kind {kind!r}")
         if rid:

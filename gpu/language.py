@@ -16,10 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VOCAB = 1024
-BOS, EOS = 1, 2
+UNK, BOS, EOS = 0, 1, 2
 MODES = 4
 FIRST_CONTENT = 3 + MODES  # ids 0..2 special, 3..6 modes
 CONTENT = 256  # content tokens FIRST_CONTENT .. FIRST_CONTENT + CONTENT - 1; the rest unused
+# a content token's text: two letters of 16 (16 x 16 = CONTENT), so a regular expression over
+# the text picks content tokens; the grammar-constrained requests of the GPU tier allow those
+# whose first letter is one of the first 8 (half of them), so the grammar changes what the model
+# would say about every other token and rejects drafts the draft model makes without it
+LETTERS = "abcdefghijklmnop"
+GRAMMAR_REGEX = "([a-h][a-p])+"
+SPECIAL_TEXT = ("<unk>", "<s>", "</s>")
 
 
 @dataclass(frozen=True)
@@ -63,3 +70,47 @@ class ChainLanguage:
         mode = 3 + rng.randrange(MODES)
         start = rng.randrange(FIRST_CONTENT, FIRST_CONTENT + CONTENT)
         return [mode, start] + self.continue_([mode, start], length - 2)
+
+
+def token_text(token: int) -> str:
+    """The text of a token in the tiny models' tokenizer (``save_tokenizer``)."""
+    if token < len(SPECIAL_TEXT):
+        return SPECIAL_TEXT[token]
+    if token < FIRST_CONTENT:
+        return f"<m{token - len(SPECIAL_TEXT)}>"
+    if token < FIRST_CONTENT + CONTENT:
+        c = token - FIRST_CONTENT
+        return LETTERS[c // len(LETTERS)] + LETTERS[c % len(LETTERS)]
+    return f"<u{token}>"
+
+
+def grammar_allows(token: int) -> bool:
+    """Whether GRAMMAR_REGEX lets a constrained request emit ``token``."""
+    text = token_text(token)
+    return FIRST_CONTENT <= token < FIRST_CONTENT + CONTENT and text[0] <= "h"
+
+
+def save_tokenizer(folder: Path) -> None:
+    """A word-level Hugging Face tokenizer of the VOCAB tokens (``tokenizer.json``, with its
+    ``tokenizer_config.json``), so that a server loads a tokenizer and its grammar backend
+    compiles GRAMMAR_REGEX against the token texts; requests still carry token ids."""
+    special = [
+        {"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for i, text in enumerate(SPECIAL_TEXT)
+    ]  # fmt: skip
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": special,
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "unk_token": SPECIAL_TEXT[UNK],
+                  "vocab": {token_text(i): i for i in range(VOCAB)}},
+    }  # fmt: skip
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
+        "unk_token": SPECIAL_TEXT[UNK], "bos_token": SPECIAL_TEXT[BOS],
+        "eos_token": SPECIAL_TEXT[EOS], "pad_token": SPECIAL_TEXT[UNK],
+    }  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, indent=1))
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))

@@ -4,7 +4,8 @@
 
 Writes ``DIR/target`` (a ``DeepseekV3ForCausalLM``: MLA with kv_lora_rank 512 / rope 64,
 8 routed experts top-2 + 1 shared expert, 8 layers, trained with transformers' own
-implementation and saved in the Hugging Face layout SGLang loads), ``DIR/draft`` (an EAGLE-3
+implementation and saved in the Hugging Face layout SGLang loads, with the word-level tokenizer
+of ``language.save_tokenizer``), ``DIR/draft`` (an EAGLE-3
 draft in SGLang's ``LlamaForCausalLMEagle3`` checkpoint layout: ``fc`` over the target's aux
 layers, ``midlayer.*``, ``norm``, ``lm_head``, ``d2t`` / ``t2d``), ``DIR/language.json`` and
 ``DIR/training.json`` (steps, losses, greedy accuracy and logit margins). Both models learn the
@@ -35,7 +36,16 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from language import BOS, CONTENT, EOS, FIRST_CONTENT, MODES, VOCAB, ChainLanguage  # noqa: E402
+from language import (  # noqa: E402
+    BOS,
+    CONTENT,
+    EOS,
+    FIRST_CONTENT,
+    MODES,
+    VOCAB,
+    ChainLanguage,
+    save_tokenizer,
+)
 
 HIDDEN = 256
 LAYERS = 8
@@ -381,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     draft, draft_stats = train_draft(lang, target, DEVICE, args.seed, args.budget_s * 2 / 3, log)
     save_draft(draft, args.out / "draft")
     save_target(target, args.out / "target")
+    save_tokenizer(args.out / "target")  # the servers' grammar backend compiles against it
     report = {
         "seed": args.seed,
         "target": target_stats,

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import engines  # noqa: E402
 import steps as decode  # noqa: E402
-from language import ChainLanguage  # noqa: E402
+from language import VOCAB, ChainLanguage, grammar_allows  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "gpu_tier_checks", ROOT / "tests" / "gpu" / "test_spec_threshold_gpu.py"
@@ -253,6 +253,9 @@ class _FakeServer:
     def loads(self):
         return {"num_used_tokens": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}
 
+    def server_info(self):
+        return {"grammar_backend": "none" if self.config.label == "baseline" else "xgrammar"}
+
     def healthy(self):
         return True
 
@@ -285,33 +288,50 @@ def test_ramps_run_for_every_server_at_once_and_fail_only_their_own_label(tmp_pa
     servers = {
         "baseline": _FakeServer("baseline", tmp_path),
         THRESHOLD: _FakeServer(THRESHOLD, tmp_path, broken=True),
+        "eagle3-v2": _FakeServer("eagle3-v2", tmp_path),
         "eagle3-v1": _FakeServer("eagle3-v1", tmp_path),  # of the other line: never ramped
     }
-    get = tier.ramps.__wrapped__(servers, ChainLanguage.make(0))
+    lang = ChainLanguage.make(0)
+    get = tier.ramps.__wrapped__(servers, lang)
     ramp = get("baseline")
-    assert sorted(started) == ["baseline", THRESHOLD]  # both at the first use
-    assert len(ramp.outputs) == 2 * sum(tier.RAMP) and ramp.line == "0.5.17"
+    assert sorted(started) == ["baseline", "eagle3-v2", THRESHOLD]  # all at the first use
+    keys = [key for p, c in enumerate(tier.RAMP) for items in tier._requests(lang, p, c)
+            for key, _, _ in items]  # fmt: skip
+    assert len(keys) == 2 * sum(tier.RAMP) and ramp.line == "0.5.17"
+    # the constrained requests go where the server runs a grammar backend (the stand-ins:
+    # every one but the baseline)
+    assert sorted(get("eagle3-v2").outputs) == sorted(keys)
+    assert sorted(ramp.outputs) == sorted(k for k in keys if tier._kind(k) != "grammar")
+    assert any(tier._kind(k) == "grammar" for k in keys)
     with pytest.raises(OSError, match="connection refused"):
         get(THRESHOLD)
-    assert get("baseline") is ramp and sorted(started) == ["baseline", THRESHOLD]
+    assert get("baseline") is ramp and len(started) == 3
     with pytest.raises(pytest.skip.Exception, match="not a configuration of"):
         get("eagle3-v1")
 
 
 # -- the request kinds and the phase above the graphs -------------------------------------
 
-GREEDY, LOGPROB, SAMPLED = "p4-w1-r1", "p4-w0-r1", "p4-w2-r1"  # _kind: (w + r) % 4
+# _kind: (w + r) % 6
+GREEDY, LOGPROB, SAMPLED, GRAMMAR = "p4-w1-r1", "p4-w0-r1", "p4-w2-r1", "p4-w4-r1"
 
 
 def _outputs_ramp(label: str, planted: str | None = None) -> tier.Ramp:
     """A ramp of one request of each kind in the phase of MAX_RUNNING, as a server answers."""
     ramp = tier.Ramp(label, "0.5.17")
     ramp.phases = [tier.Phase(c, events=(0, 0)) for c in tier.RAMP]
-    for key in (GREEDY, LOGPROB, SAMPLED):
+    for key in (GREEDY, LOGPROB, SAMPLED, GRAMMAR):
         n = tier._max_new_tokens(key)
         ramp.outputs[key] = [(7 * i) % 50 for i in range(n)]
         ramp.phase_of[key] = 4
         ramp.meta[key] = {}
+    allowed = [t for t in range(VOCAB) if grammar_allows(t)]
+    ramp.outputs[GRAMMAR] = [allowed[(11 * i) % len(allowed)] for i in range(n)]
+    if planted == "grammar-not-applied":  # the language's own continuation: half disallowed
+        prompt = tier._prompt_of(ChainLanguage.make(0), GRAMMAR)
+        ramp.outputs[GRAMMAR] = ChainLanguage.make(0).continue_(prompt, n)
+    if planted == "grammar-empty":
+        ramp.outputs[GRAMMAR] = []
     n = len(ramp.outputs[LOGPROB])
     logprobs = [[-0.001 * i, t, None] for i, t in enumerate(ramp.outputs[LOGPROB])]
     ramp.meta[LOGPROB] = {"output_token_logprobs": logprobs}
@@ -347,6 +367,14 @@ OUTPUT_CHECKS = {
     "logprob-request-differs": [C.test_ramp_outputs_equal_baseline],
     "sampled-short": [C.test_sampled_requests_give_their_length_in_the_vocabulary],
     "sampled-out-of-vocab": [C.test_sampled_requests_give_their_length_in_the_vocabulary],
+    "grammar-not-applied": [
+        C.test_ramp_outputs_equal_baseline,
+        C.test_constrained_requests_emit_what_their_grammar_allows,
+    ],
+    "grammar-empty": [
+        C.test_ramp_outputs_equal_baseline,
+        C.test_constrained_requests_emit_what_their_grammar_allows,
+    ],
     "no-phase-above": [C.test_a_phase_runs_above_the_graph_sizes],
     "graph-above": [C.test_a_phase_runs_above_the_graph_sizes],
 }
@@ -365,6 +393,7 @@ def test_the_request_kind_checks_fail_on_their_mistakes_only(planted, vocab_50):
         C.test_ramp_outputs_equal_baseline: (ramps, THRESHOLD, lang),
         C.test_sampled_requests_give_their_length_in_the_vocabulary: (ramps, THRESHOLD, vocab_50),
         C.test_a_phase_runs_above_the_graph_sizes: (ramps, THRESHOLD),
+        C.test_constrained_requests_emit_what_their_grammar_allows: (ramps, THRESHOLD),
     }
     for check, given in args.items():
         if check in OUTPUT_CHECKS[planted]:

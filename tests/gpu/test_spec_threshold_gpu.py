@@ -14,16 +14,18 @@ large margins and the draft is accepted.
 Each server gets the same concurrency ramp, 1 -> 8 -> 48 -> 96 -> 160 -> 8 -> 1 closed-loop
 workers of two requests each with staggered lengths, so a phase of 48 or more crosses the
 threshold up and back down, and the phase of 160 runs batches above --cuda-graph-max-bs (128:
-eager steps). The requests are of three kinds (``KIND_CYCLE``): greedy, greedy with the logprob
-of each output token, and sampled with a seed. Checked per configuration: no crash and no hang
-(timeouts); greedy outputs equal the baseline's token for token and their logprobs the
-baseline's; sampled requests give their length of tokens of the vocabulary; the KV pool is back
-to its initial size after every phase; every target decode-class step is CUDA-graph replayed,
-also after speculation resumes; each step's draft steps are what the configuration's policy
-decides for its batch size (``gpu/steps.py``: the threshold's hysteresis, an adaptive config's
-slots), with the draft work that kind of step runs; the acceptance metrics book what the line
-books (0.5.12: speculative steps only; 0.5.17: steps without drafts too, with no accepted
-drafts); one INFO line per switch.
+eager steps). The requests are of four kinds (``KIND_CYCLE``): greedy, greedy with the logprob
+of each output token, sampled with a seed, and greedy under a regular expression
+(``language.GRAMMAR_REGEX``, where the servers run the xgrammar backend). Checked per
+configuration: no crash and no hang (timeouts); greedy outputs (constrained ones too) equal the
+baseline's token for token and their logprobs the baseline's; sampled requests give their
+length of tokens of the vocabulary; constrained ones only tokens their grammar allows; the KV
+pool is back to its initial size after every phase; every target decode-class step is
+CUDA-graph replayed, also after speculation resumes; each step's draft steps are what the
+configuration's policy decides for its batch size (``gpu/steps.py``: the threshold's
+hysteresis, an adaptive config's slots), with the draft work that kind of step runs; the
+acceptance metrics book what the line books (0.5.12: speculative steps only; 0.5.17: steps
+without drafts too, with no accepted drafts); one INFO line per switch.
 
 Environment: ``PATCHKIT_GPU_MODELS`` (trained models; else trained here), ``PATCHKIT_GPU_LOGS``
 (server logs and probe records; else a temporary folder), ``PATCHKIT_GPU_SERVERS``
@@ -52,14 +54,14 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import engines  # noqa: E402
 import steps as decode  # noqa: E402
-from language import ChainLanguage  # noqa: E402
+from language import ChainLanguage, grammar_allows  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 RAMP = (1, 8, 48, 96, engines.MAX_RUNNING, 8, 1)
 REQUESTS_PER_WORKER = 2
 # request kinds by (worker + request) index: greedy half the time (the acceptance checks)
-KIND_CYCLE = ("greedy", "logprob", "greedy", "sampled")
+KIND_CYCLE = ("greedy", "logprob", "greedy", "sampled", "greedy", "grammar")
 # |logprob - baseline's| of an output token: bf16 logits, another attention kernel
 LOGPROB_TOLERANCE = 0.1
 PHASE_TIMEOUT = 150.0  # per phase; each request also times out at REQUEST_TIMEOUT
@@ -211,6 +213,8 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
     # warm-up outside the phases: every request shape once
     server.generate(language.prompt(10**6, 8), 8, rid=f"{tag}-warm")
     ramp.initial_used, _ = _idle_usage(server)
+    # grammar requests where the server runs a grammar backend (engines.grammar_backend)
+    grammar = server.server_info().get("grammar_backend", "none") != "none"
     server.probe_flush()
     for p, concurrency in enumerate(RAMP):
         phase = Phase(concurrency, used_before=_idle_usage(server)[0])
@@ -218,6 +222,8 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
 
         def worker(items, p=p):
             for key, prompt, n in items:
+                if _kind(key) == "grammar" and not grammar:
+                    continue
                 out = server.generate(prompt, n, rid=f"{tag}-{key}", timeout=REQUEST_TIMEOUT,
                                       kind=_kind(key))  # fmt: skip
                 ramp.outputs[key] = out["output_ids"]
@@ -352,6 +358,8 @@ def test_baseline_follows_the_trained_language(ramps, language, models):
     ramp = ramps("baseline")
     total = correct = 0
     for key, out in _greedy(ramp.outputs).items():
+        if _kind(key) == "grammar":  # the grammar bends half the language's tokens
+            continue
         want = language.continue_(_prompt_of(language, key), len(out))
         total += len(out)
         correct += sum(a == b for a, b in zip(out, want, strict=False))
@@ -408,6 +416,22 @@ def test_sampled_requests_give_their_length_in_the_vocabulary(ramps, label, mode
            if len(ramp.outputs[key]) != _max_new_tokens(key)
            or not all(0 <= t < vocab for t in ramp.outputs[key])]  # fmt: skip
     assert not bad, f"{label}: sampled outputs off: {[(k, ramp.outputs[k][:8]) for k in bad[:5]]}"
+
+
+@pytest.mark.parametrize("label", ALL_LABELS)
+def test_constrained_requests_emit_what_their_grammar_allows(ramps, label):
+    """Requests under ``language.GRAMMAR_REGEX`` (half the content tokens) emit only those:
+    the grammar's mask reached every step, verify and steps without drafts alike (the
+    language's own continuation breaks it within a few tokens); their tokens equal the
+    baseline's in ``test_ramp_outputs_equal_baseline``."""
+    ramp = ramps(label)
+    keys = [key for key in ramp.outputs if _kind(key) == "grammar"]
+    if not keys:
+        pytest.skip(f"{label}: no grammar backend (models without a tokenizer, or no xgrammar)")
+    bad = [key for key in keys
+           if not ramp.outputs[key] or not all(map(grammar_allows, ramp.outputs[key]))]  # fmt: skip
+    shown = ", ".join(f"{k} {ramp.outputs[k][:8]}" for k in bad[:5])
+    assert not bad, f"{label}: {len(bad)} of {len(keys)} constrained outputs off grammar: {shown}"
 
 
 @pytest.mark.parametrize("label", ALL_LABELS)
