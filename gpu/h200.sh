@@ -5,10 +5,13 @@
 #   stage N install bundle stage N into /tmp/site (what one call carries is limited);
 #           stage1 is stage 1
 #   prep    (the 0.5.17 line, call 1 of 3) install stage 1, train the tiny models into
-#           $S/models with the image's torch and transformers (the proven training path)
+#           $S/models with the image's torch and transformers (the proven training path);
+#           FAMILY_HEADS=1: the target with the family's MLA head dims (qk 192, v 128), which
+#           FlashInfer's SM90 MLA prefill needs for a tier with ATTENTION=flashinfer
 #   tier    (the 0.5.17 line, call 3 of 3, after `stage 2`) install the stages carried and
 #           not yet installed, start the line's six configurations, run the GPU tests, then
-#           the benchmark at C = 16, 32, 64, 128 (2 runs); servers left running for `bench`
+#           the benchmark at C = 16, 32, 64, 128 (2 runs); servers left running for `bench`;
+#           ATTENTION=flashinfer: every server on FlashInfer attention (after FAMILY_HEADS=1 prep)
 #   measure (the 0.5.17 line) install the stages carried and not yet installed, train, start
 #           the line's configurations (gpu/engines.py LINE_LABELS), benchmark them side by
 #           side, profile at batch 128; servers left running for `bench`
@@ -73,7 +76,8 @@ stage)
 prep)
     install_stage 1 > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 9; }
     mkdir -p $S
-    (cd $B/repo && timeout 400 python3 gpu/train_models.py --out $S/models) > "$OUT/train.log" 2>&1
+    (cd $B/repo && timeout 400 python3 gpu/train_models.py --out $S/models \
+        ${FAMILY_HEADS:+--family-heads}) > "$OUT/train.log" 2>&1
     rc=$?
     cp $S/models/training.json "$OUT/" 2>/dev/null
     tail -3 "$OUT/train.log"
@@ -89,7 +93,7 @@ tier)
         done
     fi
     (cd $B/repo && timeout 550 python3 gpu/session.py --out $S --keep-servers --budget-s 535 \
-        --bench-runs 2 --bench-concurrency 16,32,64,128)
+        --bench-runs 2 --bench-concurrency 16,32,64,128 --attention-backend ${ATTENTION:-triton})
     rc=$?
     collect $S ""
     tail -60 "$S/pytest.log" 2>/dev/null

@@ -1,6 +1,6 @@
 """Train the GPU tier's tiny models on the GPU, seeded, in seconds.
 
-    python gpu/train_models.py --out DIR [--seed 0] [--budget-s 60]
+    python gpu/train_models.py --out DIR [--seed 0] [--budget-s 60] [--family-heads]
 
 Writes ``DIR/target`` (a ``DeepseekV3ForCausalLM``: MLA with kv_lora_rank 512 / rope 64,
 8 routed experts top-2 + 1 shared expert, 8 layers, trained with transformers' own
@@ -90,6 +90,15 @@ TARGET_CONFIG = {
     "eos_token_id": EOS,
     "attention_bias": False,
     "ep_size": 1,
+}
+# --family-heads: the DeepseekV3 family's MLA head dims (qk 192 = nope 128 + rope 64, v 128),
+# the only ones FlashInfer's SM90 MLA prefill takes (the tier's --attention-backend flashinfer
+# pass), on 2 heads so that the model stays as small
+FAMILY_HEADS = {
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
 }
 DRAFT_CONFIG = {
     "architectures": ["LlamaForCausalLMEagle3"],
@@ -371,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget-s", type=float, default=60.0, help="target; the draft 2/3")
     parser.add_argument("--smoke", action="store_true", help="CPU shape check: tiny batches")
+    parser.add_argument(
+        "--family-heads", action="store_true", help="the target's head dims of FAMILY_HEADS"
+    )
     args = parser.parse_args(argv)
     global DEVICE, BATCH, EVAL_EVERY
     if args.smoke:
@@ -380,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.family_heads:
+        TARGET_CONFIG.update(FAMILY_HEADS)
     lang = ChainLanguage.make(args.seed)
     lang.save(args.out / "language.json")
 
@@ -397,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": target_stats,
         "draft": draft_stats,
         "aux_layer_ids": AUX_LAYER_IDS,
+        "target_heads": {k: TARGET_CONFIG[k] for k in FAMILY_HEADS},
         "seconds": round(time.time() - t0, 1),
         "torch": torch.__version__,
     }
