@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -25,6 +26,7 @@ sys.path.insert(0, str(ROOT / "gpu"))
 
 import bundle  # noqa: E402
 import engines  # noqa: E402
+import language  # noqa: E402
 
 from patchkit.wheels.reproducible import check_record  # noqa: E402
 
@@ -422,6 +424,29 @@ def test_0_5_17_engine_flags_are_fields_of_its_server_args(label, monkeypatch, t
         assert json.loads(path.read_text()) == {
             "1": {"candidate_steps": [2]}, "12": {"candidate_steps": [0]},
         }  # fmt: skip
+
+
+def test_servers_load_a_tokenizer_and_run_xgrammar_where_both_are_there(tmp_path, monkeypatch):
+    """Without the models' tokenizer or without xgrammar a server skips the tokenizer and runs
+    no grammar backend (the ramp then sends no constrained request); with both, xgrammar."""
+    config, real = engines.CONFIGS["eagle3-v2+threshold"], importlib.util.find_spec
+
+    def grammar(xgrammar_installed: bool) -> tuple[bool, str]:
+        def find_spec(name, *args):
+            return (
+                (object() if xgrammar_installed else None)
+                if name == "xgrammar"
+                else (real(name, *args))
+            )
+
+        monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+        args = config.args(tmp_path, "triton")
+        return "--skip-tokenizer-init" in args, args[args.index("--grammar-backend") + 1]
+
+    assert grammar(True) == grammar(False) == (True, "none")  # the models carry no tokenizer
+    language.save_tokenizer(tmp_path / "target")
+    assert grammar(False) == (True, "none")
+    assert grammar(True) == (False, "xgrammar")
 
 
 def test_engine_settings_per_line():
