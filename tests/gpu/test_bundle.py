@@ -433,11 +433,9 @@ def test_servers_load_a_tokenizer_and_run_xgrammar_where_both_are_there(tmp_path
 
     def grammar(xgrammar_installed: bool) -> tuple[bool, str]:
         def find_spec(name, *args):
-            return (
-                (object() if xgrammar_installed else None)
-                if name == "xgrammar"
-                else (real(name, *args))
-            )
+            if name != "xgrammar":
+                return real(name, *args)
+            return object() if xgrammar_installed else None
 
         monkeypatch.setattr(importlib.util, "find_spec", find_spec)
         args = config.args(tmp_path, "triton")
