@@ -19,7 +19,8 @@
 #   bench   the throughput benchmark and profiles against the running servers, then stop them
 #   large   the benchmark and profiles on the larger dummy-weight models (gpu/large_models.py),
 #           after stage 1 and stage 2 (stage 3 carried or installed): three servers at a time
-#           (LARGE_LABELS), BENCH_ROUNDS requests per worker and level, within BUDGET_S s
+#           (LARGE_LABELS), BENCH_ROUNDS requests per worker and level (NO_BENCH=1: the
+#           profiles only), within BUDGET_S s
 #   profile install stage 2, train, start baseline and EAGLE-3 v2 (+ threshold), profile, stop
 #   deep    baseline and EAGLE-3 v2 + threshold on the larger models with a 36-layer target,
 #           after stage 1 and stage 2: two servers at a time
@@ -133,7 +134,7 @@ large)
     budget=${BUDGET_S:-550}  # less where the session's device time is short: $OUT comes back
     (cd $B/repo && PATCHKIT_GPU_MEM_FRACTION=${PATCHKIT_GPU_MEM_FRACTION:-0.8} \
         timeout $((budget + 20)) python3 gpu/session.py --out $S-large --large --no-tests \
-        --stop --budget-s $budget \
+        --stop --budget-s $budget ${NO_BENCH:+--no-bench} \
         --bench-runs 3 --bench-concurrency 16,32,64,128 --bench-rounds ${BENCH_ROUNDS:-6} \
         --profile $PROFILED --labels ${LARGE_LABELS:-baseline,eagle3-v2+threshold,eagle3-v2+threshold-full})
     rc=$?
