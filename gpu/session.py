@@ -155,10 +155,14 @@ def main(argv: list[str] | None = None) -> int:
             log(f"sglang lacks --speculative-disable-batch-threshold: not starting {patched}")
             if flag.returncode != 3:
                 log(flag.stderr[-2000:])
+        # what the servers leave the session: the tests and the benchmark, or the profiles alone
+        reserve = 120
+        if args.no_tests and args.no_bench:
+            reserve = 20 + 40 * len([label for label in args.profile.split(",") if label in labels])
         try:
             servers = engines.launch_all(
                 labels, models, logs, args.attention_backend, probe=True,
-                timeout=max(60.0, left() - 120), log=log,
+                timeout=max(60.0, left() - reserve), log=log,
             )  # fmt: skip
         except RuntimeError as error:
             log(f"servers did not start: {error}")
