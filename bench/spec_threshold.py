@@ -101,6 +101,18 @@ def medians(results: dict) -> dict[str, dict[str, float]]:
     }
 
 
+def spreads(results: dict) -> dict[str, dict[str, str]]:
+    """Per label and concurrency: the lowest and highest tok/s of the runs, and how many."""
+    return {
+        label: {
+            c: f"{min(tok):,.0f}-{max(tok):,.0f} ({len(tok)})"
+            for c, runs in levels.items()
+            if (tok := [run["output_tok_s"] for run in runs])
+        }
+        for label, levels in results.items()
+    }
+
+
 def ratios(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """For each ``X+...`` (``X+threshold``, ``X+adaptive``, ...): median tok/s over
     max(baseline, X), per concurrency; over the baseline alone where X was not run
@@ -130,8 +142,8 @@ def render(results: dict, levels: list[int], markdown: bool = False) -> str:
     rel = ratios(table)
     cols = [str(c) for c in levels]
     if markdown:
-        lines = ["| output tok/s (median) | " + " | ".join(f"C={c}" for c in cols) + " |"]
-        lines.append("|---|" + "---:|" * len(cols))
+        head = " | ".join(f"C={c}" for c in cols) + " |\n|---|" + "---:|" * len(cols)
+        lines = [f"| output tok/s (median) | {head}"]
         for label, row in table.items():
             cells = [f"{row[c]:,.0f}" if c in row else "-" for c in cols]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -141,6 +153,9 @@ def render(results: dict, levels: list[int], markdown: bool = False) -> str:
                 for c in cols
             ]
             lines.append(f"| {label} / {reference(label, table)} | " + " | ".join(cells) + " |")
+        lines += ["", f"| output tok/s: lowest-highest (runs) | {head}"]
+        for label, row in spreads(results).items():
+            lines.append(f"| {label} | " + " | ".join(row.get(c, "-") for c in cols) + " |")
         return "\n".join(lines)
     width = max([len("output tok/s")] + [len(f"{x} / {reference(x, table)}") for x in rel]) + 2
     lines = ["output tok/s".ljust(width) + "".join(f"{c:>10}" for c in cols)]

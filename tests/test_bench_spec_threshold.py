@@ -102,6 +102,12 @@ def test_levels_medians_ratios_and_the_warm_up_outside_the_results(servers, tmp_
     assert "eagle3+threshold / max(baseline, eagle3)" in out
     markdown = (tmp_path / "table.md").read_text()
     assert "| eagle3+threshold / max(baseline, eagle3) | **" in markdown
+    # the spread of each level's runs under the medians: lowest-highest (runs)
+    rows = markdown.split("lowest-highest (runs)", 1)[1].splitlines()
+    for label in servers:
+        (row,) = [line for line in rows if line.startswith(f"| {label} | ")]
+        tok = [run["output_tok_s"] for run in data[label]["4"]]
+        assert row.split(" | ")[2].rstrip(" |") == f"{min(tok):,.0f}-{max(tok):,.0f} (2)"  # C=4
 
 
 def test_rounds_set_the_requests_of_a_level(tmp_path):
