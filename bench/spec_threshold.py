@@ -137,26 +137,30 @@ def reference(label: str, table: dict[str, dict[str, float]]) -> str:
     return f"max(baseline, {base})" if base in table else f"baseline ({base} not run)"
 
 
+def _markdown(results: dict, table: dict, rel: dict, cols: list[str]) -> str:
+    head = " | ".join(f"C={c}" for c in cols) + " |\n|---|" + "---:|" * len(cols)
+    lines = [f"| output tok/s (median) | {head}"]
+    for label, row in table.items():
+        cells = [f"{row[c]:,.0f}" if c in row else "-" for c in cols]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    for label, row in rel.items():
+        cells = [
+            (f"**{row[c]:.2f}**" if row[c] < GOAL else f"{row[c]:.2f}") if c in row else "-"
+            for c in cols
+        ]
+        lines.append(f"| {label} / {reference(label, table)} | " + " | ".join(cells) + " |")
+    lines += ["", f"| output tok/s: lowest-highest (runs) | {head}"]
+    for label, row in spreads(results).items():
+        lines.append(f"| {label} | " + " | ".join(row.get(c, "-") for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def render(results: dict, levels: list[int], markdown: bool = False) -> str:
     table = medians(results)
     rel = ratios(table)
     cols = [str(c) for c in levels]
     if markdown:
-        head = " | ".join(f"C={c}" for c in cols) + " |\n|---|" + "---:|" * len(cols)
-        lines = [f"| output tok/s (median) | {head}"]
-        for label, row in table.items():
-            cells = [f"{row[c]:,.0f}" if c in row else "-" for c in cols]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        for label, row in rel.items():
-            cells = [
-                (f"**{row[c]:.2f}**" if row[c] < GOAL else f"{row[c]:.2f}") if c in row else "-"
-                for c in cols
-            ]
-            lines.append(f"| {label} / {reference(label, table)} | " + " | ".join(cells) + " |")
-        lines += ["", f"| output tok/s: lowest-highest (runs) | {head}"]
-        for label, row in spreads(results).items():
-            lines.append(f"| {label} | " + " | ".join(row.get(c, "-") for c in cols) + " |")
-        return "\n".join(lines)
+        return _markdown(results, table, rel, cols)
     width = max([len("output tok/s")] + [len(f"{x} / {reference(x, table)}") for x in rel]) + 2
     lines = ["output tok/s".ljust(width) + "".join(f"{c:>10}" for c in cols)]
     for label, row in table.items():

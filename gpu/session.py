@@ -79,7 +79,7 @@ def profile(
     return dest.read_text().splitlines()[0]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
@@ -105,139 +105,182 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", default="", help="labels to profile at C=128 after the benchmark"
     )
     parser.add_argument("--stop", action="store_true", help="with --attach: stop them at the end")
-    args = parser.parse_args(argv)
-    t0 = time.time()
-    args.out.mkdir(parents=True, exist_ok=True)
-    session_log = open(args.out / "session.log", "a")
+    return parser
 
-    def log(msg: str) -> None:
-        line = f"[{time.time() - t0:6.1f}s] {msg}"
+
+class Session:
+    """The steps of one session, each bounded by what is left of ``--budget-s``."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args, self.t0 = args, time.time()
+        args.out.mkdir(parents=True, exist_ok=True)
+        self.session_log = open(args.out / "session.log", "a")
+        self.models, self.logs = args.out / "models", args.out / "logs"
+
+    def log(self, msg: str) -> None:
+        line = f"[{time.time() - self.t0:6.1f}s] {msg}"
         print(line, flush=True)
-        session_log.write(line + "\n")
-        session_log.flush()
+        self.session_log.write(line + "\n")
+        self.session_log.flush()
 
-    def left() -> float:
-        return args.budget_s - (time.time() - t0)
+    def left(self) -> float:
+        return self.args.budget_s - (time.time() - self.t0)
 
-    models, logs = args.out / "models", args.out / "logs"
-    if args.attach:
-        servers = engines.load(args.out / "servers.json")
+    def profiled(self, labels) -> list[str]:
+        return [label for label in self.args.profile.split(",") if label in labels]
+
+    def attach(self) -> dict[str, engines.Server] | int:
+        servers = engines.load(self.args.out / "servers.json")
         down = [label for label, s in servers.items() if not s.healthy()]
         if down:
-            log(f"attached servers not healthy: {down}")
+            self.log(f"attached servers not healthy: {down}")
             return 3
-    else:
+        return servers
+
+    def prepare_models(self) -> int:
+        """The larger models' configurations, or the tiny models trained unless they are
+        there; 2 when training left none."""
+        args, models = self.args, self.models
         if args.large:
             import large_models
 
             large_models.write(models, layers=args.large_layers)
             layers = args.large_layers or large_models.TARGET_CONFIG["num_hidden_layers"]
-            log(f"large model configurations (dummy weights, target layers {layers}) in {models}")
+            self.log(
+                f"large model configurations (dummy weights, target layers {layers}) in {models}"
+            )
         elif not (models / "target" / "model.safetensors").exists():
-            log("training the tiny models")
+            self.log("training the tiny models")
             train = subprocess.run(
                 [sys.executable, str(ROOT / "gpu" / "train_models.py"), "--out", str(models)],
-                stdout=session_log, stderr=subprocess.STDOUT, timeout=max(60.0, left() - 200),
+                stdout=self.session_log, stderr=subprocess.STDOUT,
+                timeout=max(60.0, self.left() - 200),
             )  # fmt: skip
-            log(f"training exit {train.returncode}")
+            self.log(f"training exit {train.returncode}")
             if not (models / "target" / "model.safetensors").exists():
                 return 2
-        labels = [label for label in (args.labels or ",".join(engines.line_labels())).split(",")
-                  if label]  # fmt: skip
+        return 0
+
+    def labels(self) -> list[str]:
+        """The configurations to start: the threshold's only where sglang has the flag."""
+        given = self.args.labels or ",".join(engines.line_labels())
+        labels = [label for label in given.split(",") if label]
         patched = [label for label in labels if engines.CONFIGS[label].threshold is not None]
-        flag = None
-        if patched:
-            flag = subprocess.run(
-                [sys.executable, "-c", HAS_FLAG], capture_output=True, text=True, timeout=300
-            )
-        if flag is not None and flag.returncode != 0:
-            labels = [label for label in labels if label not in patched]
-            log(f"sglang lacks --speculative-disable-batch-threshold: not starting {patched}")
-            if flag.returncode != 3:
-                log(flag.stderr[-2000:])
+        if not patched:
+            return labels
+        flag = subprocess.run(
+            [sys.executable, "-c", HAS_FLAG], capture_output=True, text=True, timeout=300
+        )
+        if flag.returncode == 0:
+            return labels
+        self.log(f"sglang lacks --speculative-disable-batch-threshold: not starting {patched}")
+        if flag.returncode != 3:
+            self.log(flag.stderr[-2000:])
+        return [label for label in labels if label not in patched]
+
+    def start(self) -> dict[str, engines.Server] | int:
+        status = self.prepare_models()
+        if status:
+            return status
+        args, labels = self.args, self.labels()
         # what the servers leave the session: the tests and the benchmark, or the profiles alone
         reserve = 120
         if args.no_tests and args.no_bench:
-            reserve = 20 + 40 * len([label for label in args.profile.split(",") if label in labels])
+            reserve = 20 + 40 * len(self.profiled(labels))
         try:
             servers = engines.launch_all(
-                labels, models, logs, args.attention_backend, probe=True,
-                timeout=max(60.0, left() - reserve), log=log,
+                labels, self.models, self.logs, args.attention_backend, probe=True,
+                timeout=max(60.0, self.left() - reserve), log=self.log,
             )  # fmt: skip
         except RuntimeError as error:
-            log(f"servers did not start: {error}")
+            self.log(f"servers did not start: {error}")
             return 3
         engines.save(servers, args.out / "servers.json")
-    status = 0
-    try:
-        spec = ",".join(f"{label}={s.url}" for label, s in servers.items())
-        env = {
-            **os.environ,
-            "PATCHKIT_GPU_SERVERS": spec,
-            "PATCHKIT_GPU_MODELS": str(models),
-            "PATCHKIT_GPU_LOGS": str(logs),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if not args.no_tests:
-            log(f"pytest against {spec}")
-            reserve = 20 if args.no_bench else 120
-            with open(args.out / "pytest.log", "w") as out:
-                try:
-                    status = subprocess.run(
-                        [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider",
-                         "-v", "-rA", "tests/gpu/test_spec_threshold_gpu.py"],
-                        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                        timeout=max(30.0, left() - reserve),
-                    ).returncode  # fmt: skip
-                except subprocess.TimeoutExpired:
-                    status = 124
-            log(f"pytest exit {status}")
-        # the profiles come after the benchmark: it leaves them about 40 s each
-        profiled = [label for label in args.profile.split(",") if label in servers]
-        if not args.no_bench:
-            for server in servers.values():
-                server.set_probe(False)
-            log("benchmark")
-            cmd = [sys.executable, str(ROOT / "bench" / "spec_threshold.py"),
-                   "--results", str(args.out / "bench.json"),
-                   "--markdown", str(args.out / "bench.md"),
-                   "--models", str(models),
-                   "--concurrency", args.bench_concurrency,
-                   "--runs", str(args.bench_runs),
-                   "--rounds", str(args.bench_rounds)]  # fmt: skip
-            for label, server in servers.items():
-                cmd += ["--server", f"{label}={server.url}"]
+        return servers
+
+    def test(self, env: dict[str, str]) -> int:
+        self.log(f"pytest against {env['PATCHKIT_GPU_SERVERS']}")
+        reserve = 20 if self.args.no_bench else 120
+        with open(self.args.out / "pytest.log", "w") as out:
             try:
-                bench = subprocess.run(
-                    cmd,
-                    cwd=ROOT,
-                    env=env,
-                    stdout=session_log,
-                    stderr=subprocess.STDOUT,
-                    timeout=max(30.0, left() - 15 - 40 * len(profiled)),
-                )
-                log(f"bench exit {bench.returncode}")
+                status = subprocess.run(
+                    [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider",
+                     "-v", "-rA", "tests/gpu/test_spec_threshold_gpu.py"],
+                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                    timeout=max(30.0, self.left() - reserve),
+                ).returncode  # fmt: skip
             except subprocess.TimeoutExpired:
-                log("bench ran out of time (the runs done so far are in bench.json)")
+                status = 124
+        self.log(f"pytest exit {status}")
+        return status
+
+    def bench(self, servers: dict[str, engines.Server], env: dict[str, str]) -> None:
+        """The benchmark, probe off; it leaves the profiles after it about 40 s each."""
+        args = self.args
+        for server in servers.values():
+            server.set_probe(False)
+        self.log("benchmark")
+        cmd = [sys.executable, str(ROOT / "bench" / "spec_threshold.py"),
+               "--results", str(args.out / "bench.json"),
+               "--markdown", str(args.out / "bench.md"),
+               "--models", str(self.models),
+               "--concurrency", args.bench_concurrency,
+               "--runs", str(args.bench_runs),
+               "--rounds", str(args.bench_rounds)]  # fmt: skip
+        for label, server in servers.items():
+            cmd += ["--server", f"{label}={server.url}"]
+        try:
+            bench = subprocess.run(
+                cmd, cwd=ROOT, env=env, stdout=self.session_log, stderr=subprocess.STDOUT,
+                timeout=max(30.0, self.left() - 15 - 40 * len(self.profiled(servers))),
+            )  # fmt: skip
+            self.log(f"bench exit {bench.returncode}")
+        except subprocess.TimeoutExpired:
+            self.log("bench ran out of time (the runs done so far are in bench.json)")
+
+    def profile_all(self, servers: dict[str, engines.Server]) -> None:
         from language import ChainLanguage
 
-        if args.profile:
-            lang = ChainLanguage.load(models / "language.json")
+        labels = self.profiled(servers)
+        if labels:
+            lang = ChainLanguage.load(self.models / "language.json")
             prompts = [lang.prompt(seed, 16) for seed in range(128)]
-        for label in profiled:
-            if left() < 35:
-                log(f"no time left to profile {label}")
+        for label in labels:
+            if self.left() < 35:
+                self.log(f"no time left to profile {label}")
                 break
-            dest = args.out / f"profile-{label}.txt"
-            log(f"profile {label}: {profile(servers[label], dest, prompts)}")
-    finally:
-        if args.stop or not (args.keep_servers or args.attach):
-            for server in servers.values():
-                server.stop()
-            log("servers stopped")
-        else:
-            log(f"servers left running: {args.out / 'servers.json'}")
-    return status
+            dest = self.args.out / f"profile-{label}.txt"
+            self.log(f"profile {label}: {profile(servers[label], dest, prompts)}")
+
+    def run(self, servers: dict[str, engines.Server]) -> int:
+        args, status = self.args, 0
+        try:
+            env = {
+                **os.environ,
+                "PATCHKIT_GPU_SERVERS": ",".join(f"{la}={s.url}" for la, s in servers.items()),
+                "PATCHKIT_GPU_MODELS": str(self.models),
+                "PATCHKIT_GPU_LOGS": str(self.logs),
+                "PYTHONUNBUFFERED": "1",
+            }
+            if not args.no_tests:
+                status = self.test(env)
+            if not args.no_bench:
+                self.bench(servers, env)
+            self.profile_all(servers)
+        finally:
+            if args.stop or not (args.keep_servers or args.attach):
+                for server in servers.values():
+                    server.stop()
+                self.log("servers stopped")
+            else:
+                self.log(f"servers left running: {args.out / 'servers.json'}")
+        return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    session = Session(_parser().parse_args(argv))
+    servers = session.attach() if session.args.attach else session.start()
+    return servers if isinstance(servers, int) else session.run(servers)
 
 
 if __name__ == "__main__":
