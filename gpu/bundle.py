@@ -321,6 +321,58 @@ def _copy_project(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
+def _place(pin, path: Path, stages: dict, manifest: dict, report: dict, wheel, source) -> Path:
+    """Put one pinned wheel into its stage (the kernel reduced, the line's sglang wheel in
+    place of PyPI's, a wheel larger than a stage split into parts) and record it; the file
+    whose requirements count (the fetched one, or the sglang wheel that replaced it)."""
+    if pin.name == manifest["kernel"]["name"]:
+        placed, report["kernel_left_out"] = reduce_kernel(
+            path, stages[pin.stage], manifest["kernel"]
+        )
+        origin = f"reduced from {pin.file} (sha256 {pin.sha256})"
+    elif pin.name == "sglang" and wheel is not None:
+        placed = shutil.copy2(wheel, stages[pin.stage] / wheel.name)
+        origin, path = f"{source}: {wheel}", wheel
+    elif pin.parts:
+        parts = split(path, [stages[n] for n in pin.parts])
+        report["parts"].append({"file": pin.file, "sha256": pin.sha256,
+                                "bytes": path.stat().st_size,
+                                "parts": [p.name for p in parts]})  # fmt: skip
+        for n, part in zip(pin.parts, parts, strict=True):
+            report["stages"][str(n)].append({
+                "file": part.name, "sha256": sha256_of(part), "bytes": part.stat().st_size,
+                "origin": f"part of {pin.file} (sha256 {pin.sha256})",
+            })  # fmt: skip
+        return path
+    else:
+        placed = shutil.copy2(path, stages[pin.stage] / pin.file)
+        origin = "PyPI, pinned sha256"
+    placed = Path(placed)
+    report["stages"][str(pin.stage)].append(
+        {"file": placed.name, "sha256": sha256_of(placed), "bytes": placed.stat().st_size,
+         "origin": origin}
+    )  # fmt: skip
+    return path
+
+
+def _write_stage_sums(report: dict, stages: dict, limit: int, carry_limit: int) -> None:
+    """Each stage's size against what a stage and one call may hold, and its SHA256SUMS."""
+    beside = report["beside_each_stage_bytes"]
+    for n, entries in report["stages"].items():
+        total = sum(e["bytes"] for e in entries)
+        report[f"stage{n}_bytes"] = total
+        if total > limit:
+            raise BundleError(f"stage {n} is {total >> 20} MiB, over {limit >> 20} MiB")
+        if total + beside > carry_limit:
+            raise BundleError(
+                f"stage {n} with the project's files is {(total + beside) >> 20} MiB, "
+                f"over the {carry_limit >> 20} MiB one call carries"
+            )
+        (stages[int(n)] / "SHA256SUMS").write_text(
+            "".join(f"{e['sha256']}  {e['file']}\n" for e in entries)
+        )
+
+
 def build(
     out: Path,
     cache: Path,
@@ -361,35 +413,7 @@ def build(
         fetched: dict[str, Path] = {}
         for pin in selected:
             path = fetch(pin, cache, meta["download_platforms"], meta["python"])
-            fetched[pin.name] = path
-            if pin.name == manifest["kernel"]["name"]:
-                path, report["kernel_left_out"] = reduce_kernel(
-                    path, stages[pin.stage], manifest["kernel"]
-                )
-                origin = f"reduced from {pin.file} (sha256 {pin.sha256})"
-            elif pin.name == "sglang" and wheel is not None:
-                fetched[pin.name] = wheel
-                path = shutil.copy2(wheel, stages[pin.stage] / wheel.name)
-                origin = f"{source}: {wheel}"
-            elif pin.parts:
-                parts = split(path, [stages[n] for n in pin.parts])
-                report["parts"].append({"file": pin.file, "sha256": pin.sha256,
-                                        "bytes": path.stat().st_size,
-                                        "parts": [p.name for p in parts]})  # fmt: skip
-                for n, part in zip(pin.parts, parts, strict=True):
-                    report["stages"][str(n)].append({
-                        "file": part.name, "sha256": sha256_of(part),
-                        "bytes": part.stat().st_size,
-                        "origin": f"part of {pin.file} (sha256 {pin.sha256})",
-                    })  # fmt: skip
-                continue
-            else:
-                path = shutil.copy2(path, stages[pin.stage] / pin.file)
-                origin = "PyPI, pinned sha256"
-            path = Path(path)
-            entry = {"file": path.name, "sha256": sha256_of(path), "bytes": path.stat().st_size}
-            entry["origin"] = origin
-            report["stages"][str(pin.stage)].append(entry)
+            fetched[pin.name] = _place(pin, path, stages, manifest, report, wheel, source)
         if meta.get("check_requirements"):
             missing = unaccounted(manifest, fetched, device_packages())
             if missing:
@@ -410,19 +434,7 @@ def build(
         beside = tree_bytes(work / "repo") + (work / "install.sh").stat().st_size
         beside += tracked_bytes()
         report["beside_each_stage_bytes"] = beside
-        for n, entries in report["stages"].items():
-            total = sum(e["bytes"] for e in entries)
-            report[f"stage{n}_bytes"] = total
-            if total > limit:
-                raise BundleError(f"stage {n} is {total >> 20} MiB, over {limit >> 20} MiB")
-            if total + beside > carry_limit:
-                raise BundleError(
-                    f"stage {n} with the project's files is {(total + beside) >> 20} MiB, "
-                    f"over the {carry_limit >> 20} MiB one call carries"
-                )
-            (stages[int(n)] / "SHA256SUMS").write_text(
-                "".join(f"{e['sha256']}  {e['file']}\n" for e in entries)
-            )
+        _write_stage_sums(report, stages, limit, carry_limit)
         for item in report["parts"]:
             for n in {n for p in pins(manifest) if p.file == item["file"] for n in p.parts}:
                 with open(stages[n] / "PARTS", "a") as f:
