@@ -198,6 +198,64 @@ def _cpu() -> float:
     return self_.ru_utime + self_.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _cold_pairs(args, site, house, files, inputs, caches, cuobjdump) -> tuple[list, object, str]:
+    """``--repeat`` cold pairs, verify then the pipeline, each with the page cache evicted:
+    (pipeline s, CPU s, verify s, CPU s) per pair, the last verify's result and cache."""
+    runs = []  # (pipeline s, CPU s, verify s, CPU s), cold, one pair per repeat
+    for i in range(args.repeat):  # verify, then the pipeline (then warm for its run)
+        cache = os.path.join(caches, str(i))  # empty: nothing from the run before
+        left = evict(inputs)
+        c0, t0 = _cpu(), time.perf_counter()
+        cold = verify(
+            env=site, wheelhouse=house, profile=args.profile, cache_dir=cache, jobs=args.jobs
+        )
+        cold_s, cold_cpu = time.perf_counter() - t0, _cpu() - c0
+        print(
+            f"patchkit verify, cold ({left / 1e6:.0f} MB left resident): {cold_s:8.2f} s "
+            f"({cold_cpu:.1f} s CPU)  {cold.errors} errors, {cold.warnings} warnings, "
+            f"{cold.notes} notes, {cold.files} objects"
+        )
+        left = evict([p for p, _ in files])
+        c0 = _cpu()
+        base = _pipeline(files, args.jobs, cuobjdump)
+        base_cpu = _cpu() - c0
+        print(
+            f"pipeline, cold ({left / 1e6:.0f} MB left resident): {base:8.2f} s "
+            f"({base_cpu:.1f} s CPU)  -> {base / cold_s:.1f}x wall, "
+            f"{base_cpu / cold_cpu:.1f}x CPU"
+        )
+        runs.append((base, base_cpu, cold_s, cold_cpu))
+    return runs, cold, cache
+
+
+def _floors(args, site, house, scratch, cold, base: float) -> None:
+    """What no reader could beat: inflating every member (wheelhouse), reading the pages
+    verify reads (environment)."""
+    if house:
+        z = inflate_backend()
+        floor, largest, size = _inflate_floor(house, scratch)
+        bound = max(largest, floor / max(args.jobs, 1), 1e-3)
+        if not size:
+            print("inflate floor: no member is read whole (raw cubins: to their note)")
+        else:
+            print(
+                f"inflate floor ({z.__name__}, warm page cache): {size / 1e9:.2f} GB in "
+                f"{floor:.2f} s, largest member {largest:.2f} s; bound with {args.jobs} jobs "
+                f"{bound:.2f} s = at most {base / bound:.1f}x the pipeline cold"
+            )
+    plan = _page_runs(cold.reports) if site else []
+    if plan:
+        took = sorted(_io_floor(plan) for _ in range(3))
+        size = sum(n for _, runs in plan for _, n in runs)
+        count = sum(len(runs) for _, runs in plan)
+        print(
+            f"read floor: verify reads {size / 1e6:.1f} MB of the installed files in {count} "
+            f"runs of pages; read cold by a plain reader, all asked for at once: "
+            f"{', '.join(f'{t:.2f}' for t in took)} s = at most "
+            f"{base / took[1]:.1f}x the pipeline cold with no CPU spent at all"
+        )
+
+
 def main() -> int:
     default_site = next(
         iter(glob.glob(os.path.join(REPO, ".venv/lib/python3*/site-packages"))), None
@@ -233,30 +291,7 @@ def main() -> int:
         if house:
             print(f"       wheel members extracted for the pipeline in {extract_s:.2f} s")
 
-        runs = []  # (pipeline s, CPU s, verify s, CPU s), cold, one pair per repeat
-        for i in range(args.repeat):  # verify, then the pipeline (then warm for its run)
-            cache = os.path.join(caches, str(i))  # empty: nothing from the run before
-            left = evict(inputs)
-            c0, t0 = _cpu(), time.perf_counter()
-            cold = verify(
-                env=site, wheelhouse=house, profile=args.profile, cache_dir=cache, jobs=args.jobs
-            )
-            cold_s, cold_cpu = time.perf_counter() - t0, _cpu() - c0
-            print(
-                f"patchkit verify, cold ({left / 1e6:.0f} MB left resident): {cold_s:8.2f} s "
-                f"({cold_cpu:.1f} s CPU)  {cold.errors} errors, {cold.warnings} warnings, "
-                f"{cold.notes} notes, {cold.files} objects"
-            )
-            left = evict([p for p, _ in files])
-            c0 = _cpu()
-            base = _pipeline(files, args.jobs, cuobjdump)
-            base_cpu = _cpu() - c0
-            print(
-                f"pipeline, cold ({left / 1e6:.0f} MB left resident): {base:8.2f} s "
-                f"({base_cpu:.1f} s CPU)  -> {base / cold_s:.1f}x wall, "
-                f"{base_cpu / cold_cpu:.1f}x CPU"
-            )
-            runs.append((base, base_cpu, cold_s, cold_cpu))
+        runs, cold, cache = _cold_pairs(args, site, house, files, inputs, caches, cuobjdump)
         base, base_cpu, cold_s, cold_cpu = (statistics.median(r[k] for r in runs) for k in range(4))
         if len(runs) > 1:
             each = sorted(r[0] / r[2] for r in runs)
@@ -298,29 +333,7 @@ def main() -> int:
         if house:
             line += f"; with the extraction counted: {(base + extract_s) / cold_s:.1f}x cold"
         print(line)
-        if house:
-            z = inflate_backend()
-            floor, largest, size = _inflate_floor(house, scratch)
-            bound = max(largest, floor / max(args.jobs, 1), 1e-3)
-            if not size:
-                print("inflate floor: no member is read whole (raw cubins: to their note)")
-            else:
-                print(
-                    f"inflate floor ({z.__name__}, warm page cache): {size / 1e9:.2f} GB in "
-                    f"{floor:.2f} s, largest member {largest:.2f} s; bound with {args.jobs} jobs "
-                    f"{bound:.2f} s = at most {base / bound:.1f}x the pipeline cold"
-                )
-        plan = _page_runs(cold.reports) if site else []
-        if plan:
-            took = sorted(_io_floor(plan) for _ in range(3))
-            size = sum(n for _, runs in plan for _, n in runs)
-            count = sum(len(runs) for _, runs in plan)
-            print(
-                f"read floor: verify reads {size / 1e6:.1f} MB of the installed files in {count} "
-                f"runs of pages; read cold by a plain reader, all asked for at once: "
-                f"{', '.join(f'{t:.2f}' for t in took)} s = at most "
-                f"{base / took[1]:.1f}x the pipeline cold with no CPU spent at all"
-            )
+        _floors(args, site, house, scratch, cold, base)
         print("goals:  cold >= 10x the pipeline, warm < 0.5 s")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
