@@ -198,6 +198,36 @@ def after_run_problems(toy: dict, out: Path) -> list[str]:
     return found
 
 
+def _interrupt_plan(git_calls: int) -> tuple[list, list]:
+    """Where the build is interrupted: each git call, the ten named steps, then every
+    MEMBER_STRIDE-th member written (ALL=1: every one); each point with SIGKILL and with one
+    of SIGTERM / SIGINT in turn (ALL=1: both)."""
+    points = [("git", at) for at in range(1, git_calls + 1)]
+    steps = [at for at in range(1, 200) if at <= 10 or ALL or at % MEMBER_STRIDE == 1]
+    points += [("step", at) for at in steps]
+    runs = [(kind, at, "KILL") for kind, at in points]
+    runs += [(kind, at, sig) for i, (kind, at) in enumerate(points)
+             for sig in (("TERM", "INT") if ALL else (("TERM", "INT")[i % 2],))]  # fmt: skip
+    return points, runs
+
+
+def _check_interrupted(where, done, sig, toy, args, out, clean, mine) -> None:
+    """After one interrupted build: no incomplete wheel, no user file changed, a SIGINT /
+    SIGTERM exit of one line and 130; the next build gives the same bytes, leaves nothing."""
+    problems = out_problems(out, clean, mine) + cache_problems(toy["cache"])
+    assert not problems, f"{where}: {problems}"
+    if sig != "KILL":
+        assert done.returncode == 130, (where, done.returncode, done.stderr)
+        assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr, where
+    else:
+        assert done.returncode in (0, -signal.SIGKILL), (where, done.stderr)
+    again = cli(*args, env=toy["env"])
+    assert again.returncode == 0, (where, again.stderr)
+    assert wheels_in(out) == {**mine, **clean}, f"{where}: the next build differs"
+    left = after_run_problems(toy, out)
+    assert not left, f"{where}: left behind after the next build: {left}"
+
+
 @pytest.mark.long
 def test_build_interrupted_at_every_step(tmp_path):
     toy = make_buildable_toy(tmp_path / "toy")
@@ -226,16 +256,8 @@ def test_build_interrupted_at_every_step(tmp_path):
     def reset() -> None:
         (out / wheel).unlink(missing_ok=True)
 
-    tried = clean_exits = interrupts = 0
-    seen_steps = 0
-    points = [("git", at) for at in range(1, git_calls + 1)]
-    # The ten named steps, then every MEMBER_STRIDE-th member written (ALL=1: every one).
-    steps = [at for at in range(1, 200) if at <= 10 or ALL or at % MEMBER_STRIDE == 1]
-    points += [("step", at) for at in steps]
-    # Each point with SIGKILL and with one of SIGTERM / SIGINT in turn (ALL=1: both).
-    runs = [(kind, at, "KILL") for kind, at in points]
-    runs += [(kind, at, sig) for i, (kind, at) in enumerate(points)
-             for sig in (("TERM", "INT") if ALL else (("TERM", "INT")[i % 2],))]  # fmt: skip
+    tried = clean_exits = seen_steps = 0
+    points, runs = _interrupt_plan(git_calls)
     stop_after = {}
     for kind, at, sig in rotating(runs, SAMPLED, salt=3):
         if kind == "step" and at > stop_after.get(sig, 1 << 30):
@@ -253,21 +275,8 @@ def test_build_interrupted_at_every_step(tmp_path):
                 stop_after[sig] = at
                 continue
         tried += 1
-        where = f"{kind} {at} {sig}"
-        problems = out_problems(out, clean, mine) + cache_problems(toy["cache"])
-        assert not problems, f"{where}: {problems}"
-        if sig != "KILL":
-            assert done.returncode == 130, (where, done.returncode, done.stderr)
-            interrupts += 1
-            assert one_or_two_lines(done.stderr) and "interrupted" in done.stderr, where
-            clean_exits += 1
-        else:
-            assert done.returncode in (0, -signal.SIGKILL), (where, done.stderr)
-        again = cli(*args, env=env)
-        assert again.returncode == 0, (where, again.stderr)
-        assert wheels_in(out) == {**mine, **clean}, f"{where}: the next build differs"
-        left = after_run_problems(toy, out)
-        assert not left, f"{where}: left behind after the next build: {left}"
+        _check_interrupted(f"{kind} {at} {sig}", done, sig, toy, args, out, clean, mine)
+        clean_exits += sig != "KILL"
     assert seen_steps >= 10 or not exhaustive(), seen_steps
     record(
         SECTION,
@@ -275,7 +284,7 @@ def test_build_interrupted_at_every_step(tmp_path):
         f"{'every' if ALL else f'every {MEMBER_STRIDE}th'} of the wheel's {members} members "
         "as written; "
         f"SIGKILL and {'both' if ALL else 'one'} of SIGTERM/SIGINT at each): 0 incomplete "
-        f"wheels in the out directory, 0 user files changed; {clean_exits}/{interrupts} "
+        f"wheels in the out directory, 0 user files changed; {clean_exits}/{clean_exits} "
         f"SIGINT/SIGTERM exits were one line + 130; {tried}/{tried} next builds gave the "
         "same bytes and left no temp file",
     )
