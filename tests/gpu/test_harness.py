@@ -313,7 +313,7 @@ def test_ramps_run_for_every_server_at_once_and_fail_only_their_own_label(tmp_pa
 # -- the request kinds and the phase above the graphs -------------------------------------
 
 # _kind: (w + r) % 6
-GREEDY, LOGPROB, SAMPLED, GRAMMAR = "p4-w1-r1", "p4-w0-r1", "p4-w2-r1", "p4-w4-r1"
+GREEDY, LOGPROB, SAMPLED, GRAMMAR = "p4-w1-r1", "p4-w0-r1", "p4-w2-r1", "p4-w10-r1"
 
 
 def _outputs_ramp(label: str, planted: str | None = None) -> tier.Ramp:
@@ -325,13 +325,20 @@ def _outputs_ramp(label: str, planted: str | None = None) -> tier.Ramp:
         ramp.outputs[key] = [(7 * i) % 50 for i in range(n)]
         ramp.phase_of[key] = 4
         ramp.meta[key] = {}
-    allowed = [t for t in range(VOCAB) if grammar_allows(t)]
-    ramp.outputs[GRAMMAR] = [allowed[(11 * i) % len(allowed)] for i in range(n)]
+    # the language while the grammar allows it (2 tokens), then tokens the grammar allows
+    lang, allowed = ChainLanguage.make(0), [t for t in range(VOCAB) if grammar_allows(t)]
+    rule = lang.continue_(tier._prompt_of(lang, GRAMMAR), n)
+    decided = tier._decided(lang, GRAMMAR, rule)
+    assert decided == 2
+    ramp.outputs[GRAMMAR] = rule[:decided] + [allowed[(11 * i) % 128] for i in range(n - 2)]
     if planted == "grammar-not-applied":  # the language's own continuation: half disallowed
-        prompt = tier._prompt_of(ChainLanguage.make(0), GRAMMAR)
-        ramp.outputs[GRAMMAR] = ChainLanguage.make(0).continue_(prompt, n)
+        ramp.outputs[GRAMMAR] = rule
     if planted == "grammar-empty":
         ramp.outputs[GRAMMAR] = []
+    if planted == "grammar-differs-where-decided":
+        ramp.outputs[GRAMMAR][1] = next(t for t in allowed if t != rule[1])
+    if planted == "grammar-differs-where-forced":  # a near tie broken otherwise: allowed
+        ramp.outputs[GRAMMAR][decided] = next(t for t in allowed if t != ramp.outputs[GRAMMAR][2])
     n = len(ramp.outputs[LOGPROB])
     logprobs = [[-0.001 * i, t, None] for i, t in enumerate(ramp.outputs[LOGPROB])]
     ramp.meta[LOGPROB] = {"output_token_logprobs": logprobs}
@@ -367,10 +374,9 @@ OUTPUT_CHECKS = {
     "logprob-request-differs": [C.test_ramp_outputs_equal_baseline],
     "sampled-short": [C.test_sampled_requests_give_their_length_in_the_vocabulary],
     "sampled-out-of-vocab": [C.test_sampled_requests_give_their_length_in_the_vocabulary],
-    "grammar-not-applied": [
-        C.test_ramp_outputs_equal_baseline,
-        C.test_constrained_requests_emit_what_their_grammar_allows,
-    ],
+    "grammar-not-applied": [C.test_constrained_requests_emit_what_their_grammar_allows],
+    "grammar-differs-where-decided": [C.test_ramp_outputs_equal_baseline],
+    "grammar-differs-where-forced": [],
     "grammar-empty": [
         C.test_ramp_outputs_equal_baseline,
         C.test_constrained_requests_emit_what_their_grammar_allows,
