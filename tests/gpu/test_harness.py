@@ -338,7 +338,8 @@ def _outputs_ramp(label: str, planted: str | None = None) -> tier.Ramp:
     if planted == "grammar-differs-where-decided":
         ramp.outputs[GRAMMAR][1] = next(t for t in allowed if t != rule[1])
     if planted == "grammar-differs-where-forced":  # a near tie broken otherwise: allowed
-        ramp.outputs[GRAMMAR][decided] = next(t for t in allowed if t != ramp.outputs[GRAMMAR][2])
+        forced = ramp.outputs[GRAMMAR][decided]
+        ramp.outputs[GRAMMAR][decided] = next(t for t in allowed if t != forced)
     n = len(ramp.outputs[LOGPROB])
     logprobs = [[-0.001 * i, t, None] for i, t in enumerate(ramp.outputs[LOGPROB])]
     ramp.meta[LOGPROB] = {"output_token_logprobs": logprobs}
