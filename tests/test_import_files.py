@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,40 @@ def test_the_same_commit_as_git_add_of_the_files(tmp_path, monkeypatch, budget):
     listed = git(tmp_path / "new.git", "verify-pack", "-v", str(newest))
     assert listed.count(" blob ") == 1  # new.py alone; the trees above it and the commit
     assert git(tmp_path / "new.git", "fsck", "--strict", "--no-dangling").strip() == ""
+
+
+def _asked(monkeypatch) -> list[str]:
+    """The object ids `corrupt_objects` reads back from now on (its one `cat-file --batch`)."""
+    from patchkit.gitops import objects
+
+    asked: list[str] = []
+    real = objects._read_batch
+
+    def read(repo, names):
+        asked.extend(names)
+        return real(repo, names)
+
+    monkeypatch.setattr(objects, "_read_batch", read)
+    return asked
+
+
+def test_the_check_after_an_import_reads_only_what_no_one_hashed(tmp_path, monkeypatch):
+    """What `index-pack --strict` wrote, and what a clean check read, is not read again by
+    the next check in the process; an object the repository already held (here a tampered
+    one, whose id the import's files name) is read and found, not taken on the import's word."""
+    repo = _bare(tmp_path / "m.git")
+    entries = [(name, x, data) for name, (x, data) in FILES.items()]
+    first = gitops.import_files(repo, entries, "Import 1\n", WHO)
+    asked = _asked(monkeypatch)
+    assert gitops.corrupt_objects(repo, first) == [] and asked == []
+    # a blob of the next release, planted beforehand with other bytes under its id
+    data = b"print('the next release')\n"
+    oid = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    loose = tmp_path / "m.git" / "objects" / oid[:2] / oid[2:]
+    loose.parent.mkdir(exist_ok=True)
+    evil = b"print('planted')\n"
+    loose.write_bytes(zlib.compress(b"blob %d\0" % len(evil) + evil))
+    second = gitops.import_files(repo, [*entries, ("python/pkg/b.py", False, data)], "2\n", WHO)
+    assert gitops.corrupt_objects(repo, second) == [oid]
+    assert gitops.corrupt_objects(repo, second) == [oid]  # a check that failed vouches for none
+    assert oid in asked and not set(asked) & set(gitops.object_ids(repo, first))

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterable
 
 from patchkit.gitops.faults import GitError
+from patchkit.gitops.objects import hashed
 from patchkit.gitops.repo import Identity, Repo, _hash_name, verb
 from patchkit.gitops.trees import TreeModel, _plain_identity, commit_tree, pack_of
 
@@ -66,6 +67,7 @@ def import_files(
                for oid, kind, size, data, packed in objects if oid not in held]  # fmt: skip
     if missing:
         repo.run("index-pack", "--stdin", "--strict", stdin=pack_of(missing, algorithm))
+        hashed(repo, (oid for oid, *_ in objects if oid not in held))
     if commit is None:  # an identity commit-tree would rewrite: let it write the commit
         commit = commit_tree(repo, root, None, message, who)
     return commit

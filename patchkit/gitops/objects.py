@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 
 from patchkit.gitops.faults import DamagedObjectError, GitError
@@ -345,11 +346,26 @@ def _object_listing(repo: Repo, commit: str) -> tuple[tuple[str, ...], tuple[str
     return tuple(line.split(" ", 1)[0] for line in lines), parents
 
 
+# Per repository, the ids whose bytes this process has seen hash to them: those a check
+# found clean and those `index-pack --strict` wrote (it hashes every object it indexes).
+_HASHED: dict[Repo, set[str]] = {}
+
+
+@verb
+def hashed(repo: Repo, ids: Iterable[str]) -> None:
+    """Record `ids` as hashed to their bytes in this process (objects just written by a
+    strict `index-pack`), so that `corrupt_objects` does not read them again."""
+    _HASHED.setdefault(repo, set()).update(ids)
+
+
 @verb
 def corrupt_objects(repo: Repo, commit: str) -> list[str]:
     """Objects of `commit` and its tree whose bytes no longer hash to their id (a damaged or
-    tampered mirror); git itself does not re-hash objects when it reads them."""
-    ids = object_ids(repo, commit)
+    tampered mirror); git itself does not re-hash objects when it reads them. Objects this
+    process already hashed (a clean check before, or its own import) are not read again: a
+    release shares most of its objects with the one before."""
+    seen = _HASHED.setdefault(repo, set())
+    ids = [oid for oid in object_ids(repo, commit) if oid not in seen]
     algorithm = _hash_name(repo)
     bad = []
     for oid, obj in zip(ids, _read_batch(repo, ids), strict=True):
@@ -359,6 +375,8 @@ def corrupt_objects(repo: Repo, commit: str) -> list[str]:
         _, kind, body = obj
         if hashlib.new(algorithm, kind + b" %d\0" % len(body) + body).hexdigest() != oid:
             bad.append(oid)
+    if not bad:
+        seen.update(ids)
     return bad
 
 
