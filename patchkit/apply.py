@@ -16,7 +16,6 @@ import re
 import shlex
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from patchkit.errors import (
 )
 from patchkit.files import leftovers, replace_file
 from patchkit.locks import locked
-from patchkit.scratch import temporary_folder
+from patchkit.scratch import folder_beside, temporary_folder
 from patchkit.series import (
     PATCH_FILE_TRAILER,
     Patch,
@@ -647,7 +646,7 @@ def _target_state(checkout: gitops.Repo) -> str:
 
 def _publish_new(mirror: gitops.Repo, into: Path, target: str, base: Base, result: str) -> None:
     into.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=into.parent, prefix=f".{into.name}.patchkit-"))
+    scratch = Path(folder_beside(into, "patchkit"))
     try:
         clone = scratch / "tree"
         refs = _patchkit_refs(target, base, result)

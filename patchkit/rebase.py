@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from patchkit.export import ExportedPatch, SeriesRead, export_commits, unchanged
 from patchkit.locks import locked
 from patchkit.pins import check_targets, render_targets, write_targets
 from patchkit.project import Project
+from patchkit.scratch import folder_beside
 from patchkit.series import PATCH_FILE_TRAILER, Series
 from patchkit.targets import Release, Target, WheelPin, bump_version, load_targets
 from patchkit.upstream import Base, NewPin, resolve_new_base
@@ -228,7 +228,7 @@ def leave_conflict_tree(
             )
         sweep_removed(dest)  # left by a killed run
         ui.progress(f"leaving a work tree with the conflict in {dest}")
-        scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))
+        scratch = Path(folder_beside(dest, "patchkit"))
         try:
             finished = _make_conflict_tree(
                 report, mirror, series, scratch / "tree", write=write, read=read
@@ -506,7 +506,7 @@ def _remove_tree(dest: Path) -> None:
     """Remove `dest` whole: renamed aside first, so a kill part-way leaves the complete tree
     or none (a tree that lost its state file and kept the rest was refused by --continue,
     --abort and a new rebase alike), and what it left aside is swept by `sweep_removed`."""
-    aside = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.patchkit-"))
+    aside = Path(folder_beside(dest, "patchkit"))
     os.replace(dest, aside / "tree")
     shutil.rmtree(aside, ignore_errors=True)
 

@@ -95,6 +95,21 @@ sys.exit(cli.main(sys.argv[1:], exiting=True))  # as the console script
 """
 
 
+# A Ctrl-C the moment the folder beside --into exists, before anything could record it for
+# removal: the interrupt comes as `mkdir` returns.
+INTERRUPT_AS_FOLDER_MADE = """
+import os, signal, sys
+from patchkit import cli
+mkdir = os.mkdir
+def made(path, *args, **kwargs):
+    mkdir(path, *args, **kwargs)
+    if ".wt.patchkit-" in os.fspath(path):
+        os.kill(os.getpid(), signal.SIGINT)
+os.mkdir = made
+sys.exit(cli.main(sys.argv[1:], exiting=True))  # as the console script
+"""
+
+
 def _scratch_left(tmp: Path, parent: Path, toy) -> list[str]:
     return [str(p) for p in tmp.iterdir()] + leftovers(parent, "wt", toy.cache)
 
@@ -105,6 +120,26 @@ def test_second_interrupt_during_cleanup_is_ignored(toy, tmp_path):
     into = tmp_path / "wt"
     done = subprocess.run(
         [sys.executable, "-c", TWO_INTERRUPTS, "apply", "--target", "toy", "--into", str(into)],
+        cwd=ROOT,
+        env={**os.environ, **toy.env, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 130 and one_or_two_lines(done.stderr), done.stderr
+    assert not into.exists()
+    assert not _scratch_left(tmp, tmp_path, toy)
+
+
+def test_an_interrupt_as_the_folder_beside_into_is_made_leaves_nothing(toy, tmp_path):
+    """The folder a new checkout is made in, beside --into, goes with the run's scratch folder
+    whenever the interrupt comes (it was left behind when the interrupt came between making it
+    and the block that removes it)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    into = tmp_path / "wt"
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_AS_FOLDER_MADE, "apply", "--target", "toy"]
+        + ["--into", str(into)],
         cwd=ROOT,
         env={**os.environ, **toy.env, "TMPDIR": str(tmp)},
         capture_output=True,
