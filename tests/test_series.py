@@ -143,4 +143,3 @@ def test_real_series_parses_with_required_metadata(workspace):
             for key in ("Origin", "Forwarded", "Last-Update", "Patchkit-Tests"):
                 assert patch.trailer(key), f"{patch.name} lacks {key}"
             assert patch.tests
-

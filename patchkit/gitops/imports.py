@@ -62,12 +62,13 @@ def import_files(
         commit = hashlib.new(algorithm, b"commit %d\0" % len(body) + body).hexdigest()
         objects.append((commit, _COMMIT, len(body), body, False))
     held = _present(repo, [oid for oid, *_ in objects])
+    new = [obj for obj in objects if obj[0] not in held]
     # compressed only when missing: a release shares most of its files with the one before
     missing = [(kind, size, data if packed else zlib.compress(data, 1))
-               for oid, kind, size, data, packed in objects if oid not in held]  # fmt: skip
+               for _, kind, size, data, packed in new]  # fmt: skip
     if missing:
         repo.run("index-pack", "--stdin", "--strict", stdin=pack_of(missing, algorithm))
-        hashed(repo, (oid for oid, *_ in objects if oid not in held))
+        hashed(repo, (oid for oid, *_ in new))
     if commit is None:  # an identity commit-tree would rewrite: let it write the commit
         commit = commit_tree(repo, root, None, message, who)
     return commit
