@@ -237,17 +237,26 @@ def test_a_differing_output_is_reported_with_position_and_phase():
     assert engines.THRESHOLD == 8 and engines.REENABLE == 6  # the log lines above
 
 
+# a speculative step as the probe records it: the draft call, the verify, the draft extend,
+# the booking
+SPEC_STEP = [("D", 1, 2), ("F", False, "TARGET_VERIFY", 1, True, 3), ("E", 1), ("S", 1, 2, 3)]
+
+
 class _FakeServer:
-    """What run_ramp uses of engines.Server, answering at once; ``broken`` fails requests."""
+    """What run_ramp uses of engines.Server, answering at once; ``broken`` fails requests.
+    Each request leaves one speculative step in the probe's records; ``events`` and
+    ``log_text`` may hold what the server did before."""
 
     def __init__(self, label, log_dir, broken=False):
         self.config, self.broken = engines.CONFIGS[label], broken
         self.log = log_dir / f"{label}.log"
+        self.events, self.log_text = [], ""
 
     def generate(self, prompt, n, rid=None, timeout=None, kind="greedy"):
         assert kind in engines.REQUEST_KINDS
         if self.broken:
             raise OSError("connection refused")
+        self.events += SPEC_STEP
         return {"output_ids": list(range(n)), "meta_info": {}}
 
     def loads(self):
@@ -266,10 +275,10 @@ class _FakeServer:
         pass
 
     def probe_events(self):
-        return []
+        return list(self.events)
 
     def serving_text(self):
-        return ""
+        return self.log_text
 
     def tail(self):
         return ""
@@ -308,6 +317,26 @@ def test_ramps_run_for_every_server_at_once_and_fail_only_their_own_label(tmp_pa
     assert get("baseline") is ramp and len(started) == 3
     with pytest.raises(pytest.skip.Exception, match="not a configuration of"):
         get("eagle3-v1")
+
+
+def test_a_ramp_reads_only_its_own_records_and_log_lines(tmp_path, monkeypatch):
+    """An attached server has served earlier runs: a batch cut off with a killed run (its
+    verify with no draft extend and no booking), a switch logged, a traceback. None of it is
+    the ramp's."""
+    monkeypatch.setattr(engines, "installed_line", lambda version=None: "0.5.17")
+    server = _FakeServer("eagle3-v2", tmp_path)
+    server.events = SPEC_STEP + [("D", 8, 2), ("F", False, "TARGET_VERIFY", 8, True, 3)]
+    server.log_text = "ready\nTraceback (most recent call last): client went away\n"
+    ramp = tier.run_ramp(server, ChainLanguage.make(0))
+    steps = tier._steps(ramp)
+    assert len(steps) == 1 + 2 * sum(tier.RAMP)  # the warm-up and every request's step
+    assert not decode.draft_work_mismatches(steps, "extend")
+    assert len(decode.bookings(ramp.events)) == len(steps)
+    assert "Traceback" not in ramp.log
+    assert ramp.phases[0].events[0] == 4 and ramp.phases[-1].events[1] == len(ramp.events)
+    for phase, concurrency in zip(ramp.phases, tier.RAMP):
+        lo, hi = phase.events
+        assert len(tier._steps(ramp, lo, hi)) == 2 * concurrency
 
 
 # -- the request kinds and the phase above the graphs -------------------------------------

@@ -210,7 +210,13 @@ def _idle_usage(server: engines.Server, timeout: float = 60.0) -> tuple[int, int
 def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
     ramp = Ramp(server.config.label, engines.installed_line())
     tag = f"{server.config.label}-{time.time_ns()}"
+    # what the server did before this ramp (an attached server's earlier tests or
+    # benchmark, requests cut off with a killed run) is not the ramp's: its records and
+    # log lines are read from here on
+    _idle_usage(server)
     server.set_probe(True)
+    server.probe_flush()
+    first_event, log_from = len(server.probe_events()), len(server.serving_text())
     # warm-up outside the phases: every request shape once
     server.generate(language.prompt(10**6, 8), 8, rid=f"{tag}-warm")
     ramp.initial_used, _ = _idle_usage(server)
@@ -219,7 +225,7 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
     server.probe_flush()
     for p, concurrency in enumerate(RAMP):
         phase = Phase(concurrency, used_before=_idle_usage(server)[0])
-        start_events = len(server.probe_events())
+        start_events = len(server.probe_events()) - first_event
 
         def worker(items, p=p):
             for key, prompt, n in items:
@@ -241,10 +247,10 @@ def run_ramp(server: engines.Server, language: ChainLanguage) -> Ramp:
         assert server.healthy(), f"{ramp.label}: unhealthy after phase {p}: {server.tail()}"
         phase.used_after, phase.running_after = _idle_usage(server)
         server.probe_flush()
-        phase.events = (start_events, len(server.probe_events()))
+        phase.events = (start_events, len(server.probe_events()) - first_event)
         ramp.phases.append(phase)
-    ramp.events = server.probe_events()
-    ramp.log = server.serving_text()
+    ramp.events = server.probe_events()[first_event:]
+    ramp.log = server.serving_text()[log_from:]
     if server.log.parent.is_dir():  # what the ramp saw, for reading after the run
         record = {"outputs": ramp.outputs, "phase_of": ramp.phase_of, "meta": ramp.meta}
         record["phases"] = [vars(phase) for phase in ramp.phases]
