@@ -67,7 +67,12 @@ class CarryPool:
             self._done[key] = carry_series(mirror, series, old, new).outcomes
             return
         ui.progress(f"{label}: carrying {len(series.patches)} patch(es) (in a worker)")
-        self._futures[key] = self._pool.submit(_carry, str(mirror.path), series, old, new, label)
+        # the first submit forks the workers, then starts the pool's manager thread: an
+        # interrupt between the two would leave shutdown waiting on a thread never started
+        with scratch.signals_held():
+            self._futures[key] = self._pool.submit(
+                _carry, str(mirror.path), series, old, new, label
+            )
 
     def outcomes(self, key: str) -> list[PatchOutcome]:
         if key in self._done:

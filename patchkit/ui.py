@@ -30,6 +30,7 @@ from typing import Any
 import click
 
 from patchkit.errors import PatchkitError
+from patchkit.scratch import signals_held
 
 PLAIN_INTERVAL = 5.0  # seconds between plain lines, and of silence before a keep-alive line
 SCHEMA_VERSION = 1
@@ -103,9 +104,9 @@ class Output:
         silent step visible off a terminal, and a last line says the call ended (none when it
         failed: the error is the last line)."""
         token = _SINK.set(self)
-        if not self.json_mode and not self._on_terminal():
-            self._start_ticker()
         try:
+            if not self.json_mode and not self._on_terminal():
+                self._start_ticker()
             yield self
         except BaseException:
             self.done()
@@ -158,9 +159,10 @@ class Output:
                 self._keep_alive()
 
         thread = threading.Thread(target=tick, name="patchkit-keep-alive", daemon=True)
-        self._ticker = (thread, stop)
-        _LIVE.append(self)
-        thread.start()
+        with signals_held():  # started and recorded to be stopped, or neither
+            thread.start()
+            self._ticker = (thread, stop)
+            _LIVE.append(self)
 
     def _stop_ticker(self) -> None:
         if self._ticker is not None:

@@ -46,3 +46,36 @@ def test_outcomes_by_key_and_progress_forwarded(jobs, monkeypatch, tmp_path):
         else:  # in a worker, its progress named by the release
             assert f"{version}: carrying 0 patch(es) (in a worker)" in shown
             assert f"{version}: carrying onto {version}" in shown
+
+
+def test_an_interrupt_as_the_pool_starts_is_raised_once_it_has_started(monkeypatch, tmp_path):
+    """Ctrl-C the moment before the pool's manager thread starts (its workers just forked):
+    the run's KeyboardInterrupt, raised once the thread runs, and the pool shut down with
+    its workers gone. (shutdown then waited on a thread never started: RuntimeError, or a
+    run that never ended.)"""
+    import signal
+    import threading
+
+    from patchkit import cli
+
+    monkeypatch.setattr(carry_pool, "carry_series", _fake_carry)
+    start = threading.Thread.start
+
+    workers = []
+
+    def interrupted(self):
+        if type(self).__name__ == "_ExecutorManagerThread":
+            workers.extend(self.processes.values())  # forked by now
+            os.kill(os.getpid(), signal.SIGINT)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    previous = cli._take_interrupts()
+    try:
+        with pytest.raises(KeyboardInterrupt), carry_pool.CarryPool(2) as pool:
+            pool.submit("1.1", Repo.bare_at(tmp_path), EMPTY, "a" * 40, NewBase("b" * 40, "1.1"),
+                        "1.1")  # fmt: skip
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert len(workers) == 2 and not any(p.is_alive() for p in workers)

@@ -217,3 +217,35 @@ def test_a_pipe_gets_a_start_line_at_once_keep_alive_lines_and_a_last_line(tmp_p
 def test_json_mode_prints_nothing_on_stderr_through_a_slow_step(tmp_path):
     lines, out, _ = _apply_with_a_slow_fetch(tmp_path, "--json")
     assert lines == [] and out.lstrip().startswith("{")
+
+
+def test_an_interrupt_as_the_keep_alive_starts_leaves_no_line_and_no_thread(monkeypatch, capsys):
+    """Ctrl-C the moment before the keep-alive thread starts: the interrupt goes out of the
+    verb's reporting, the keep-alive is stopped and nothing is left to stop at exit (a thread
+    recorded before it started made the exit's clean-up fail: cannot join it)."""
+    import os
+    import signal
+    import threading
+
+    from patchkit import cli
+
+    start = threading.Thread.start
+
+    def interrupted(self):
+        if self.name == "patchkit-keep-alive":
+            os.kill(os.getpid(), signal.SIGINT)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    monkeypatch.setattr(ui, "PLAIN_INTERVAL", 0.05)
+    previous = cli._take_interrupts()
+    try:
+        with pytest.raises(KeyboardInterrupt), ui.Output().reporting():
+            ui.progress("fetching")
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    ui.stop_all()  # as at the exit
+    time.sleep(0.2)
+    assert not [t for t in threading.enumerate() if t.name == "patchkit-keep-alive"]
+    assert not ui._LIVE and "still" not in capsys.readouterr().err

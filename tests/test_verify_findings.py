@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -939,7 +940,6 @@ def _verify_with_workers(site, env, interrupt_after: float | None, twice: bool =
     """verify of `site` as a terminal's foreground job; once its workers are forked, Ctrl-C
     to its process group `interrupt_after` seconds later (twice, 50 ms apart, with `twice`).
     (returncode or None when still running 10 s after, output, seconds the workers ran)"""
-    import signal
     import time
 
     proc = subprocess.Popen(
@@ -972,21 +972,25 @@ def _verify_with_workers(site, env, interrupt_after: float | None, twice: bool =
     return proc.returncode, out.decode(errors="replace"), time.monotonic() - forked
 
 
-def test_ctrl_c_while_the_workers_read_ends_the_run_at_once(tmp_path):
-    """Ctrl-C reaches the whole process group, the workers too. Runs interrupted at eight
-    points of the workers' reading (once, or twice 50 ms apart) each end with 130 and one
-    line within 10 s, leaving no process. (A worker stopped inside the pool's protocol left
-    the parent reading a half-written result for ever.)"""
+def _site_for_workers(site) -> None:
+    """120 objects, long exported names (a large result each) beside 1 MiB libraries: more
+    than verify reads in one process (scan.PARALLEL_BYTES)."""
     _need_gcc()
-    site = tmp_path / "site"
-    # long exported names (a large result each) beside 1 MiB libraries: more than verify
-    # reads in one process (scan.PARALLEL_BYTES)
     names = tuple(f"pk_exported_function_with_a_long_name_{'x' * 60}_{i}" for i in range(3000))
     lib = builders.string_library("libpk_many.so.1", "x" * (1 << 20))
     big = builders.stub_library("libpk_names.so.1", names)
     for i in range(120):
         (site / f"pk{i // 20}").mkdir(parents=True, exist_ok=True)
         shutil.copy(lib if i % 2 else big, site / f"pk{i // 20}" / f"_m{i}.so")
+
+
+def test_ctrl_c_while_the_workers_read_ends_the_run_at_once(tmp_path):
+    """Ctrl-C reaches the whole process group, the workers too. Runs interrupted at eight
+    points of the workers' reading (once, or twice 50 ms apart) each end with 130 and one
+    line within 10 s, leaving no process. (A worker stopped inside the pool's protocol left
+    the parent reading a half-written result for ever.)"""
+    site = tmp_path / "site"
+    _site_for_workers(site)
     env = {**os.environ, "PATCHKIT_CACHE": str(tmp_path / "cache"), "PYTHONDONTWRITEBYTECODE": "1"}
     rc, text, reading = _verify_with_workers(site, env, None)
     assert rc == 0 and "120 objects" in text, text[-2000:]
@@ -1001,3 +1005,43 @@ def test_ctrl_c_while_the_workers_read_ends_the_run_at_once(tmp_path):
         else:  # finished before the signal landed
             assert rc == 0 and "120 objects" in text, text[-2000:]
     assert interrupted >= 4
+
+
+# Ctrl-C landing the moment before a thread of the given name or class starts: the pool's
+# manager thread (started once the workers are forked), a cache write, the keep-alive ticker
+INTERRUPT_AS_A_THREAD_STARTS = """
+import os, signal, sys, threading
+from patchkit import cli
+start, which = threading.Thread.start, sys.argv.pop(1)
+def interrupted(self):
+    if which in (self.name, type(self).__name__):
+        os.kill(os.getpid(), signal.SIGINT)
+    start(self)
+threading.Thread.start = interrupted
+sys.exit(cli.main(sys.argv[1:], exiting=True))  # as the console script
+"""
+
+
+@pytest.mark.parametrize("thread", ["_ExecutorManagerThread", "patchkit-cache-write"])
+def test_ctrl_c_as_a_thread_starts_ends_the_run_as_an_interrupt(tmp_path, thread):
+    """An interrupt between a thread's making and its start (the thread recorded to be waited
+    for) is raised once it has started: exit 130, one line, no process left. (It was an
+    internal error, 'cannot join thread before it is started', once in a make test.)"""
+    site = tmp_path / "site"
+    _site_for_workers(site)
+    env = {**os.environ, "PATCHKIT_CACHE": str(tmp_path / "cache"), "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPT_AS_A_THREAD_STARTS, thread, "verify", "--env", str(site)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"still running 60 s after the interrupt: {proc.communicate()[0][-2000:]}")
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
+    assert not left.stdout.split(), f"processes left: {left.stdout}"
+    assert "Traceback" not in out and "internal error" not in out, out[-2000:]
+    assert proc.returncode == 130, out[-2000:]
+    assert out.strip().splitlines()[-1].startswith("patchkit: interrupted"), out

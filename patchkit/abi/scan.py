@@ -48,6 +48,7 @@ from patchkit.abi.members import (
 )
 from patchkit.abi.sources import Tree, drop_wheel, store_listing
 from patchkit.archives import read_regular
+from patchkit.scratch import signals_held
 
 _ARCH_FLAGS = re.compile(rb"(?:sm|compute)_\d+[af]?(?: (?:sm|compute)_\d+[af]?)+")
 # Files whose bytes carry torch's TORCH_CUDA_ARCH_LIST (== torch._C._cuda_getArchFlags()).
@@ -649,10 +650,13 @@ def _storer(cache: ResultCache, writes: list[threading.Thread] | None):
         if writes is None:
             cache.store_encoded(key, size, mtime, value)
         else:  # the write (tens of MB) overlaps the caller's checks: it waits in the kernel
-            writes.append(
-                threading.Thread(target=cache.store_encoded, args=(key, size, mtime, value))
-            )
-            writes[-1].start()
+            thread = threading.Thread(
+                target=cache.store_encoded, args=(key, size, mtime, value),
+                name="patchkit-cache-write",
+            )  # fmt: skip
+            with signals_held():  # started and recorded to be waited for, or neither
+                thread.start()
+                writes.append(thread)
 
     return store
 
@@ -728,7 +732,10 @@ def _analyze_in_workers(
         _SHARED[:] = todo if by_index else []
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init)
         try:
-            done = pool.map(_worker, args)  # the workers are forked here
+            # the workers are forked here, then the pool's manager thread started: an
+            # interrupt between the two would leave shutdown waiting on a thread never started
+            with signals_held():
+                done = pool.map(_worker, args)
             _SHARED.clear()
             forked = True
             _FORK_LOCK.release()

@@ -334,7 +334,7 @@ def test_a_ramp_reads_only_its_own_records_and_log_lines(tmp_path, monkeypatch):
     assert len(decode.bookings(ramp.events)) == len(steps)
     assert "Traceback" not in ramp.log
     assert ramp.phases[0].events[0] == 4 and ramp.phases[-1].events[1] == len(ramp.events)
-    for phase, concurrency in zip(ramp.phases, tier.RAMP):
+    for phase, concurrency in zip(ramp.phases, tier.RAMP, strict=True):
         lo, hi = phase.events
         assert len(tier._steps(ramp, lo, hi)) == 2 * concurrency
 
