@@ -222,3 +222,41 @@ def test_an_interrupt_in_a_held_section_is_raised_as_it_ends():
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+# Ctrl-C while the program starts (`python -m patchkit`), before `cli.main` takes the
+# signals: a finder planted at start-up (sitecustomize) sends it as a module is looked up
+INTERRUPT_AS_IT_STARTS = """
+import os, signal, sys
+module, signum = os.environ["PK_AT_MODULE"], getattr(signal, os.environ["PK_SIGNAL"])
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == module:
+            os.kill(os.getpid(), signum)
+        return None
+sys.meta_path.insert(0, Interrupt())
+"""
+
+
+@pytest.mark.parametrize("module", ["patchkit.cli", "click"])
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_as_the_program_starts_is_one_line_and_130(tmp_path, module, signame):
+    """Before `cli.main` takes SIGINT and SIGTERM, while the program imports what it needs:
+    one line and 130 (it was the interpreter's KeyboardInterrupt traceback, or for SIGTERM a
+    kill with no word)."""
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT_AS_IT_STARTS)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PK_AT_MODULE": module,
+           "PK_SIGNAL": signame}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "--version"],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == "patchkit: interrupted; nothing was left half-done\n"
+    # imported rather than run, patchkit leaves the signals alone
+    imported = subprocess.run(
+        [sys.executable, "-c", "import signal, patchkit; "
+         "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
