@@ -176,6 +176,11 @@ def _on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
     raise KeyboardInterrupt
 
 
+def _ignore_interrupts() -> None:
+    for signum in _INTERRUPTS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def _take_interrupts() -> dict[int, object]:
     """Route SIGTERM, and SIGINT unless it was ignored from the start (a background job), to
     `_on_interrupt`; the handlers they had."""
@@ -192,7 +197,7 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     signal handlers are given back, except to a process that exits after the run (`exiting`,
     the console script): it stays deaf through its exit clean-up, so a Ctrl-C that lands as a
     run ends neither cuts the clean-up short nor turns the run's exit code into a kill."""
-    previous = _take_interrupts()
+    previous = {signum: signal.getsignal(signum) for signum in _INTERRUPTS}
     try:
         return _main(argv)
     finally:
@@ -272,10 +277,15 @@ def _takes_value(option: click.Option | None) -> bool:
 
 
 def _run_verb(argv: list[str] | None, debug: bool) -> tuple[int, dict | None]:
-    """(exit code, the envelope's error object or None)."""
+    """(exit code, the envelope's error object or None). The interrupts are patchkit's from
+    inside the block that answers them to the verb's end; then ignored, so that the answer,
+    the envelope and the exit are not cut short."""
     try:
+        _take_interrupts()
         rv = _dispatch(argv)
+        _ignore_interrupts()
     except (Exception, KeyboardInterrupt) as exc:
+        _ignore_interrupts()
         for kinds, answer in _ANSWERS:
             if isinstance(exc, kinds):
                 if debug and answer in _DEBUG_RERAISES:

@@ -260,3 +260,40 @@ def test_an_interrupt_as_the_program_starts_is_one_line_and_130(tmp_path, module
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
+
+
+# Ctrl-C the moment patchkit's handler is taken at the start of a run, or as the run's JSON
+# envelope is printed after the verb
+INTERRUPT_AT_THE_EDGES = """
+import os, signal, sys
+from patchkit import cli, ui
+where = sys.argv.pop(1)
+real_signal, real_envelope = signal.signal, ui.print_envelope
+def taken(signum, handler):
+    old = real_signal(signum, handler)
+    if where == "start" and signum == signal.SIGINT and handler is cli._on_interrupt:
+        os.kill(os.getpid(), signal.SIGINT)
+    return old
+def envelope(*args, **kwargs):
+    if where == "envelope":
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_envelope(*args, **kwargs)
+signal.signal, ui.print_envelope = taken, envelope
+sys.exit(cli.main(sys.argv[1:], exiting=True))  # as the console script
+"""
+
+
+@pytest.mark.parametrize("where", ["start", "envelope"])
+def test_an_interrupt_at_a_runs_edges_is_answered(where):
+    """As the handler is taken the interrupt is the run's: one line and 130; once the verb is
+    done (its envelope printing) it changes nothing: the result and 0. Both gave a traceback,
+    the handler being patchkit's outside the block that answers it."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_AT_THE_EDGES, where, "lint", "--json"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    if where == "start":
+        assert done.returncode == 130 and one_or_two_lines(done.stderr), done.stderr
+    else:
+        assert done.returncode == 0 and done.stdout.startswith("{"), done.stderr
