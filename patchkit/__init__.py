@@ -5,13 +5,14 @@ import signal as _signal
 import sys as _sys
 
 __version__ = "0.1.0"
+NOTHING_LEFT = "nothing was left half-done"  # what an interrupt that left no work says
 
 
 def _interrupted_while_starting(signum, frame):  # noqa: ARG001 - signal handler signature
     """Ctrl-C or SIGTERM while the program starts, before `cli.main` takes them (the imports
     of patchkit and click): one line and 130, as for any interrupt, not the interpreter's
     traceback (or for SIGTERM a kill without a word)."""
-    _os.write(2, b"patchkit: interrupted; nothing was left half-done\n")
+    _os.write(2, f"patchkit: interrupted; {NOTHING_LEFT}\n".encode())
     _os._exit(130)
 
 

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from patchkit import __version__, scratch
+from patchkit import NOTHING_LEFT, __version__, scratch
 from patchkit.errors import NothingToDo, PatchkitError, did_you_mean, os_error_hint
 
 # verb -> module under patchkit.commands exposing `command`; imported only when used.
@@ -169,8 +169,7 @@ def _on_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
     by patchkit and by the gits its clean-up starts (SIG_IGN is inherited), so a second
     Ctrl-C cannot cut short the clean-up of the first (it gave a traceback and left scratch
     folders). SIGKILL still ends the run; the next one recovers from that."""
-    for signum_ in _INTERRUPTS:
-        signal.signal(signum_, signal.SIG_IGN)
+    _ignore_interrupts()
     if scratch.defer_interrupt():
         return  # raised as the section that holds it ends (`scratch.signals_held`)
     raise KeyboardInterrupt
@@ -329,7 +328,7 @@ def _interrupted(exc: BaseException) -> tuple[int, dict | None]:
 
     # click wraps the KeyboardInterrupt in Abort; the core's Interrupted says what it left.
     cause = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
-    left = getattr(cause, "left", None) or "nothing was left half-done"
+    left = getattr(cause, "left", None) or NOTHING_LEFT
     click.echo(f"patchkit: interrupted; {left}", err=True)
     return 130, error_object(exc, 130) | {"kind": "interrupted", "message": left}
 

@@ -114,12 +114,14 @@ def _scratch_left(tmp: Path, parent: Path, toy) -> list[str]:
     return [str(p) for p in tmp.iterdir()] + leftovers(parent, "wt", toy.cache)
 
 
-def test_second_interrupt_during_cleanup_is_ignored(toy, tmp_path):
+def _planted_apply_leaves_nothing(script: str, toy, tmp_path: Path) -> None:
+    """`apply --into` run under `script` (interrupts planted): 130, one or two lines, no
+    --into and nothing left in $TMPDIR or beside it."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     into = tmp_path / "wt"
     done = subprocess.run(
-        [sys.executable, "-c", TWO_INTERRUPTS, "apply", "--target", "toy", "--into", str(into)],
+        [sys.executable, "-c", script, "apply", "--target", "toy", "--into", str(into)],
         cwd=ROOT,
         env={**os.environ, **toy.env, "TMPDIR": str(tmp)},
         capture_output=True,
@@ -128,26 +130,17 @@ def test_second_interrupt_during_cleanup_is_ignored(toy, tmp_path):
     assert done.returncode == 130 and one_or_two_lines(done.stderr), done.stderr
     assert not into.exists()
     assert not _scratch_left(tmp, tmp_path, toy)
+
+
+def test_second_interrupt_during_cleanup_is_ignored(toy, tmp_path):
+    _planted_apply_leaves_nothing(TWO_INTERRUPTS, toy, tmp_path)
 
 
 def test_an_interrupt_as_the_folder_beside_into_is_made_leaves_nothing(toy, tmp_path):
     """The folder a new checkout is made in, beside --into, goes with the run's scratch folder
     whenever the interrupt comes (it was left behind when the interrupt came between making it
     and the block that removes it)."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    into = tmp_path / "wt"
-    done = subprocess.run(
-        [sys.executable, "-c", INTERRUPT_AS_FOLDER_MADE, "apply", "--target", "toy"]
-        + ["--into", str(into)],
-        cwd=ROOT,
-        env={**os.environ, **toy.env, "TMPDIR": str(tmp)},
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 130 and one_or_two_lines(done.stderr), done.stderr
-    assert not into.exists()
-    assert not _scratch_left(tmp, tmp_path, toy)
+    _planted_apply_leaves_nothing(INTERRUPT_AS_FOLDER_MADE, toy, tmp_path)
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.2, 0.5, 1.0])
